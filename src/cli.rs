@@ -1,0 +1,133 @@
+//! The command line as clap sees it: flags and help text, no logic.
+//! `options.rs` turns this into validated options.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "leakwatch",
+    version,
+    about = "Find memory leaks in long-running Linux processes",
+    long_about = "Find memory leaks in long-running Linux processes.\n\n\
+        leakwatch samples a process tree from /proc (RSS, PSS, USS, anon/file/shmem, fds, \
+        threads), fits the growth per run or per hour, and says whether it is a leak, \
+        a plateau or stable.\n\n\
+        Exit status: 0 no leak / gate passed, 1 gate failed, 2 usage or runtime error, \
+        130 interrupted (reports of the samples so far are still written).",
+    after_help = "Examples:\n  \
+        leakwatch run --repeat 10 -- ./pants filter ::\n  \
+        leakwatch run --repeat 10 --watch 4242 -- ./client --ping\n  \
+        leakwatch attach 4242 --duration 30m\n  \
+        leakwatch report reports/2026-11-29T18-40-00/"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a command repeatedly; follow the daemons it leaves behind and the
+    /// processes it talks to (--watch), one deep sample after each run.
+    Run(RunArgs),
+    /// Sample a running process and its descendants over time.
+    Attach(AttachArgs),
+    /// Rebuild summary.json from a samples.csv (a CI artifact, a colleague's run).
+    Report(ReportArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// How many times to run the command.
+    #[arg(short = 'n', long, default_value_t = 10, value_name = "N")]
+    pub repeat: u64,
+
+    /// Also sample this already-running process (with its descendants) after
+    /// each run; repeat for several.
+    #[arg(short, long, value_name = "PID")]
+    pub watch: Vec<String>,
+
+    /// How often to poll the command's tree for its peak while it runs.
+    #[arg(long, default_value = "50ms", value_name = "DUR")]
+    pub interval: String,
+
+    /// How long to wait after the command exits before the deep sample, so a
+    /// daemon can finish the work the command handed it.
+    #[arg(long, default_value = "500ms", value_name = "DUR")]
+    pub settle: String,
+
+    /// Leave the processes the command left behind running at the end
+    /// (by default they get TERM, then KILL after 3s).
+    #[arg(long)]
+    pub keep_survivors: bool,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
+
+    /// The command and its arguments, run directly (no shell).
+    #[arg(required = true, last = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+pub struct AttachArgs {
+    /// The process to sample; its descendants are followed as they come and go.
+    #[arg(value_name = "PID")]
+    pub pid: String,
+
+    /// Time between samples.
+    #[arg(long, default_value = "1s", value_name = "DUR")]
+    pub interval: String,
+
+    /// Stop after this long (default: when the target exits or on Ctrl-C).
+    #[arg(long, value_name = "DUR")]
+    pub duration: Option<String>,
+
+    /// Largest fraction of wall time spent walking the target's page tables
+    /// for PSS/USS (smaps_rollup holds the target's mmap lock while it runs).
+    #[arg(long, default_value = "0.1%", value_name = "PERCENT")]
+    pub deep_budget: String,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// An output directory of leakwatch, or its samples.csv.
+    #[arg(value_name = "DIR|samples.csv")]
+    pub input: PathBuf,
+
+    /// Where to write the rebuilt outputs (default: the input directory).
+    #[arg(short, long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+
+    /// Print nothing but errors.
+    #[arg(short, long)]
+    pub quiet: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct OutputArgs {
+    /// Output directory (default: reports/<timestamp>/).
+    #[arg(short, long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+
+    /// Print nothing but errors.
+    #[arg(short, long)]
+    pub quiet: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,18 @@
+//! The `leakwatch` binary: parse, run, map the outcome to an exit code.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use leakwatch::cli::Cli;
+use leakwatch::error::Exit;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match leakwatch::app::run(cli) {
+        Ok(exit) => exit.into(),
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            Exit::Error.into()
+        }
+    }
+}

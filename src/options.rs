@@ -1,0 +1,283 @@
+//! Validated options: units parsed, PIDs and commands checked, defaults
+//! resolved. Errors name the flag, quote the value and say the fix.
+
+use std::ffi::OsString;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::cli::{AttachArgs, OutputArgs, ReportArgs, RunArgs};
+use crate::sample::proc::ProcRoot;
+use crate::units::{UnitError, parse_duration};
+
+#[derive(Debug, thiserror::Error)]
+pub enum OptionsError {
+    #[error("--{flag} {source}")]
+    Unit {
+        flag: &'static str,
+        source: UnitError,
+    },
+    #[error("--repeat {0}: the command must run at least once; try --repeat 10")]
+    Repeat(u64),
+    #[error("--{flag} '{value}' must be longer than zero; try '100ms'")]
+    ZeroInterval { flag: &'static str, value: String },
+    #[error("{what} '{value}' is not a PID; give the number `pgrep NAME` prints")]
+    NotAPid { what: &'static str, value: String },
+    #[error("{what} {pid}: no such process; check the PID with `ps -p {pid}` or `pgrep NAME`")]
+    NoSuchProcess { what: &'static str, pid: u32 },
+    #[error("command '{0}' not found in PATH; give its path (e.g. ./{0}) or install it")]
+    CommandNotFound(String),
+    #[error("command '{0}' does not exist; check the path")]
+    CommandMissing(String),
+    #[error("command '{0}' is not executable; try `chmod +x {0}`")]
+    CommandNotExecutable(String),
+    #[error(
+        "--out {0} already holds a leakwatch report (samples.csv); choose another \
+         directory or remove it"
+    )]
+    OutExists(PathBuf),
+    #[error("--deep-budget '{0}' is not a fraction; try '0.1%' or '0.001'")]
+    DeepBudget(String),
+    #[error("{0} has no samples.csv; give a leakwatch output directory or a samples.csv file")]
+    NoSamples(PathBuf),
+}
+
+/// Where the outputs go and how chatty to be.
+#[derive(Debug, Clone)]
+pub struct Output {
+    pub dir: PathBuf,
+    pub quiet: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    pub repeat: u32,
+    pub watch: Vec<u32>,
+    pub interval: Duration,
+    pub settle: Duration,
+    pub keep_survivors: bool,
+    /// The program resolved to a path, then its arguments.
+    pub program: PathBuf,
+    pub args: Vec<OsString>,
+    /// The command line as typed, for reports.
+    pub command_line: Vec<String>,
+    pub output: Output,
+}
+
+#[derive(Debug, Clone)]
+pub struct AttachOptions {
+    pub pid: u32,
+    pub interval: Duration,
+    pub duration: Option<Duration>,
+    /// Fraction of wall time (0.001 = 0.1%) the deep reads may take.
+    pub deep_budget: f64,
+    pub output: Output,
+}
+
+#[derive(Debug, Clone)]
+pub struct ReportOptions {
+    pub samples: PathBuf,
+    pub output: Output,
+}
+
+fn duration(flag: &'static str, value: &str) -> Result<Duration, OptionsError> {
+    parse_duration(value).map_err(|source| OptionsError::Unit { flag, source })
+}
+
+fn positive(flag: &'static str, value: &str) -> Result<Duration, OptionsError> {
+    let d = duration(flag, value)?;
+    if d.is_zero() {
+        return Err(OptionsError::ZeroInterval {
+            flag,
+            value: value.to_string(),
+        });
+    }
+    Ok(d)
+}
+
+/// A PID that names a running process.
+fn live_pid(what: &'static str, value: &str) -> Result<u32, OptionsError> {
+    let pid: u32 = value
+        .trim()
+        .parse()
+        .ok()
+        .filter(|&p| p > 0)
+        .ok_or_else(|| OptionsError::NotAPid {
+            what,
+            value: value.to_string(),
+        })?;
+    if !ProcRoot::default().alive(pid) {
+        return Err(OptionsError::NoSuchProcess { what, pid });
+    }
+    Ok(pid)
+}
+
+/// Finds the program as `execvp` would, so "not found" is reported before
+/// any output directory exists.
+pub fn resolve_program(name: &str) -> Result<PathBuf, OptionsError> {
+    let is_executable = |p: &Path| {
+        p.metadata()
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if name.contains('/') {
+        let path = PathBuf::from(name);
+        if !path.exists() {
+            return Err(OptionsError::CommandMissing(name.to_string()));
+        }
+        if !is_executable(&path) {
+            return Err(OptionsError::CommandNotExecutable(name.to_string()));
+        }
+        return Ok(path);
+    }
+    let path_var = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path_var)
+        .map(|dir| dir.join(name))
+        .find(|p| is_executable(p))
+        .ok_or_else(|| OptionsError::CommandNotFound(name.to_string()))
+}
+
+/// The output directory: `--out`, or `reports/<timestamp>/` (made unique).
+fn output(args: &OutputArgs) -> Result<Output, OptionsError> {
+    let dir = match &args.out {
+        Some(dir) => {
+            if dir.join("samples.csv").exists() {
+                return Err(OptionsError::OutExists(dir.clone()));
+            }
+            dir.clone()
+        }
+        None => default_out_dir(),
+    };
+    Ok(Output {
+        dir,
+        quiet: args.quiet,
+    })
+}
+
+fn default_out_dir() -> PathBuf {
+    let stamp = chrono::Local::now().format("%Y-%m-%dT%H-%M-%S").to_string();
+    let base = PathBuf::from("reports");
+    let mut dir = base.join(&stamp);
+    let mut n = 2;
+    while dir.exists() {
+        dir = base.join(format!("{stamp}-{n}"));
+        n += 1;
+    }
+    dir
+}
+
+impl RunOptions {
+    pub fn from_args(args: &RunArgs) -> Result<Self, OptionsError> {
+        if args.repeat == 0 {
+            return Err(OptionsError::Repeat(args.repeat));
+        }
+        let repeat = u32::try_from(args.repeat).map_err(|_| OptionsError::Repeat(args.repeat))?;
+        let interval = positive("interval", &args.interval)?;
+        let settle = duration("settle", &args.settle)?;
+        let watch = args
+            .watch
+            .iter()
+            .map(|w| live_pid("--watch", w))
+            .collect::<Result<Vec<_>, _>>()?;
+        let command_line: Vec<String> = args
+            .command
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let name = command_line.first().cloned().unwrap_or_default();
+        let program = resolve_program(&name)?;
+        Ok(RunOptions {
+            repeat,
+            watch,
+            interval,
+            settle,
+            keep_survivors: args.keep_survivors,
+            program,
+            args: args.command.iter().skip(1).cloned().collect(),
+            command_line,
+            output: output(&args.output)?,
+        })
+    }
+}
+
+impl AttachOptions {
+    pub fn from_args(args: &AttachArgs) -> Result<Self, OptionsError> {
+        let interval = positive("interval", &args.interval)?;
+        let duration = args
+            .duration
+            .as_deref()
+            .map(|d| positive("duration", d))
+            .transpose()?;
+        let deep_budget = parse_fraction(&args.deep_budget)
+            .ok_or_else(|| OptionsError::DeepBudget(args.deep_budget.clone()))?;
+        Ok(AttachOptions {
+            pid: live_pid("PID", &args.pid)?,
+            interval,
+            duration,
+            deep_budget,
+            output: output(&args.output)?,
+        })
+    }
+}
+
+impl ReportOptions {
+    pub fn from_args(args: &ReportArgs) -> Result<Self, OptionsError> {
+        let samples = if args.input.is_dir() {
+            args.input.join("samples.csv")
+        } else {
+            args.input.clone()
+        };
+        if !samples.is_file() {
+            return Err(OptionsError::NoSamples(args.input.clone()));
+        }
+        let dir = match &args.out {
+            Some(d) => d.clone(),
+            None => samples
+                .parent()
+                .map(Path::to_path_buf)
+                .unwrap_or_else(|| PathBuf::from(".")),
+        };
+        Ok(ReportOptions {
+            samples,
+            output: Output {
+                dir,
+                quiet: args.quiet,
+            },
+        })
+    }
+}
+
+/// `0.1%` → 0.001, `0.001` → 0.001; must lie in (0, 1].
+fn parse_fraction(text: &str) -> Option<f64> {
+    let t = text.trim();
+    let value = match t.strip_suffix('%') {
+        Some(p) => p.trim().parse::<f64>().ok()? / 100.0,
+        None => t.parse::<f64>().ok()?,
+    };
+    (value > 0.0 && value <= 1.0).then_some(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fractions() {
+        assert_eq!(parse_fraction("0.1%"), Some(0.001));
+        assert_eq!(parse_fraction("0.5"), Some(0.5));
+        assert_eq!(parse_fraction("0%"), None);
+        assert_eq!(parse_fraction("abc%"), None);
+    }
+
+    #[test]
+    fn programs_are_resolved_like_execvp() {
+        assert!(resolve_program("sh").is_ok());
+        assert!(matches!(
+            resolve_program("no-such-program-xyz"),
+            Err(OptionsError::CommandNotFound(_))
+        ));
+        assert!(matches!(
+            resolve_program("./no/such/file"),
+            Err(OptionsError::CommandMissing(_))
+        ));
+    }
+}

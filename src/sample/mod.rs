@@ -1,0 +1,231 @@
+//! The only stage that touches /proc: read processes in tiers, walk trees,
+//! drive `run` and `attach`, and hand rows to the store as they are taken.
+
+pub mod attach;
+pub mod proc;
+pub mod reaper;
+pub mod run;
+
+use std::time::Instant;
+
+use crate::series::store::{Row, Tier};
+use proc::{ProcError, ProcRoot};
+
+/// One process read once: the cheap tier always, the deep tier when asked.
+/// All sizes are bytes.
+#[derive(Debug, Clone, Default)]
+pub struct ProcSample {
+    pub pid: u32,
+    pub ppid: u32,
+    pub start_time: u64,
+    pub comm: String,
+    pub status: proc::Status,
+    pub fds: Option<u64>,
+    pub rollup: Option<proc::Rollup>,
+    /// The deep read was refused (another user's process without ptrace-read access).
+    pub deep_denied: bool,
+}
+
+/// Reads one process. `Err(Gone)` means it exited: an event, not a failure.
+pub fn read_process(root: &ProcRoot, pid: u32, deep: bool) -> Result<ProcSample, ProcError> {
+    let stat = root.stat(pid)?;
+    let status = root.status(pid)?;
+    let fds = root.fd_count(pid);
+    let (rollup, deep_denied) = if deep {
+        match root.smaps_rollup(pid) {
+            Ok(r) => (Some(r), false),
+            Err(ProcError::PermissionDenied { .. }) => (None, true),
+            Err(e) => return Err(e),
+        }
+    } else {
+        (None, false)
+    };
+    Ok(ProcSample {
+        pid,
+        ppid: stat.ppid,
+        start_time: stat.start_time,
+        comm: stat.comm,
+        status,
+        fds,
+        rollup,
+        deep_denied,
+    })
+}
+
+/// Where and when a batch of samples was taken.
+#[derive(Debug, Clone)]
+pub struct Context {
+    pub sample: u64,
+    pub run: Option<u32>,
+    pub t_seconds: f64,
+    pub timestamp: String,
+}
+
+/// The clock of one leakwatch session: sample numbers and seconds since start.
+pub struct Clock {
+    start: Instant,
+    next_sample: u64,
+}
+
+impl Default for Clock {
+    fn default() -> Self {
+        Clock::new()
+    }
+}
+
+impl Clock {
+    pub fn new() -> Self {
+        Clock {
+            start: Instant::now(),
+            next_sample: 0,
+        }
+    }
+
+    pub fn elapsed(&self) -> f64 {
+        self.start.elapsed().as_secs_f64()
+    }
+
+    /// A fresh context for the next batch of rows.
+    pub fn context(&mut self, run: Option<u32>) -> Context {
+        let sample = self.next_sample;
+        self.next_sample += 1;
+        Context {
+            sample,
+            run,
+            t_seconds: self.elapsed(),
+            timestamp: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        }
+    }
+}
+
+/// Turns a process sample into a CSV row for `scope`.
+pub fn to_row(ctx: &Context, scope: &str, s: &ProcSample) -> Row {
+    let r = s.rollup.as_ref();
+    Row {
+        sample: ctx.sample,
+        run: ctx.run,
+        t_seconds: ctx.t_seconds,
+        timestamp: ctx.timestamp.clone(),
+        scope: scope.to_string(),
+        pid: s.pid,
+        ppid: s.ppid,
+        start_time: s.start_time,
+        comm: s.comm.clone(),
+        tier: if r.is_some() { Tier::Deep } else { Tier::Cheap },
+        event: None,
+        exit_code: None,
+        rss_bytes: s.status.rss_bytes,
+        anon_bytes: s.status.anon_bytes,
+        file_bytes: s.status.file_bytes,
+        shmem_bytes: s.status.shmem_bytes,
+        swap_bytes: s.status.swap_bytes,
+        hwm_bytes: s.status.hwm_bytes,
+        threads: s.status.threads,
+        fds: s.fds,
+        pss_bytes: r.map(|r| r.pss_bytes),
+        pss_anon_bytes: r.and_then(|r| r.pss_anon_bytes),
+        pss_file_bytes: r.and_then(|r| r.pss_file_bytes),
+        pss_shmem_bytes: r.and_then(|r| r.pss_shmem_bytes),
+        shared_clean_bytes: r.map(|r| r.shared_clean_bytes),
+        shared_dirty_bytes: r.map(|r| r.shared_dirty_bytes),
+        private_clean_bytes: r.map(|r| r.private_clean_bytes),
+        private_dirty_bytes: r.map(|r| r.private_dirty_bytes),
+        uss_bytes: r.map(|r| r.uss_bytes()),
+        shared_bytes: r.map(|r| r.shared_bytes()),
+        swap_pss_bytes: r.and_then(|r| r.swap_pss_bytes),
+    }
+}
+
+/// An event row: a run starting or ending, a process exiting, a pid reused.
+pub fn event_row(
+    ctx: &Context,
+    scope: &str,
+    pid: u32,
+    comm: &str,
+    event: &str,
+    exit_code: Option<i32>,
+) -> Row {
+    Row {
+        sample: ctx.sample,
+        run: ctx.run,
+        t_seconds: ctx.t_seconds,
+        timestamp: ctx.timestamp.clone(),
+        scope: scope.to_string(),
+        pid,
+        comm: comm.to_string(),
+        tier: Tier::Event,
+        event: Some(event.to_string()),
+        exit_code,
+        ..Row::default()
+    }
+}
+
+/// Samples each pid for `scope`. Processes that exited since the tree was
+/// walked are skipped and returned; zombies and kernel threads (no memory)
+/// are skipped silently. Returns rows, the pids that were gone, and the
+/// pids whose deep read was refused.
+pub fn sample_scope(
+    root: &ProcRoot,
+    ctx: &Context,
+    scope: &str,
+    pids: &[u32],
+    deep: bool,
+) -> (Vec<Row>, Vec<u32>, Vec<u32>) {
+    let mut rows = Vec::with_capacity(pids.len());
+    let mut gone = Vec::new();
+    let mut denied = Vec::new();
+    for &pid in pids {
+        match read_process(root, pid, deep) {
+            Ok(s) if s.status.rss_bytes.is_none() => {} // zombie or kernel thread
+            Ok(s) => {
+                if s.deep_denied {
+                    denied.push(pid);
+                }
+                rows.push(to_row(ctx, scope, &s));
+            }
+            Err(_) => gone.push(pid),
+        }
+    }
+    (rows, gone, denied)
+}
+
+/// Errors that end sampling early. Samples taken before stay on disk.
+#[derive(Debug, thiserror::Error)]
+pub enum SampleError {
+    #[error(transparent)]
+    Store(#[from] crate::series::store::StoreError),
+    #[error("cannot start '{program}': {source}")]
+    Spawn {
+        program: String,
+        source: std::io::Error,
+    },
+    #[error(
+        "cannot become a child subreaper ({0}); daemons the command detaches would escape \
+         to init — Linux 3.4 or later is needed"
+    )]
+    Subreaper(std::io::Error),
+    #[error("cannot read the target {pid}: {source}")]
+    Target { pid: u32, source: ProcError },
+}
+
+/// How sampling ended.
+#[derive(Debug, Clone, Default)]
+pub struct Outcome {
+    pub interrupted: bool,
+    /// Things the user should know: a watched process that exited, a deep
+    /// read refused, survivors that needed KILL.
+    pub notes: Vec<String>,
+}
+
+/// Progress lines on stderr, unless quiet.
+pub struct Progress {
+    pub quiet: bool,
+}
+
+impl Progress {
+    pub fn line(&self, text: &str) {
+        if !self.quiet {
+            eprintln!("leakwatch: {text}");
+        }
+    }
+}

@@ -1,0 +1,172 @@
+//! Child subreaper: keep detached daemons in leakwatch's tree, reap every
+//! orphan, and stop survivors at the end.
+//!
+//! leakwatch does all waiting itself with `waitpid(-1, WNOHANG)`: orphans
+//! reparented to a subreaper must be reaped or they pile up as zombies, and a
+//! wait on "any child" would otherwise steal the command's exit status from
+//! `std::process::Child::wait`.
+
+use std::collections::HashMap;
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{self, Signal};
+use nix::unistd::Pid;
+
+/// How a reaped child ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    Code(i32),
+    Signal(i32),
+}
+
+impl Exit {
+    /// Shell convention: 128 + signal number for a signalled process.
+    pub fn code(self) -> i32 {
+        match self {
+            Exit::Code(c) => c,
+            Exit::Signal(s) => 128 + s,
+        }
+    }
+
+    pub fn describe(self) -> String {
+        match self {
+            Exit::Code(c) => format!("exit:{c}"),
+            Exit::Signal(s) => format!("signal:{s}"),
+        }
+    }
+}
+
+/// Makes this process a child subreaper (Linux ≥ 3.4).
+pub fn become_subreaper() -> io::Result<()> {
+    // SAFETY: prctl with PR_SET_CHILD_SUBREAPER takes one integer argument and
+    // touches no memory of ours.
+    let rc = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// A reaped child: how it ended and its peak RSS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reaped {
+    pub exit: Exit,
+    /// `ru_maxrss` from wait4, in bytes: the largest RSS of the child and of
+    /// the descendants it waited for. Catches peaks between polls.
+    pub max_rss_bytes: u64,
+}
+
+/// Reaps every child that has exited, returning pid → how it ended.
+pub fn reap_all() -> HashMap<u32, Reaped> {
+    let mut reaped = HashMap::new();
+    loop {
+        let mut status: libc::c_int = 0;
+        // SAFETY: an all-zero rusage is a valid value of this plain C struct.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: wait4 writes only into the two out-pointers we pass.
+        let pid = unsafe { libc::wait4(-1, &mut status, libc::WNOHANG, &mut usage) };
+        if pid == 0 {
+            return reaped; // children exist, none has exited
+        }
+        if pid < 0 {
+            if io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return reaped; // ECHILD: no children at all
+        }
+        let exit = if libc::WIFEXITED(status) {
+            Exit::Code(libc::WEXITSTATUS(status))
+        } else if libc::WIFSIGNALED(status) {
+            Exit::Signal(libc::WTERMSIG(status))
+        } else {
+            continue; // stopped or continued, not an exit
+        };
+        reaped.insert(
+            pid as u32,
+            Reaped {
+                exit,
+                max_rss_bytes: (usage.ru_maxrss.max(0) as u64) * 1024,
+            },
+        );
+    }
+}
+
+/// Ctrl-C / SIGTERM, seen as a flag the loops poll.
+#[derive(Clone)]
+pub struct Interrupt(Arc<AtomicBool>);
+
+impl Interrupt {
+    /// Registers SIGINT and SIGTERM. The first signal sets the flag; sampling
+    /// stops at the next tick and the reports are still written.
+    pub fn install() -> io::Result<Self> {
+        let flag = Arc::new(AtomicBool::new(false));
+        signal_hook::flag::register(signal_hook::consts::SIGINT, Arc::clone(&flag))?;
+        signal_hook::flag::register(signal_hook::consts::SIGTERM, Arc::clone(&flag))?;
+        Ok(Interrupt(flag))
+    }
+
+    /// A flag nobody sets, for library callers and tests.
+    pub fn never() -> Self {
+        Interrupt(Arc::new(AtomicBool::new(false)))
+    }
+
+    pub fn is_set(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// Sleeps for `d`, waking early (in 20 ms steps) on interrupt.
+    /// Returns false when interrupted.
+    pub fn sleep(&self, d: Duration) -> bool {
+        let end = Instant::now() + d;
+        loop {
+            if self.is_set() {
+                return false;
+            }
+            let now = Instant::now();
+            if now >= end {
+                return true;
+            }
+            std::thread::sleep((end - now).min(Duration::from_millis(20)));
+        }
+    }
+}
+
+/// Sends `sig` to a pid; a process already gone is not an error.
+pub fn send(pid: u32, sig: Signal) {
+    let _ = signal::kill(Pid::from_raw(pid as i32), sig);
+}
+
+/// Stops the given processes: TERM, then KILL whoever is left after `grace`.
+/// Reaps them (they are our children or orphans reparented to us) and returns
+/// the pids that needed KILL.
+pub fn stop(pids: &[u32], grace: Duration, alive: impl Fn(u32) -> bool) -> Vec<u32> {
+    for &pid in pids {
+        send(pid, Signal::SIGTERM);
+    }
+    let deadline = Instant::now() + grace;
+    loop {
+        reap_all();
+        if pids.iter().all(|&p| !alive(p)) {
+            return Vec::new();
+        }
+        if Instant::now() >= deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let killed: Vec<u32> = pids.iter().copied().filter(|&p| alive(p)).collect();
+    for &pid in &killed {
+        send(pid, Signal::SIGKILL);
+    }
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline && killed.iter().any(|&p| alive(p)) {
+        reap_all();
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    reap_all();
+    killed
+}

@@ -1,0 +1,331 @@
+//! `leakwatch run`: run a command N times as a child subreaper; per run poll
+//! the command tree for its peak, then, after a settle delay, deep-sample the
+//! survivors (what this and earlier runs left behind) and each watched PID.
+
+use std::collections::BTreeSet;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::proc::ProcRoot;
+use super::reaper::{self, Interrupt, Reaped};
+use super::{Clock, Outcome, Progress, SampleError, event_row, sample_scope};
+use crate::options::RunOptions;
+use crate::series::store::{Row, SampleWriter};
+use crate::units::{format_bytes, format_duration};
+
+/// How long survivors get between TERM and KILL.
+const STOP_GRACE: Duration = Duration::from_secs(3);
+
+/// A `--watch` process, identified by pid and start time.
+struct Watched {
+    pid: u32,
+    start_time: u64,
+    alive: bool,
+}
+
+impl Watched {
+    fn scope(&self) -> String {
+        format!("pid:{}", self.pid)
+    }
+}
+
+pub fn run(
+    opts: &RunOptions,
+    writer: &mut SampleWriter,
+    interrupt: &Interrupt,
+    progress: &Progress,
+) -> Result<Outcome, SampleError> {
+    reaper::become_subreaper().map_err(SampleError::Subreaper)?;
+    let root = ProcRoot::default();
+    let me = std::process::id();
+    let mut clock = Clock::new();
+    let mut outcome = Outcome::default();
+    let mut denied_noted = BTreeSet::new();
+
+    let mut watched: Vec<Watched> = opts
+        .watch
+        .iter()
+        .map(|&pid| Watched {
+            pid,
+            start_time: root.stat(pid).map(|s| s.start_time).unwrap_or(0),
+            alive: true,
+        })
+        .collect();
+
+    // Run 0: the watched processes before the first run, a baseline point.
+    if !watched.is_empty() {
+        let ctx = clock.context(Some(0));
+        let rows = sample_watched(&root, &ctx, &mut watched, &mut outcome, &mut denied_noted);
+        writer.write_batch(&rows)?;
+    }
+
+    let result = run_loop(
+        opts,
+        writer,
+        interrupt,
+        progress,
+        &root,
+        me,
+        &mut clock,
+        &mut watched,
+        &mut outcome,
+        &mut denied_noted,
+    );
+
+    // Whatever happened, do not leave the command's daemons behind.
+    let survivors = survivors(&root, me);
+    if opts.keep_survivors {
+        if !survivors.is_empty() {
+            outcome.notes.push(format!(
+                "left {} survivor(s) running (--keep-survivors): {}",
+                survivors.len(),
+                pid_list(&survivors)
+            ));
+        }
+    } else if !survivors.is_empty() {
+        let killed = reaper::stop(&survivors, STOP_GRACE, |p| root.alive(p));
+        if !killed.is_empty() {
+            outcome.notes.push(format!(
+                "survivor(s) {} ignored TERM for {}s and were killed",
+                pid_list(&killed),
+                STOP_GRACE.as_secs()
+            ));
+        }
+    }
+    result.map(|()| outcome)
+}
+
+/// `, survivors RSS 31.4 MiB, pid:4242 RSS 120 MiB` for the progress line.
+fn scope_rss(rows: &[Row]) -> String {
+    let mut totals: Vec<(&str, u64)> = Vec::new();
+    for row in rows {
+        let rss = row.rss_bytes.unwrap_or(0);
+        match totals.iter_mut().find(|(s, _)| *s == row.scope) {
+            Some((_, total)) => *total += rss,
+            None => totals.push((&row.scope, rss)),
+        }
+    }
+    totals
+        .iter()
+        .map(|(scope, rss)| format!(", {scope} RSS {}", format_bytes(*rss as f64)))
+        .collect()
+}
+
+/// Leakwatch's own descendants: what the runs left behind.
+fn survivors(root: &ProcRoot, me: u32) -> Vec<u32> {
+    root.tree(me).into_iter().filter(|&p| p != me).collect()
+}
+
+fn pid_list(pids: &[u32]) -> String {
+    pids.iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_loop(
+    opts: &RunOptions,
+    writer: &mut SampleWriter,
+    interrupt: &Interrupt,
+    progress: &Progress,
+    root: &ProcRoot,
+    me: u32,
+    clock: &mut Clock,
+    watched: &mut [Watched],
+    outcome: &mut Outcome,
+    denied_noted: &mut BTreeSet<u32>,
+) -> Result<(), SampleError> {
+    let name = shell_words(&opts.command_line);
+    for run in 1..=opts.repeat {
+        if interrupt.is_set() {
+            outcome.interrupted = true;
+            return Ok(());
+        }
+        let started = Instant::now();
+        let child = Command::new(&opts.program)
+            .args(&opts.args)
+            .stdin(Stdio::null())
+            .spawn()
+            .map_err(|source| SampleError::Spawn {
+                program: opts.program.display().to_string(),
+                source,
+            })?;
+        let pid = child.id();
+        // `child` is never waited on through std: reap_all() collects its
+        // status together with the orphans'.
+        drop(child);
+        writer.write_batch(&[event_row(
+            &clock.context(Some(run)),
+            "command",
+            pid,
+            &name,
+            "run_start",
+            None,
+        )])?;
+
+        let reaped = poll_command(pid, run, opts.interval, writer, interrupt, root, clock)?;
+        let ran_for = started.elapsed();
+        let ctx = clock.context(Some(run));
+        let Some(reaped) = reaped else {
+            writer.write_batch(&[event_row(
+                &ctx,
+                "command",
+                pid,
+                &name,
+                "run_end unknown",
+                None,
+            )])?;
+            outcome.interrupted = true;
+            return Ok(());
+        };
+        let exit = reaped.exit;
+        let end = event_row(
+            &ctx,
+            "command",
+            pid,
+            &name,
+            &format!("run_end {}", exit.describe()),
+            Some(exit.code()),
+        );
+        // The kernel's own peak for the command (ru_maxrss) as one more
+        // command sample: a short command can exit between two polls.
+        let peak = Row {
+            tier: crate::series::store::Tier::Cheap,
+            event: Some("peak".into()),
+            exit_code: None,
+            rss_bytes: Some(reaped.max_rss_bytes),
+            hwm_bytes: Some(reaped.max_rss_bytes),
+            ..end.clone()
+        };
+        writer.write_batch(&[end, peak])?;
+
+        // Let the daemon finish what the command asked of it.
+        let settled = interrupt.sleep(opts.settle);
+        reaper::reap_all();
+
+        let ctx = clock.context(Some(run));
+        let (mut rows, _gone, denied) =
+            sample_scope(root, &ctx, "survivors", &survivors(root, me), true);
+        note_denied(&denied, denied_noted, outcome);
+        rows.extend(sample_watched(root, &ctx, watched, outcome, denied_noted));
+        writer.write_batch(&rows)?;
+
+        progress.line(&format!(
+            "run {run}/{}: {} in {}{}",
+            opts.repeat,
+            exit.describe(),
+            format_duration(ran_for),
+            scope_rss(&rows)
+        ));
+        if !settled {
+            outcome.interrupted = true;
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
+/// Polls the command's tree (cheap tier) every `interval` until the command
+/// is reaped, checking for its exit every few milliseconds so a short command
+/// is not charged a whole interval. Returns `None` when interrupted (the
+/// command is then stopped).
+fn poll_command(
+    pid: u32,
+    run: u32,
+    interval: Duration,
+    writer: &mut SampleWriter,
+    interrupt: &Interrupt,
+    root: &ProcRoot,
+    clock: &mut Clock,
+) -> Result<Option<Reaped>, SampleError> {
+    const EXIT_CHECK: Duration = Duration::from_millis(2);
+    let mut next_sample = Instant::now();
+    loop {
+        if let Some(reaped) = reaper::reap_all().get(&pid) {
+            return Ok(Some(*reaped));
+        }
+        if Instant::now() >= next_sample {
+            let ctx = clock.context(Some(run));
+            let (rows, _, _) = sample_scope(root, &ctx, "command", &root.tree(pid), false);
+            writer.write_batch(&rows)?;
+            next_sample += interval;
+        }
+        if !interrupt.sleep(EXIT_CHECK.min(interval)) {
+            reaper::stop(&[pid], STOP_GRACE, |p| root.alive(p));
+            return Ok(None);
+        }
+    }
+}
+
+/// Deep-samples each live watched process with its descendants. A watched
+/// process that exited or whose pid was reused is recorded once and dropped.
+fn sample_watched(
+    root: &ProcRoot,
+    ctx: &super::Context,
+    watched: &mut [Watched],
+    outcome: &mut Outcome,
+    denied_noted: &mut BTreeSet<u32>,
+) -> Vec<Row> {
+    let mut rows = Vec::new();
+    for w in watched.iter_mut().filter(|w| w.alive) {
+        let scope = w.scope();
+        let current = root.stat(w.pid).ok().filter(|s| s.state != 'Z');
+        let event = match current {
+            None => Some("exited"),
+            Some(s) if s.start_time != w.start_time => Some("pid_reused"),
+            Some(_) => None,
+        };
+        if let Some(event) = event {
+            w.alive = false;
+            rows.push(event_row(ctx, &scope, w.pid, "", event, None));
+            outcome.notes.push(format!(
+                "watched process {} {} before run {}; its series stops there",
+                w.pid,
+                if event == "exited" {
+                    "exited"
+                } else {
+                    "was replaced (pid reused)"
+                },
+                ctx.run.unwrap_or(0)
+            ));
+            continue;
+        }
+        let (r, _, denied) = sample_scope(root, ctx, &scope, &root.tree(w.pid), true);
+        note_denied(&denied, denied_noted, outcome);
+        rows.extend(r);
+    }
+    rows
+}
+
+/// Records once per process that its PSS/USS could not be read.
+fn note_denied(denied: &[u32], noted: &mut BTreeSet<u32>, outcome: &mut Outcome) {
+    for &pid in denied {
+        if noted.insert(pid) {
+            outcome.notes.push(format!(
+                "no PSS/USS for process {pid}: /proc/{pid}/smaps_rollup needs ptrace-read \
+                 access (run leakwatch as that process's user or as root); RSS and the \
+                 other status fields are still sampled"
+            ));
+        }
+    }
+}
+
+/// The command line as a shell would show it: arguments with spaces or
+/// quotes single-quoted.
+fn shell_words(words: &[String]) -> String {
+    words
+        .iter()
+        .map(|w| {
+            let plain = !w.is_empty()
+                && w.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./=:,@%+".contains(c));
+            if plain {
+                w.clone()
+            } else {
+                format!("'{}'", w.replace('\'', r"'\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}

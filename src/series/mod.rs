@@ -1,0 +1,352 @@
+//! From rows to series: per scope (`command`, `survivors`, `pid:<PID>`,
+//! `target`) and metric, one point per run or per sample.
+
+pub mod store;
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use store::{Row, Tier};
+
+/// The metrics of the summary.json contract, in report order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Metric {
+    RssBytes,
+    PssBytes,
+    UssBytes,
+    SharedBytes,
+    PrivateDirtyBytes,
+    AnonBytes,
+    FileBytes,
+    ShmemBytes,
+    SwapBytes,
+    Fds,
+    Threads,
+}
+
+impl Metric {
+    pub const ALL: [Metric; 11] = [
+        Metric::RssBytes,
+        Metric::PssBytes,
+        Metric::UssBytes,
+        Metric::SharedBytes,
+        Metric::PrivateDirtyBytes,
+        Metric::AnonBytes,
+        Metric::FileBytes,
+        Metric::ShmemBytes,
+        Metric::SwapBytes,
+        Metric::Fds,
+        Metric::Threads,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Metric::RssBytes => "rss_bytes",
+            Metric::PssBytes => "pss_bytes",
+            Metric::UssBytes => "uss_bytes",
+            Metric::SharedBytes => "shared_bytes",
+            Metric::PrivateDirtyBytes => "private_dirty_bytes",
+            Metric::AnonBytes => "anon_bytes",
+            Metric::FileBytes => "file_bytes",
+            Metric::ShmemBytes => "shmem_bytes",
+            Metric::SwapBytes => "swap_bytes",
+            Metric::Fds => "fds",
+            Metric::Threads => "threads",
+        }
+    }
+
+    /// Short label for humans: `RSS`, `PSS`, `fds`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Metric::RssBytes => "RSS",
+            Metric::PssBytes => "PSS",
+            Metric::UssBytes => "USS",
+            Metric::SharedBytes => "shared",
+            Metric::PrivateDirtyBytes => "private dirty",
+            Metric::AnonBytes => "anon",
+            Metric::FileBytes => "file",
+            Metric::ShmemBytes => "shmem",
+            Metric::SwapBytes => "swap",
+            Metric::Fds => "fds",
+            Metric::Threads => "threads",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Metric> {
+        Metric::ALL.into_iter().find(|m| m.name() == name)
+    }
+
+    pub fn is_bytes(self) -> bool {
+        !matches!(self, Metric::Fds | Metric::Threads)
+    }
+
+    pub fn value(self, row: &Row) -> Option<u64> {
+        match self {
+            Metric::RssBytes => row.rss_bytes,
+            Metric::PssBytes => row.pss_bytes,
+            Metric::UssBytes => row.uss_bytes,
+            Metric::SharedBytes => row.shared_bytes,
+            Metric::PrivateDirtyBytes => row.private_dirty_bytes,
+            Metric::AnonBytes => row.anon_bytes,
+            Metric::FileBytes => row.file_bytes,
+            Metric::ShmemBytes => row.shmem_bytes,
+            Metric::SwapBytes => row.swap_bytes,
+            Metric::Fds => row.fds,
+            Metric::Threads => row.threads,
+        }
+    }
+}
+
+/// What the x axis counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum XAxis {
+    Run,
+    Seconds,
+}
+
+impl XAxis {
+    pub fn name(self) -> &'static str {
+        match self {
+            XAxis::Run => "run",
+            XAxis::Seconds => "seconds",
+        }
+    }
+}
+
+/// One series: a scope's metric, summed over its processes, per x.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Series {
+    pub name: String,
+    pub metric: Metric,
+    pub x_axis: XAxis,
+    /// (x, y) in x order; y in the metric's unit.
+    pub points: Vec<(f64, f64)>,
+    /// Largest number of processes summed into one point.
+    pub processes: usize,
+}
+
+impl Series {
+    pub fn xs(&self) -> Vec<f64> {
+        self.points.iter().map(|p| p.0).collect()
+    }
+
+    pub fn ys(&self) -> Vec<f64> {
+        self.points.iter().map(|p| p.1).collect()
+    }
+}
+
+/// A scope's value at one sample: the sum over its processes, or `None` when
+/// any process lacks the metric (a partial sum would show as a false drop).
+fn sum_metric(rows: &[&Row], metric: Metric) -> Option<f64> {
+    let mut total = 0u64;
+    for row in rows {
+        total = total.saturating_add(metric.value(row)?);
+    }
+    Some(total as f64)
+}
+
+/// Whether the rows come from `run` mode (they carry run numbers).
+pub fn x_axis_of(rows: &[Row]) -> XAxis {
+    if rows.iter().any(|r| r.run.is_some()) {
+        XAxis::Run
+    } else {
+        XAxis::Seconds
+    }
+}
+
+/// Scope names in report order: survivors, watched pids, target, command.
+pub fn scopes(rows: &[Row]) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for row in rows.iter().filter(|r| r.tier != Tier::Event) {
+        if !names.contains(&row.scope) {
+            names.push(row.scope.clone());
+        }
+    }
+    names.sort_by_key(|n| (scope_rank(n), n.clone()));
+    names
+}
+
+fn scope_rank(name: &str) -> u8 {
+    match name {
+        "survivors" => 0,
+        n if n.starts_with("pid:") => 1,
+        "target" => 2,
+        "command" => 3,
+        _ => 4,
+    }
+}
+
+/// Builds every (scope, metric) series that has at least one point.
+///
+/// In run mode a point is one run: for `command` the peak of the tree during
+/// the run (max over the polled samples), for the others the sample taken
+/// after the run settled (the last one of that run). In attach mode a point
+/// is one sample, x in seconds since leakwatch started.
+pub fn build(rows: &[Row]) -> Vec<Series> {
+    let x_axis = x_axis_of(rows);
+    let mut out = Vec::new();
+    for scope in scopes(rows) {
+        // sample number -> rows of this scope in that sample
+        let mut by_sample: BTreeMap<u64, Vec<&Row>> = BTreeMap::new();
+        for row in rows
+            .iter()
+            .filter(|r| r.scope == scope && r.tier != Tier::Event)
+        {
+            by_sample.entry(row.sample).or_default().push(row);
+        }
+        for metric in Metric::ALL {
+            let mut points: BTreeMap<i64, (f64, f64)> = BTreeMap::new();
+            let mut processes = 0;
+            for group in by_sample.values() {
+                let Some(y) = sum_metric(group, metric) else {
+                    continue;
+                };
+                processes = processes.max(group.len());
+                match x_axis {
+                    XAxis::Seconds => {
+                        let x = group[0].t_seconds;
+                        points.insert(points.len() as i64, (x, y));
+                    }
+                    XAxis::Run => {
+                        let Some(run) = group[0].run else { continue };
+                        let x = f64::from(run);
+                        let entry = points.entry(i64::from(run)).or_insert((x, y));
+                        entry.1 = if scope == "command" {
+                            entry.1.max(y)
+                        } else {
+                            y // later samples of a run replace earlier ones
+                        };
+                    }
+                }
+            }
+            if !points.is_empty() {
+                out.push(Series {
+                    name: scope.clone(),
+                    metric,
+                    x_axis,
+                    points: points.into_values().collect(),
+                    processes,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// One run of the command, from the event rows.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunRecord {
+    pub run: u32,
+    pub pid: u32,
+    pub exit_code: Option<i32>,
+    /// `exit:N`, `signal:N`, or `unknown` when leakwatch was stopped mid-run.
+    pub status: String,
+    pub duration_s: Option<f64>,
+    pub peak_rss_bytes: Option<u64>,
+}
+
+impl RunRecord {
+    pub fn failed(&self) -> bool {
+        self.exit_code != Some(0)
+    }
+}
+
+/// The run table: start/end events joined with the command's peak RSS.
+pub fn runs(rows: &[Row], series: &[Series]) -> Vec<RunRecord> {
+    let peak: BTreeMap<u32, f64> = series
+        .iter()
+        .find(|s| s.name == "command" && s.metric == Metric::RssBytes)
+        .map(|s| s.points.iter().map(|&(x, y)| (x as u32, y)).collect())
+        .unwrap_or_default();
+    let mut out: BTreeMap<u32, RunRecord> = BTreeMap::new();
+    let mut starts: BTreeMap<u32, f64> = BTreeMap::new();
+    for row in rows.iter().filter(|r| r.tier == Tier::Event) {
+        let (Some(run), Some(event)) = (row.run, row.event.as_deref()) else {
+            continue;
+        };
+        match event {
+            "run_start" => {
+                starts.insert(run, row.t_seconds);
+                out.insert(
+                    run,
+                    RunRecord {
+                        run,
+                        pid: row.pid,
+                        exit_code: None,
+                        status: "unknown".into(),
+                        duration_s: None,
+                        peak_rss_bytes: peak.get(&run).map(|&p| p as u64),
+                    },
+                );
+            }
+            e if e.starts_with("run_end") => {
+                if let Some(rec) = out.get_mut(&run) {
+                    rec.exit_code = row.exit_code;
+                    rec.status = e.trim_start_matches("run_end ").to_string();
+                    rec.duration_s = starts.get(&run).map(|s| row.t_seconds - s);
+                }
+            }
+            _ => {}
+        }
+    }
+    out.into_values().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn deep(sample: u64, run: u32, scope: &str, pid: u32, rss: u64) -> Row {
+        Row {
+            sample,
+            run: Some(run),
+            scope: scope.into(),
+            pid,
+            tier: Tier::Deep,
+            rss_bytes: Some(rss),
+            pss_bytes: Some(rss),
+            ..Row::default()
+        }
+    }
+
+    #[test]
+    fn run_series_sum_processes_and_keep_the_last_sample_of_a_run() {
+        let rows = vec![
+            deep(0, 1, "survivors", 10, 100),
+            deep(0, 1, "survivors", 11, 50),
+            deep(1, 2, "survivors", 10, 300),
+            deep(2, 2, "survivors", 10, 200),
+        ];
+        let s = build(&rows);
+        let rss = s
+            .iter()
+            .find(|s| s.metric == Metric::RssBytes)
+            .expect("rss series");
+        assert_eq!(rss.points, vec![(1.0, 150.0), (2.0, 200.0)]);
+        assert_eq!(rss.processes, 2);
+        assert!(!s.iter().any(|s| s.metric == Metric::UssBytes));
+    }
+
+    #[test]
+    fn command_series_is_the_peak_of_the_run() {
+        let mut a = deep(0, 1, "command", 10, 100);
+        a.tier = Tier::Cheap;
+        let mut b = deep(1, 1, "command", 10, 400);
+        b.tier = Tier::Cheap;
+        let c = deep(2, 1, "command", 10, 50);
+        let s = build(&[a, b, c]);
+        assert_eq!(s[0].points, vec![(1.0, 400.0)]);
+    }
+
+    #[test]
+    fn a_partial_sample_is_not_a_point() {
+        let mut denied = deep(0, 1, "survivors", 11, 50);
+        denied.pss_bytes = None;
+        let rows = vec![deep(0, 1, "survivors", 10, 100), denied];
+        let s = build(&rows);
+        assert!(s.iter().any(|s| s.metric == Metric::RssBytes));
+        assert!(!s.iter().any(|s| s.metric == Metric::PssBytes));
+    }
+}

@@ -1,0 +1,164 @@
+//! The command line through the built binary: bad input gets exit 2, one
+//! line naming the input and the fix, and no report directory.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+
+fn leakwatch() -> Command {
+    Command::cargo_bin("leakwatch").unwrap()
+}
+
+/// Runs leakwatch with `args` (plus `--out DIR`), expects exit 2 with a
+/// single error line containing every `needles`, and no DIR afterwards.
+fn rejects(args: &[&str], needles: &[&str]) {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("report");
+    let (before, after) = match args.iter().position(|a| *a == "--") {
+        Some(i) => (&args[..i], &args[i..]),
+        None => (args, &[][..]),
+    };
+    let assert = leakwatch()
+        .args(before)
+        .arg("--out")
+        .arg(&out)
+        .args(after)
+        .assert()
+        .code(2);
+    let stderr = String::from_utf8_lossy(&assert.get_output().stderr).to_string();
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "expected one line, got:\n{stderr}");
+    for needle in needles {
+        assert!(stderr.contains(needle), "{needle:?} not in {stderr:?}");
+    }
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(!out.exists(), "a report directory was left behind");
+}
+
+#[test]
+fn a_pid_that_does_not_exist() {
+    rejects(
+        &["attach", "4000000"],
+        &["4000000", "no such process", "ps -p"],
+    );
+    rejects(
+        &["run", "--watch", "4000000", "--", "true"],
+        &["--watch 4000000", "no such process"],
+    );
+    rejects(&["attach", "pantsd"], &["'pantsd' is not a PID", "pgrep"]);
+}
+
+#[test]
+fn a_command_that_is_not_found() {
+    rejects(
+        &["run", "--", "no-such-command-xyz", "--flag"],
+        &["'no-such-command-xyz' not found in PATH", "give its path"],
+    );
+    rejects(
+        &["run", "--", "./no/such/cmd"],
+        &["'./no/such/cmd' does not exist"],
+    );
+}
+
+#[test]
+fn repeat_zero() {
+    rejects(
+        &["run", "--repeat", "0", "--", "true"],
+        &["--repeat 0", "try --repeat 10"],
+    );
+}
+
+#[test]
+fn malformed_durations() {
+    rejects(
+        &["run", "--settle", "soon", "--", "true"],
+        &["--settle 'soon' is not a duration", "'500ms'"],
+    );
+    rejects(
+        &["attach", "1", "--interval", "0s"],
+        &["--interval '0s' must be longer than zero"],
+    );
+    rejects(
+        &["attach", "1", "--duration", "5 fortnights"],
+        &["--duration '5 fortnights' is not a duration"],
+    );
+}
+
+#[test]
+fn an_existing_report_is_not_overwritten() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("samples.csv"), "precious").unwrap();
+    leakwatch()
+        .args(["run", "-n", "1", "--out"])
+        .arg(tmp.path())
+        .args(["--", "true"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("already holds a leakwatch report"));
+    assert_eq!(
+        std::fs::read_to_string(tmp.path().join("samples.csv")).unwrap(),
+        "precious"
+    );
+}
+
+#[test]
+fn a_failing_command_is_recorded_not_averaged_in_silently() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("r");
+    leakwatch()
+        .args(["run", "-n", "3", "--settle", "0s", "--out"])
+        .arg(&out)
+        .args(["--", "false"])
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("FAILED: run 1 (exit:1)"));
+    let s = common::summary(&out);
+    assert_eq!(s["failed_runs"], serde_json::json!([1, 2, 3]));
+    assert_eq!(s["run_table"][0]["exit_code"], 1);
+}
+
+#[test]
+fn report_rebuilds_the_summary_from_samples_csv() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("r");
+    leakwatch()
+        .args(["run", "-n", "3", "--settle", "0s", "--quiet", "--out"])
+        .arg(&out)
+        .args(["--", "true"])
+        .assert()
+        .success();
+    let live = common::summary(&out);
+    let again = tmp.path().join("again");
+    leakwatch()
+        .args(["report", "--quiet"])
+        .arg(out.join("samples.csv"))
+        .arg("--out")
+        .arg(&again)
+        .assert()
+        .success();
+    assert_eq!(common::summary(&again), live);
+}
+
+#[test]
+fn report_on_a_directory_without_samples() {
+    let tmp = tempfile::tempdir().unwrap();
+    leakwatch()
+        .arg("report")
+        .arg(tmp.path())
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("has no samples.csv"));
+}
+
+#[test]
+fn help_lists_the_subcommands_and_exit_codes() {
+    leakwatch()
+        .arg("--help")
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("run").and(predicate::str::contains("attach")))
+        .stdout(predicate::str::contains("130 interrupted"));
+}

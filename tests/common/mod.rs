@@ -1,0 +1,112 @@
+//! Shared helpers of the end-to-end tests: the built binaries and the
+//! summary.json they write.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+pub const MIB: f64 = 1024.0 * 1024.0;
+
+pub fn leakwatch() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_leakwatch"))
+}
+
+pub fn fixture() -> &'static str {
+    env!("CARGO_BIN_EXE_leakwatch-fixture")
+}
+
+pub fn summary(dir: &Path) -> Value {
+    let text = std::fs::read_to_string(dir.join("summary.json")).expect("summary.json");
+    serde_json::from_str(&text).expect("summary.json parses")
+}
+
+/// The series object for (name, metric) in a summary.
+pub fn series<'a>(summary: &'a Value, name: &str, metric: &str) -> &'a Value {
+    summary["series"]
+        .as_array()
+        .expect("series array")
+        .iter()
+        .find(|s| s["name"] == name && s["metric"] == metric)
+        .unwrap_or_else(|| panic!("no series {name} {metric} in {summary:#}"))
+}
+
+pub fn assert_within(what: &str, got: f64, truth: f64, tolerance: f64) {
+    let err = (got - truth).abs() / truth.abs();
+    assert!(
+        err <= tolerance,
+        "{what}: got {got:.0}, truth {truth:.0}, error {:.2}% > {:.0}%",
+        err * 100.0,
+        tolerance * 100.0
+    );
+}
+
+/// A fixture process started by the test, killed when dropped.
+pub struct Fixture {
+    pub child: Child,
+}
+
+impl Fixture {
+    pub fn start(args: &[&str]) -> Fixture {
+        let child = Command::new(fixture())
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start fixture");
+        Fixture { child }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits until the daemon's socket exists.
+    pub fn wait_for(&self, path: &Path) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !path.exists() {
+            assert!(
+                Instant::now() < deadline,
+                "{} never appeared",
+                path.display()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The pids of processes in a samples.csv scope.
+pub fn pids_in_scope(dir: &Path, scope: &str) -> Vec<u32> {
+    let mut reader = csv::Reader::from_path(dir.join("samples.csv")).expect("samples.csv");
+    let headers = reader.headers().expect("headers").clone();
+    let col = |name: &str| headers.iter().position(|h| h == name).expect(name);
+    let (scope_col, pid_col, tier_col) = (col("scope"), col("pid"), col("tier"));
+    let mut pids: Vec<u32> = reader
+        .records()
+        .map(|r| r.expect("record"))
+        .filter(|r| &r[scope_col] == scope && &r[tier_col] != "event")
+        .map(|r| r[pid_col].parse().expect("pid"))
+        .collect();
+    pids.sort_unstable();
+    pids.dedup();
+    pids
+}
+
+pub fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| !s.contains(") Z "))
+        .unwrap_or(false)
+}
+
+pub fn out_dir(tmp: &tempfile::TempDir, name: &str) -> PathBuf {
+    tmp.path().join(name)
+}
