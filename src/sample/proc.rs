@@ -6,7 +6,7 @@
 //! `benches/sampler.rs`). Per-mapping `smaps`, read rarely, goes through procfs.
 
 use std::fs;
-use std::io::{self, ErrorKind};
+use std::io::{self, ErrorKind, Read};
 use std::path::PathBuf;
 
 /// Why a /proc read failed, kept apart as procfs-core does: a process that is
@@ -126,7 +126,13 @@ impl ProcRoot {
 
     fn read(&self, pid: u32, file: &str) -> Result<String, ProcError> {
         let path = self.path(pid, file);
-        fs::read_to_string(&path).map_err(|e| ProcError::from_io(pid, path, e))
+        // /proc files report size 0, so fs::read_to_string would start with a
+        // tiny buffer and issue several reads; each of these files fits in 4 KiB.
+        let mut text = String::with_capacity(4096);
+        fs::File::open(&path)
+            .and_then(|mut f| f.read_to_string(&mut text))
+            .map_err(|e| ProcError::from_io(pid, path, e))?;
+        Ok(text)
     }
 
     pub fn exists(&self, pid: u32) -> bool {
