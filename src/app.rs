@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 
 use crate::cli::{Cli, Command};
 use crate::error::Exit;
-use crate::fit::{self, Analysis};
+use crate::fit::{self, Analysis, FitOptions};
 use crate::options::{AttachOptions, Output, ReportOptions, RunOptions};
 use crate::report;
 use crate::sample::reaper::Interrupt;
@@ -20,21 +20,21 @@ pub fn run(cli: Cli) -> Result<Exit> {
         Command::Run(args) => {
             let opts = RunOptions::from_args(&args)?;
             let output = opts.output.clone();
-            sample_then_report(&output, |writer, interrupt, progress| {
+            sample_then_report(&output, &opts.fit, |writer, interrupt, progress| {
                 sample::run::run(&opts, writer, interrupt, progress)
             })
         }
         Command::Attach(args) => {
             let opts = AttachOptions::from_args(&args)?;
             let output = opts.output.clone();
-            sample_then_report(&output, |writer, interrupt, progress| {
+            sample_then_report(&output, &opts.fit, |writer, interrupt, progress| {
                 sample::attach::attach(&opts, writer, interrupt, progress)
             })
         }
         Command::Report(args) => {
             let opts = ReportOptions::from_args(&args)?;
             let rows = store::read_samples(&opts.samples)?;
-            let analysis = fit::analyse(&rows);
+            let analysis = fit::analyse(&rows, &opts.fit);
             fs::create_dir_all(&opts.output.dir)
                 .with_context(|| format!("cannot create {}", opts.output.dir.display()))?;
             finish(&analysis, &opts.output)
@@ -47,6 +47,7 @@ pub fn run(cli: Cli) -> Result<Exit> {
 /// interrupted; a directory that never got a sample is removed again.
 fn sample_then_report(
     output: &Output,
+    fit_options: &FitOptions,
     sampler: impl FnOnce(&mut SampleWriter, &Interrupt, &Progress) -> Result<Outcome, SampleError>,
 ) -> Result<Exit> {
     let interrupt = Interrupt::install().context("cannot install the Ctrl-C handler")?;
@@ -76,7 +77,7 @@ fn sample_then_report(
     }
 
     let rows = store::read_samples(&samples)?;
-    let mut analysis = fit::analyse(&rows);
+    let mut analysis = fit::analyse(&rows, fit_options);
     let exit = match &result {
         Ok(outcome) => {
             analysis.notes.extend(outcome.notes.iter().cloned());

@@ -65,6 +65,9 @@ pub struct RunArgs {
     pub keep_survivors: bool,
 
     #[command(flatten)]
+    pub analysis: AnalysisArgs,
+
+    #[command(flatten)]
     pub output: OutputArgs,
 
     /// The command and its arguments, run directly (no shell).
@@ -92,6 +95,9 @@ pub struct AttachArgs {
     pub deep_budget: String,
 
     #[command(flatten)]
+    pub analysis: AnalysisArgs,
+
+    #[command(flatten)]
     pub output: OutputArgs,
 }
 
@@ -108,6 +114,26 @@ pub struct ReportArgs {
     /// Print nothing but errors.
     #[arg(short, long)]
     pub quiet: bool,
+
+    #[command(flatten)]
+    pub analysis: AnalysisArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct AnalysisArgs {
+    /// Leading runs (or samples) to leave out as warm-up; default: detect
+    /// (at most one, a first step far above the later ones).
+    #[arg(long, value_name = "K")]
+    pub warmup: Option<usize>,
+
+    /// Project when the main series reaches this size, e.g. '2GiB'.
+    #[arg(long, value_name = "SIZE")]
+    pub limit: Option<String>,
+
+    /// Advise after how many runs (tasks) a process should be recycled to
+    /// stay under this size, e.g. '512MiB'.
+    #[arg(long, value_name = "SIZE")]
+    pub budget: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -6,9 +6,10 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::cli::{AttachArgs, OutputArgs, ReportArgs, RunArgs};
+use crate::cli::{AnalysisArgs, AttachArgs, OutputArgs, ReportArgs, RunArgs};
+use crate::fit::FitOptions;
 use crate::sample::proc::ProcRoot;
-use crate::units::{UnitError, parse_duration};
+use crate::units::{UnitError, parse_duration, parse_size};
 
 #[derive(Debug, thiserror::Error)]
 pub enum OptionsError {
@@ -61,6 +62,7 @@ pub struct RunOptions {
     pub args: Vec<OsString>,
     /// The command line as typed, for reports.
     pub command_line: Vec<String>,
+    pub fit: FitOptions,
     pub output: Output,
 }
 
@@ -71,12 +73,14 @@ pub struct AttachOptions {
     pub duration: Option<Duration>,
     /// Fraction of wall time (0.001 = 0.1%) the deep reads may take.
     pub deep_budget: f64,
+    pub fit: FitOptions,
     pub output: Output,
 }
 
 #[derive(Debug, Clone)]
 pub struct ReportOptions {
     pub samples: PathBuf,
+    pub fit: FitOptions,
     pub output: Output,
 }
 
@@ -194,6 +198,7 @@ impl RunOptions {
             program,
             args: args.command.iter().skip(1).cloned().collect(),
             command_line,
+            fit: fit_options(&args.analysis)?,
             output: output(&args.output)?,
         })
     }
@@ -214,6 +219,7 @@ impl AttachOptions {
             interval,
             duration,
             deep_budget,
+            fit: fit_options(&args.analysis)?,
             output: output(&args.output)?,
         })
     }
@@ -238,12 +244,27 @@ impl ReportOptions {
         };
         Ok(ReportOptions {
             samples,
+            fit: fit_options(&args.analysis)?,
             output: Output {
                 dir,
                 quiet: args.quiet,
             },
         })
     }
+}
+
+fn size(flag: &'static str, value: Option<&str>) -> Result<Option<u64>, OptionsError> {
+    value
+        .map(|v| parse_size(v).map_err(|source| OptionsError::Unit { flag, source }))
+        .transpose()
+}
+
+fn fit_options(args: &AnalysisArgs) -> Result<FitOptions, OptionsError> {
+    Ok(FitOptions {
+        warmup: args.warmup,
+        limit_bytes: size("limit", args.limit.as_deref())?,
+        budget_bytes: size("budget", args.budget.as_deref())?,
+    })
 }
 
 /// `0.1%` → 0.001, `0.001` → 0.001; must lie in (0, 1].

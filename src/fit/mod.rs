@@ -1,13 +1,54 @@
-//! Per-series statistics: slope, confidence, trend, verdict. Pure functions
-//! on plain data; nothing here reads /proc or writes files.
+//! Per-series statistics, verdicts, attribution and projection. Pure
+//! functions on plain data; nothing here reads /proc or writes files.
 
+pub mod attribution;
 pub mod stats;
+pub mod verdict;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use crate::series::{Metric, Series, XAxis};
+use crate::series::store::Row;
+use crate::series::{self, Metric, RunRecord, Series, XAxis};
+pub use attribution::Attribution;
+pub use verdict::Verdict;
 
-/// What the fit says about one series.
+/// How to analyse: what the user may change when re-running `report`.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct FitOptions {
+    /// Leading points to trim as warm-up; `None` = detect.
+    pub warmup: Option<usize>,
+    /// Project when the main series reaches this many bytes.
+    pub limit_bytes: Option<u64>,
+    /// Advise recycling so a process stays under this many bytes.
+    pub budget_bytes: Option<u64>,
+}
+
+/// Series longer than this are averaged into this many buckets before the
+/// trend tests (Mann–Kendall is O(n²); a day of 1 s samples is 86,400 points).
+const MAX_FIT_POINTS: usize = 1000;
+
+/// Growth too small to matter, whatever the statistics say: a page per run,
+/// or 0.1% of the level per run (per hour in time series).
+fn thresholds(s: &Series) -> verdict::Thresholds {
+    let base = verdict::Thresholds::default();
+    match s.x_axis {
+        XAxis::Run => verdict::Thresholds {
+            min_slope_abs: if s.metric.is_bytes() { 4096.0 } else { 0.0 },
+            ..base
+        },
+        XAxis::Seconds => verdict::Thresholds {
+            min_slope_fraction: base.min_slope_fraction / 3600.0,
+            min_slope_abs: if s.metric.is_bytes() {
+                4096.0 / 3600.0
+            } else {
+                0.0
+            },
+            ..base
+        },
+    }
+}
+
+/// What the fit says about one series. Slopes are per x (run or second).
 #[derive(Debug, Clone, Serialize)]
 pub struct SeriesFit {
     pub name: String,
@@ -16,39 +57,154 @@ pub struct SeriesFit {
     pub n: usize,
     pub first: f64,
     pub last: f64,
-    /// Least-squares slope, metric unit per x (bytes per run or per second).
+    /// Least-squares slope over the points after warm-up.
     pub slope: Option<f64>,
+    pub slope_ci95: Option<(f64, f64)>,
+    /// Theil–Sen slope.
+    pub robust_slope: Option<f64>,
+    /// Mann–Kendall two-sided p-value.
+    pub trend_p: Option<f64>,
     pub r2: Option<f64>,
+    pub growth_pct_per_x: Option<f64>,
+    /// Slope over the second half (after the median x).
+    pub tail_slope: Option<f64>,
+    pub verdict: Verdict,
+    /// Leading points trimmed as warm-up.
+    pub warmup: usize,
+    /// For inconclusive: about how many points would decide it.
+    pub runs_needed: Option<usize>,
+    pub reason: String,
     pub processes: usize,
+    /// Intercept of the least-squares line (for plots).
+    pub intercept: Option<f64>,
 }
 
-pub fn fit(series: &Series) -> SeriesFit {
-    let (xs, ys) = (series.xs(), series.ys());
-    let line = stats::ols(&xs, &ys);
+/// Averages a long series into `MAX_FIT_POINTS` buckets of consecutive points.
+fn thin(points: &[(f64, f64)]) -> Vec<(f64, f64)> {
+    if points.len() <= MAX_FIT_POINTS {
+        return points.to_vec();
+    }
+    let per = points.len().div_ceil(MAX_FIT_POINTS);
+    points
+        .chunks(per)
+        .map(|c| {
+            let n = c.len() as f64;
+            (
+                c.iter().map(|p| p.0).sum::<f64>() / n,
+                c.iter().map(|p| p.1).sum::<f64>() / n,
+            )
+        })
+        .collect()
+}
+
+pub fn fit(series: &Series, opts: &FitOptions) -> SeriesFit {
+    let points = thin(&series.points);
+    let (xs, ys): (Vec<f64>, Vec<f64>) = points.iter().copied().unzip();
+    let c = verdict::classify(&xs, &ys, opts.warmup, &thresholds(series));
+    let line = c.fit.as_ref();
     SeriesFit {
         name: series.name.clone(),
         metric: series.metric,
         x: series.x_axis,
         n: series.points.len(),
-        first: ys.first().copied().unwrap_or(0.0),
-        last: ys.last().copied().unwrap_or(0.0),
+        first: series.points.first().map(|p| p.1).unwrap_or(0.0),
+        last: series.points.last().map(|p| p.1).unwrap_or(0.0),
         slope: line.map(|l| l.slope),
+        slope_ci95: line.and_then(|l| l.slope_ci95),
+        robust_slope: c.robust_slope,
+        trend_p: c.trend_p,
         r2: line.map(|l| l.r2),
+        growth_pct_per_x: c.growth_pct_per_x,
+        tail_slope: c.tail_slope,
+        verdict: c.verdict,
+        warmup: c.warmup,
+        runs_needed: c.runs_needed,
+        reason: c.reason,
         processes: series.processes,
+        intercept: line.map(|l| l.intercept),
     }
+}
+
+/// How bad a verdict is, for picking the headline: leak first.
+pub fn severity(v: Verdict) -> u8 {
+    match v {
+        Verdict::Leak => 3,
+        Verdict::Inconclusive => 2,
+        Verdict::Plateau => 1,
+        Verdict::Stable => 0,
+    }
+}
+
+/// When the main series reaches `--limit`, and when to recycle under `--budget`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Projection {
+    pub series: String,
+    pub metric: Metric,
+    pub x: XAxis,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit_bytes: Option<u64>,
+    /// x units (runs or seconds) from the last point until the limit is
+    /// reached at the fitted slope; `None` when the series does not grow.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub x_to_limit: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub budget_bytes: Option<u64>,
+    /// Recycle after this many runs (or seconds) from a fresh start (the
+    /// first point) to stay under the budget: TVM's maximum_uses, Celery's
+    /// max-tasks-per-child, gunicorn's max_requests.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recycle_after: Option<f64>,
+    pub note: String,
+}
+
+fn project(main: &SeriesFit, opts: &FitOptions) -> Option<Projection> {
+    if opts.limit_bytes.is_none() && opts.budget_bytes.is_none() {
+        return None;
+    }
+    let slope = main
+        .slope
+        .filter(|s| *s > 0.0 && main.verdict == Verdict::Leak);
+    let x_to_limit = opts
+        .limit_bytes
+        .zip(slope)
+        .map(|(limit, s)| ((limit as f64 - main.last) / s).max(0.0));
+    let recycle_after = opts
+        .budget_bytes
+        .zip(slope)
+        .map(|(budget, s)| ((budget as f64 - main.first) / s).floor().max(0.0));
+    let note = match (slope, main.verdict) {
+        (Some(_), _) => "at the fitted slope".to_string(),
+        (None, v) => format!("no projection: the series is {}", v.as_str()),
+    };
+    Some(Projection {
+        series: main.name.clone(),
+        metric: main.metric,
+        x: main.x,
+        limit_bytes: opts.limit_bytes,
+        x_to_limit,
+        budget_bytes: opts.budget_bytes,
+        recycle_after,
+        note,
+    })
 }
 
 /// Everything the reports need, computed from the rows alone so that
 /// `leakwatch report` rebuilds exactly what the live session wrote.
 #[derive(Debug, Clone)]
 pub struct Analysis {
+    pub options: FitOptions,
     pub series: Vec<Series>,
     pub fits: Vec<SeriesFit>,
-    pub runs: Vec<crate::series::RunRecord>,
+    pub runs: Vec<RunRecord>,
     pub command_line: Option<String>,
     pub target_pid: Option<u32>,
     /// Seconds from the first to the last row.
     pub duration_s: f64,
+    pub verdict: Verdict,
+    /// Index into `fits` of the headline series of each scope.
+    pub headline: Vec<usize>,
+    pub attribution: Vec<Attribution>,
+    pub projection: Option<Projection>,
     pub interrupted: bool,
     pub notes: Vec<String>,
 }
@@ -61,12 +217,36 @@ impl Analysis {
             "attach"
         }
     }
+
+    pub fn fit_of(&self, name: &str, metric: Metric) -> Option<&SeriesFit> {
+        self.fits
+            .iter()
+            .find(|f| f.name == name && f.metric == metric)
+    }
+
+    /// The headline fits: one per scope, the main scope first.
+    pub fn headlines(&self) -> impl Iterator<Item = &SeriesFit> {
+        self.headline.iter().filter_map(|&i| self.fits.get(i))
+    }
 }
 
-pub fn analyse(rows: &[crate::series::store::Row]) -> Analysis {
-    let series = crate::series::build(rows);
-    let fits = series.iter().map(fit).collect();
-    let runs = crate::series::runs(rows, &series);
+/// The metric a scope is judged by: PSS when the deep tier has it (shared
+/// pages counted fairly), else RSS.
+pub fn primary_metric(fits: &[SeriesFit], scope: &str) -> Metric {
+    let has_pss = fits
+        .iter()
+        .any(|f| f.name == scope && f.metric == Metric::PssBytes && f.n >= 2);
+    if has_pss {
+        Metric::PssBytes
+    } else {
+        Metric::RssBytes
+    }
+}
+
+pub fn analyse(rows: &[Row], opts: &FitOptions) -> Analysis {
+    let series = series::build(rows);
+    let fits: Vec<SeriesFit> = series.iter().map(|s| fit(s, opts)).collect();
+    let runs = series::runs(rows, &series);
     let command_line = rows
         .iter()
         .find(|r| r.event.as_deref() == Some("run_start"))
@@ -76,14 +256,66 @@ pub fn analyse(rows: &[crate::series::store::Row]) -> Analysis {
     } else {
         None
     };
-    let t = |r: Option<&crate::series::store::Row>| r.map(|r| r.t_seconds).unwrap_or(0.0);
+
+    // One headline per scope, in scope order (survivors, pid:…, target, command).
+    let mut headline = Vec::new();
+    for scope in series::scopes(rows) {
+        let metric = primary_metric(&fits, &scope);
+        if let Some(i) = fits
+            .iter()
+            .position(|f| f.name == scope && f.metric == metric)
+        {
+            headline.push(i);
+        }
+    }
+    // The overall verdict: the worst over the followed processes' memory,
+    // fds and threads; the command's own peak only when nothing else is followed.
+    let judged: Vec<&SeriesFit> = fits
+        .iter()
+        .filter(|f| f.name != "command")
+        .filter(|f| {
+            f.metric == primary_metric(&fits, &f.name)
+                || matches!(f.metric, Metric::Fds | Metric::Threads)
+        })
+        .collect();
+    let verdict = if judged.is_empty() {
+        headline
+            .iter()
+            .filter_map(|&i| fits.get(i))
+            .map(|f| f.verdict)
+            .max_by_key(|v| severity(*v))
+    } else {
+        judged
+            .iter()
+            .map(|f| f.verdict)
+            .max_by_key(|v| severity(*v))
+    }
+    .unwrap_or(Verdict::Inconclusive);
+
+    let attribution = headline
+        .iter()
+        .filter_map(|&i| fits.get(i))
+        .filter(|f| f.name != "command")
+        .map(|f| attribution::attribute(f, &fits, rows))
+        .collect();
+    let projection = headline
+        .first()
+        .and_then(|&i| fits.get(i))
+        .and_then(|f| project(f, opts));
+
+    let t = |r: Option<&Row>| r.map(|r| r.t_seconds).unwrap_or(0.0);
     Analysis {
+        options: *opts,
         series,
         fits,
         runs,
         command_line,
         target_pid,
         duration_s: t(rows.last()) - t(rows.first()),
+        verdict,
+        headline,
+        attribution,
+        projection,
         interrupted: false,
         notes: Vec::new(),
     }

@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::Analysis;
+use crate::fit::{Attribution, Projection};
 
 pub const SCHEMA_VERSION: u32 = 1;
 
@@ -24,7 +25,17 @@ pub struct Summary {
     /// Seconds from the first to the last sample.
     pub duration_s: f64,
     pub interrupted: bool,
+    /// The worst verdict over the followed processes' memory, fds and threads:
+    /// `leak`, `inconclusive`, `plateau` or `stable`.
+    pub verdict: String,
+    /// Warm-up handling: `auto` (detected per series) or the `--warmup` given.
+    pub warmup: WarmupJson,
     pub series: Vec<SeriesJson>,
+    /// Where the growth is, per followed scope.
+    #[serde(default)]
+    pub attribution: Vec<Attribution>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub projection: Option<Projection>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub run_table: Vec<RunJson>,
     /// Runs whose command did not exit 0: their points are kept (the daemon's
@@ -44,10 +55,33 @@ pub struct SeriesJson {
     pub n: usize,
     pub first: f64,
     pub last: f64,
+    /// Least-squares slope per x after warm-up, with its 95% CI (Student t).
     pub slope: Option<f64>,
+    pub slope_ci95: Option<(f64, f64)>,
+    /// Theil–Sen slope.
+    pub robust_slope: Option<f64>,
+    /// Mann–Kendall two-sided p-value.
+    pub trend_p: Option<f64>,
     pub r2: Option<f64>,
+    pub growth_pct_per_x: Option<f64>,
+    /// Slope over the second half of the points.
+    pub tail_slope: Option<f64>,
+    pub verdict: String,
+    /// Leading points left out of the fit.
+    pub warmup: usize,
+    /// For `inconclusive`: about how many runs (points) would decide it.
+    pub runs_needed: Option<usize>,
+    pub reason: String,
     /// Largest number of processes summed into one point.
     pub processes: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WarmupJson {
+    /// `auto` or `fixed`.
+    pub mode: String,
+    /// Points trimmed from the headline series (the first of `series` judged).
+    pub trimmed: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -69,6 +103,18 @@ pub fn summary(a: &Analysis) -> Summary {
         runs: (!a.runs.is_empty()).then_some(a.runs.len() as u32),
         duration_s: a.duration_s,
         interrupted: a.interrupted,
+        verdict: a.verdict.as_str().to_string(),
+        warmup: WarmupJson {
+            mode: if a.options.warmup.is_some() {
+                "fixed"
+            } else {
+                "auto"
+            }
+            .to_string(),
+            trimmed: a.headlines().next().map(|f| f.warmup).unwrap_or(0),
+        },
+        attribution: a.attribution.clone(),
+        projection: a.projection.clone(),
         series: a
             .fits
             .iter()
@@ -80,7 +126,16 @@ pub fn summary(a: &Analysis) -> Summary {
                 first: f.first,
                 last: f.last,
                 slope: f.slope,
+                slope_ci95: f.slope_ci95,
+                robust_slope: f.robust_slope,
+                trend_p: f.trend_p,
                 r2: f.r2,
+                growth_pct_per_x: f.growth_pct_per_x,
+                tail_slope: f.tail_slope,
+                verdict: f.verdict.as_str().to_string(),
+                warmup: f.warmup,
+                runs_needed: f.runs_needed,
+                reason: f.reason.clone(),
                 processes: f.processes,
             })
             .collect(),

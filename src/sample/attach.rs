@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::proc::ProcRoot;
 use super::reaper::Interrupt;
-use super::{Clock, Outcome, Progress, SampleError, event_row, sample_scope};
+use super::{Clock, Outcome, Progress, SampleError, event_row, mapping_rows, sample_scope};
 use crate::options::AttachOptions;
 use crate::series::store::{Row, SampleWriter};
 use crate::units::{format_bytes, format_duration};
@@ -121,7 +121,15 @@ pub fn attach(
             ));
         }
         rows.extend(tree_events(&ctx, &rows, &mut known));
-        let rss: u64 = rows.iter().filter_map(|r| r.rss_bytes).sum();
+        // Mappings at the first and the last sample, for attribution.
+        if ctx.sample == 0 || done {
+            rows.extend(mapping_rows(&root, &ctx, SCOPE, &tree));
+        }
+        let rss: u64 = rows
+            .iter()
+            .filter(|r| r.is_process_sample())
+            .filter_map(|r| r.rss_bytes)
+            .sum();
         writer.write_batch(&rows)?;
 
         if last_progress.elapsed() >= Duration::from_secs(10) {

@@ -228,19 +228,64 @@ impl ProcRoot {
         out
     }
 
-    /// Per-mapping memory from `/proc/PID/smaps`, parsed by procfs.
-    pub fn smaps(&self, pid: u32) -> Result<procfs::process::MemoryMaps, ProcError> {
+    /// Per-mapping memory from `/proc/PID/smaps` (parsed by procfs), summed
+    /// by mapping name: `[heap]`, `[stack]`, `[anon]` for anonymous regions,
+    /// or the file's path. Sorted by name.
+    pub fn mappings(&self, pid: u32) -> Result<Vec<Mapping>, ProcError> {
+        use procfs::FromBufRead;
+        use procfs::process::MMapPath;
         let path = self.path(pid, "smaps");
         let file = fs::File::open(&path).map_err(|e| ProcError::from_io(pid, path.clone(), e))?;
-        use procfs::FromBufRead;
-        procfs::process::MemoryMaps::from_buf_read(io::BufReader::new(file)).map_err(|e| {
-            ProcError::Parse {
-                pid,
-                path,
-                what: e.to_string(),
-            }
-        })
+        let maps =
+            procfs::process::MemoryMaps::from_buf_read(io::BufReader::new(file)).map_err(|e| {
+                ProcError::Parse {
+                    pid,
+                    path: path.clone(),
+                    what: e.to_string(),
+                }
+            })?;
+        let mut by_name: std::collections::BTreeMap<String, Mapping> = Default::default();
+        for map in maps.0 {
+            let name = match &map.pathname {
+                MMapPath::Path(p) => p.display().to_string(),
+                MMapPath::Heap => "[heap]".into(),
+                MMapPath::Stack | MMapPath::TStack(_) => "[stack]".into(),
+                MMapPath::Anonymous => "[anon]".into(),
+                MMapPath::Vdso => "[vdso]".into(),
+                MMapPath::Vvar => "[vvar]".into(),
+                MMapPath::Vsyscall => "[vsyscall]".into(),
+                MMapPath::Vsys(key) => format!("[shm {key}]"),
+                MMapPath::Rollup => "[rollup]".into(),
+                MMapPath::Other(o) => o.clone(),
+            };
+            let get = |k: &str| map.extension.map.get(k).copied().unwrap_or(0);
+            let entry = by_name.entry(name.clone()).or_insert_with(|| Mapping {
+                name,
+                ..Mapping::default()
+            });
+            entry.regions += 1;
+            entry.size_bytes += map.address.1.saturating_sub(map.address.0);
+            entry.rss_bytes += get("Rss");
+            entry.pss_bytes += get("Pss");
+            entry.anon_bytes += get("Anonymous");
+            entry.private_dirty_bytes += get("Private_Dirty");
+            entry.swap_bytes += get("Swap");
+        }
+        Ok(by_name.into_values().collect())
     }
+}
+
+/// One mapping name's memory in one process (bytes).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Mapping {
+    pub name: String,
+    pub regions: u64,
+    pub size_bytes: u64,
+    pub rss_bytes: u64,
+    pub pss_bytes: u64,
+    pub anon_bytes: u64,
+    pub private_dirty_bytes: u64,
+    pub swap_bytes: u64,
 }
 
 /// Reads the value of a `Key:   1234 kB` line in bytes.

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::proc::ProcRoot;
 use super::reaper::{self, Interrupt, Reaped};
-use super::{Clock, Outcome, Progress, SampleError, event_row, sample_scope};
+use super::{Clock, Outcome, Progress, SampleError, event_row, mapping_rows, sample_scope};
 use crate::options::RunOptions;
 use crate::series::store::{Row, SampleWriter};
 use crate::units::{format_bytes, format_duration};
@@ -55,7 +55,8 @@ pub fn run(
     // Run 0: the watched processes before the first run, a baseline point.
     if !watched.is_empty() {
         let ctx = clock.context(Some(0));
-        let rows = sample_watched(&root, &ctx, &mut watched, &mut outcome, &mut denied_noted);
+        let mut rows = sample_watched(&root, &ctx, &mut watched, &mut outcome, &mut denied_noted);
+        rows.extend(watched_mappings(&root, &ctx, &watched));
         writer.write_batch(&rows)?;
     }
 
@@ -71,6 +72,14 @@ pub fn run(
         &mut outcome,
         &mut denied_noted,
     );
+
+    // Mappings at the end, for attribution: what grew since the first run.
+    if let Some(last) = result.as_ref().ok().and_then(|r| *r) {
+        let ctx = clock.context(Some(last));
+        let mut rows = mapping_rows(&root, &ctx, "survivors", &survivors(&root, me));
+        rows.extend(watched_mappings(&root, &ctx, &watched));
+        writer.write_batch(&rows)?;
+    }
 
     // Whatever happened, do not leave the command's daemons behind.
     let survivors = survivors(&root, me);
@@ -92,7 +101,7 @@ pub fn run(
             ));
         }
     }
-    result.map(|()| outcome)
+    result.map(|_| outcome)
 }
 
 /// `, survivors RSS 31.4 MiB, pid:4242 RSS 120 MiB` for the progress line.
@@ -135,12 +144,13 @@ fn run_loop(
     watched: &mut [Watched],
     outcome: &mut Outcome,
     denied_noted: &mut BTreeSet<u32>,
-) -> Result<(), SampleError> {
+) -> Result<Option<u32>, SampleError> {
     let name = shell_words(&opts.command_line);
+    let mut completed = None;
     for run in 1..=opts.repeat {
         if interrupt.is_set() {
             outcome.interrupted = true;
-            return Ok(());
+            return Ok(completed);
         }
         let started = Instant::now();
         let child = Command::new(&opts.program)
@@ -177,7 +187,7 @@ fn run_loop(
                 None,
             )])?;
             outcome.interrupted = true;
-            return Ok(());
+            return Ok(completed);
         };
         let exit = reaped.exit;
         let end = event_row(
@@ -209,7 +219,11 @@ fn run_loop(
             sample_scope(root, &ctx, "survivors", &survivors(root, me), true);
         note_denied(&denied, denied_noted, outcome);
         rows.extend(sample_watched(root, &ctx, watched, outcome, denied_noted));
+        if run == 1 {
+            rows.extend(mapping_rows(root, &ctx, "survivors", &survivors(root, me)));
+        }
         writer.write_batch(&rows)?;
+        completed = Some(run);
 
         progress.line(&format!(
             "run {run}/{}: {} in {}{}",
@@ -220,10 +234,19 @@ fn run_loop(
         ));
         if !settled {
             outcome.interrupted = true;
-            return Ok(());
+            return Ok(completed);
         }
     }
-    Ok(())
+    Ok(completed)
+}
+
+/// Mapping rows for every live watched process tree.
+fn watched_mappings(root: &ProcRoot, ctx: &super::Context, watched: &[Watched]) -> Vec<Row> {
+    watched
+        .iter()
+        .filter(|w| w.alive)
+        .flat_map(|w| mapping_rows(root, ctx, &w.scope(), &root.tree(w.pid)))
+        .collect()
 }
 
 /// Polls the command's tree (cheap tier) every `interval` until the command

@@ -5,11 +5,11 @@ pub mod store;
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use store::{Row, Tier};
 
 /// The metrics of the summary.json contract, in report order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Metric {
     RssBytes,
@@ -99,7 +99,7 @@ impl Metric {
 }
 
 /// What the x axis counts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum XAxis {
     Run,
@@ -159,7 +159,7 @@ pub fn x_axis_of(rows: &[Row]) -> XAxis {
 /// Scope names in report order: survivors, watched pids, target, command.
 pub fn scopes(rows: &[Row]) -> Vec<String> {
     let mut names: Vec<String> = Vec::new();
-    for row in rows.iter().filter(|r| r.tier != Tier::Event) {
+    for row in rows.iter().filter(|r| r.is_process_sample()) {
         if !names.contains(&row.scope) {
             names.push(row.scope.clone());
         }
@@ -192,7 +192,7 @@ pub fn build(rows: &[Row]) -> Vec<Series> {
         let mut by_sample: BTreeMap<u64, Vec<&Row>> = BTreeMap::new();
         for row in rows
             .iter()
-            .filter(|r| r.scope == scope && r.tier != Tier::Event)
+            .filter(|r| r.scope == scope && r.is_process_sample())
         {
             by_sample.entry(row.sample).or_default().push(row);
         }

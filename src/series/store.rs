@@ -18,6 +18,16 @@ pub enum Tier {
     Deep,
     /// No memory: `event` says what happened.
     Event,
+    /// One mapping name of one process from `smaps` (`comm` holds the
+    /// mapping: `[heap]`, `[anon]`, a path), taken at the first and last run.
+    Mapping,
+}
+
+impl Row {
+    /// A whole-process memory sample (not an event, not a mapping).
+    pub fn is_process_sample(&self) -> bool {
+        matches!(self.tier, Tier::Cheap | Tier::Deep)
+    }
 }
 
 /// One row of `samples.csv`. Sizes in bytes; a field the kernel or the tier
@@ -136,7 +146,7 @@ pub fn read_samples(path: &Path) -> Result<Vec<Row>, StoreError> {
         path: path.to_path_buf(),
         source,
     })?;
-    let mut reader = csv::ReaderBuilder::new().flexible(true).from_reader(file);
+    let mut reader = csv::Reader::from_reader(file);
     let mut rows = Vec::new();
     let mut pending: Option<StoreError> = None;
     for result in reader.deserialize::<Row>() {

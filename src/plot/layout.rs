@@ -1,0 +1,490 @@
+//! Pure layout helpers for the charts: unit choice, axis ranges, tick positions, label text and
+//! glyph metrics.
+//!
+//! Kept free of drawing so it can be unit-tested without rendering anything.
+
+/// A binary byte unit with its divisor.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct ByteUnit {
+    pub name: &'static str,
+    pub factor: f64,
+}
+
+const UNITS: [ByteUnit; 5] = [
+    ByteUnit {
+        name: "B",
+        factor: 1.0,
+    },
+    ByteUnit {
+        name: "KiB",
+        factor: 1024.0,
+    },
+    ByteUnit {
+        name: "MiB",
+        factor: 1024.0 * 1024.0,
+    },
+    ByteUnit {
+        name: "GiB",
+        factor: 1024.0 * 1024.0 * 1024.0,
+    },
+    ByteUnit {
+        name: "TiB",
+        factor: 1024.0 * 1024.0 * 1024.0 * 1024.0,
+    },
+];
+
+/// Largest unit in which `magnitude` is still >= 1, so tick labels stay short (e.g. "156" MiB
+/// rather than "163577856" B or "0.15" GiB).
+pub(crate) fn byte_unit_for(magnitude: f64) -> ByteUnit {
+    let m = magnitude.abs();
+    let mut chosen = UNITS[0];
+    for u in UNITS {
+        if m >= u.factor {
+            chosen = u;
+        }
+    }
+    chosen
+}
+
+/// Formats a byte quantity with its own unit and three significant digits, e.g. "4.67 MiB".
+pub(crate) fn human_bytes(v: f64) -> String {
+    let u = byte_unit_for(v);
+    format!("{} {}", sig3(v / u.factor), u.name)
+}
+
+/// Three significant digits without scientific notation for the magnitudes we meet.
+pub(crate) fn sig3(v: f64) -> String {
+    let a = v.abs();
+    let decimals = if a == 0.0 || a >= 100.0 {
+        0
+    } else if a >= 10.0 {
+        1
+    } else if a >= 1.0 {
+        2
+    } else {
+        // Small values: enough decimals to show three significant digits, capped so that
+        // denormal-ish noise doesn't produce absurd strings.
+        let lead = (-a.log10()).floor() as i32;
+        (lead + 3).clamp(2, 9) as usize
+    };
+    format!("{v:.decimals$}")
+}
+
+/// A closed axis interval that is never degenerate.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Span {
+    pub lo: f64,
+    pub hi: f64,
+}
+
+impl Span {
+    pub fn len(&self) -> f64 {
+        self.hi - self.lo
+    }
+}
+
+/// Min/max of the finite values, or `None` if there are none.
+pub(crate) fn extent(values: impl IntoIterator<Item = f64>) -> Option<(f64, f64)> {
+    values
+        .into_iter()
+        .filter(|v| v.is_finite())
+        .fold(None, |acc, v| match acc {
+            None => Some((v, v)),
+            Some((lo, hi)) => Some((lo.min(v), hi.max(v))),
+        })
+}
+
+/// Y range for memory-like data: anchor at 0 only when the data comes close to it (otherwise a
+/// 114→156 MiB leak would be squashed into the top quarter of the plot), else pad 7% each side.
+pub(crate) fn y_span(data: Option<(f64, f64)>) -> Span {
+    let Some((lo, hi)) = data else {
+        return Span { lo: 0.0, hi: 1.0 };
+    };
+    let span = hi - lo;
+    if span <= f64::EPSILON * hi.abs().max(lo.abs()).max(1.0) {
+        // Flat series: give it a band of ±5% of its value (±1 at zero) so it shows as a line
+        // in the middle instead of a zero-height axis.
+        let pad = if lo == 0.0 { 1.0 } else { lo.abs() * 0.05 };
+        let lo2 = if lo >= 0.0 && lo - pad < 0.0 {
+            0.0
+        } else {
+            lo - pad
+        };
+        return Span {
+            lo: lo2,
+            hi: hi + pad,
+        };
+    }
+    let pad = span * 0.07;
+    let near_zero = lo >= 0.0 && lo <= 0.25 * hi;
+    let lo2 = if near_zero { 0.0 } else { lo - pad };
+    Span {
+        lo: lo2,
+        hi: hi + pad,
+    }
+}
+
+/// X range: runs get half a run of slack so the first/last markers don't sit on the axes;
+/// continuous x gets 2% each side.
+pub(crate) fn x_span(data: Option<(f64, f64)>, integral: bool) -> Span {
+    let Some((lo, hi)) = data else {
+        return Span { lo: 0.0, hi: 1.0 };
+    };
+    let span = hi - lo;
+    if integral {
+        return Span {
+            lo: lo - 0.5,
+            hi: hi + 0.5,
+        };
+    }
+    if span <= f64::EPSILON * hi.abs().max(lo.abs()).max(1.0) {
+        let pad = (lo.abs() * 0.05).max(0.5);
+        return Span {
+            lo: lo - pad,
+            hi: hi + pad,
+        };
+    }
+    let pad = span * 0.02;
+    Span {
+        lo: lo - pad,
+        hi: hi + pad,
+    }
+}
+
+/// "Nice" tick positions (steps of 1, 2, 2.5, 5 × 10^k) inside `span`, plus the step used.
+/// With `integral`, steps are whole numbers ≥ 1 so run numbers never get fractional ticks.
+pub(crate) fn nice_ticks(span: Span, target: usize, integral: bool) -> (Vec<f64>, f64) {
+    let len = span.len();
+    if !(len.is_finite() && len > 0.0) {
+        return (vec![span.lo], 1.0);
+    }
+    let target = target.max(2) as f64;
+    let raw = len / target;
+    let mag = 10f64.powf(raw.log10().floor());
+    // Of the nice steps around the raw one, take the one whose tick count is nearest the
+    // target (ties go to fewer ticks); "smallest step ≥ raw" alone often yields only 3-4 ticks.
+    let mut step = mag * 10.0;
+    let mut best = f64::INFINITY;
+    for m in [1.0, 2.0, 2.5, 5.0, 10.0, 20.0] {
+        // 2.5 gives x.5 ticks, which are wrong for integer axes.
+        if integral && m == 2.5 {
+            continue;
+        }
+        let cand = if integral {
+            (mag * m).round().max(1.0)
+        } else {
+            mag * m
+        };
+        let miss = (len / cand - target).abs();
+        if miss < best - 1e-9 || (miss - best).abs() <= 1e-9 && cand > step {
+            best = miss;
+            step = cand;
+        }
+    }
+    let first = (span.lo / step).ceil() as i64;
+    let last = (span.hi / step).floor() as i64;
+    // Bounded loop: target is small and step >= len/target, so this is at most ~target+2.
+    let ticks = (first..=last.min(first + 100))
+        .map(|k| k as f64 * step)
+        .collect();
+    (ticks, step)
+}
+
+/// Decimals needed to distinguish ticks `step` apart.
+pub(crate) fn decimals_for_step(step: f64) -> usize {
+    if !(step.is_finite() && step > 0.0) {
+        return 0;
+    }
+    let mut d = 0usize;
+    let mut s = step;
+    // Count decimals until the step is (nearly) a whole number; 2.5 → 1, 0.25 → 2.
+    while d < 9 && (s - s.round()).abs() > 1e-9 * s.max(1.0) {
+        s *= 10.0;
+        d += 1;
+    }
+    d
+}
+
+/// Tick label with a fixed number of decimals; avoids printing "-0".
+pub(crate) fn tick_label(v: f64, decimals: usize) -> String {
+    let s = format!("{v:.decimals$}");
+    if s.trim_start_matches('-')
+        .chars()
+        .all(|c| c == '0' || c == '.')
+    {
+        s.trim_start_matches('-').to_string()
+    } else {
+        s
+    }
+}
+
+/// Shortens a label to at most `max` characters. Paths keep their end (the file name is what
+/// identifies a mapping), cut at a '/' when possible: "…/x86_64-linux-gnu/libpython3.11.so.1.0".
+pub(crate) fn truncate_label(s: &str, max: usize) -> String {
+    let n = s.chars().count();
+    if n <= max || max < 2 {
+        return s.to_string();
+    }
+    let keep = max - 1; // room for the ellipsis
+    let tail: String = s.chars().skip(n - keep).collect();
+    if s.contains('/') {
+        // Prefer starting at a path separator so we don't show half a directory name.
+        if let Some(pos) = tail.find('/') {
+            let cut = &tail[pos..];
+            if cut.chars().count() > 1 {
+                return format!("…{cut}");
+            }
+        }
+    }
+    format!("…{tail}")
+}
+
+/// Shortens to at most `max` characters keeping the start: "python3 -m pants --no-pan…".
+pub(crate) fn truncate_end(s: &str, max: usize) -> String {
+    if s.chars().count() <= max || max < 2 {
+        return s.to_string();
+    }
+    let head: String = s.chars().take(max - 1).collect();
+    format!("{}…", head.trim_end())
+}
+
+/// The unit of the x axis for "per …" phrases: "time (h)" → "h", "run" → "run".
+pub(crate) fn x_unit_name(x_label: &str) -> String {
+    // No let-chains: leakwatch's MSRV is 1.85.
+    if let (Some(a), Some(b)) = (x_label.rfind('('), x_label.rfind(')')) {
+        let inner = if a < b { x_label[a + 1..b].trim() } else { "" };
+        if !inner.is_empty() {
+            return inner.to_string();
+        }
+    }
+    let t = x_label.trim();
+    if t.is_empty() {
+        "x".to_string()
+    } else {
+        t.to_string()
+    }
+}
+
+/// Left side bearings of one TrueType face, read straight from its `cmap`/`hmtx` tables.
+///
+/// Why: plotters' ab_glyph text path places each glyph's bitmap at the pen position but drops
+/// the glyph's left side bearing, so narrow glyphs ("1", ".", "i") sit too far left and PNG
+/// labels read "1 0" or "+1.1 0 MiB". Drawing glyph by glyph, shifted by the bearing, undoes
+/// that; this parser supplies the bearings without another dependency.
+pub(crate) struct Face {
+    data: &'static [u8],
+    /// ascender − descender in font units: ab_glyph scales a font so this equals the pixel size.
+    height_units: f64,
+    cmap4: usize,
+    hmtx: usize,
+    n_hmetrics: usize,
+}
+
+fn be_u16(d: &[u8], off: usize) -> Option<u16> {
+    Some(u16::from_be_bytes([*d.get(off)?, *d.get(off + 1)?]))
+}
+
+fn be_i16(d: &[u8], off: usize) -> Option<i16> {
+    be_u16(d, off).map(|v| v as i16)
+}
+
+fn be_u32(d: &[u8], off: usize) -> Option<u32> {
+    Some(u32::from_be_bytes([
+        *d.get(off)?,
+        *d.get(off + 1)?,
+        *d.get(off + 2)?,
+        *d.get(off + 3)?,
+    ]))
+}
+
+impl Face {
+    /// `None` if the font lacks what we need (then text is drawn uncorrected).
+    pub fn parse(data: &'static [u8]) -> Option<Face> {
+        let n_tables = be_u16(data, 4)? as usize;
+        let table = |tag: &[u8; 4]| -> Option<usize> {
+            (0..n_tables).find_map(|i| {
+                let rec = 12 + 16 * i;
+                (data.get(rec..rec + 4)? == tag)
+                    .then(|| be_u32(data, rec + 8).map(|o| o as usize))
+                    .flatten()
+            })
+        };
+        let hhea = table(b"hhea")?;
+        let ascender = be_i16(data, hhea + 4)? as f64;
+        let descender = be_i16(data, hhea + 6)? as f64;
+        let n_hmetrics = be_u16(data, hhea + 34)? as usize;
+        let hmtx = table(b"hmtx")?;
+        let cmap = table(b"cmap")?;
+        let n_sub = be_u16(data, cmap + 2)? as usize;
+        // Windows Unicode BMP (3,1) or Unicode (0,x) subtable in format 4: covers every
+        // character our labels use.
+        let cmap4 = (0..n_sub).find_map(|i| {
+            let rec = cmap + 4 + 8 * i;
+            let platform = be_u16(data, rec)?;
+            let encoding = be_u16(data, rec + 2)?;
+            let sub = cmap + be_u32(data, rec + 4)? as usize;
+            let unicode = platform == 0 || (platform == 3 && encoding == 1);
+            (unicode && be_u16(data, sub)? == 4).then_some(sub)
+        })?;
+        let height_units = ascender - descender;
+        (height_units > 0.0).then_some(Face {
+            data,
+            height_units,
+            cmap4,
+            hmtx,
+            n_hmetrics,
+        })
+    }
+
+    fn glyph_id(&self, c: char) -> Option<u16> {
+        let code = u16::try_from(u32::from(c)).ok()?;
+        let d = self.data;
+        let t = self.cmap4;
+        let seg_x2 = be_u16(d, t + 6)? as usize;
+        let ends = t + 14;
+        let starts = ends + seg_x2 + 2;
+        let deltas = starts + seg_x2;
+        let range_offsets = deltas + seg_x2;
+        for i in (0..seg_x2).step_by(2) {
+            if be_u16(d, ends + i)? < code {
+                continue;
+            }
+            let start = be_u16(d, starts + i)?;
+            if start > code {
+                return None;
+            }
+            let delta = be_u16(d, deltas + i)?;
+            let ro = be_u16(d, range_offsets + i)? as usize;
+            if ro == 0 {
+                return Some(code.wrapping_add(delta));
+            }
+            let addr = range_offsets + i + ro + 2 * (code - start) as usize;
+            let g = be_u16(d, addr)?;
+            return (g != 0).then(|| g.wrapping_add(delta));
+        }
+        None
+    }
+
+    /// Left side bearing of `c` in font units.
+    pub fn lsb_units(&self, c: char) -> Option<i16> {
+        let g = self.glyph_id(c)? as usize;
+        let off = if g < self.n_hmetrics {
+            self.hmtx + 4 * g + 2
+        } else {
+            self.hmtx + 4 * self.n_hmetrics + 2 * (g - self.n_hmetrics)
+        };
+        be_i16(self.data, off)
+    }
+
+    /// Where ab_glyph would put the glyph's first pixel column relative to the pen, at a
+    /// plotters font size of `size` (ab_glyph floors the outline's left edge).
+    pub fn bearing_px(&self, c: char, size: f64) -> i32 {
+        self.lsb_units(c)
+            .map(|l| (f64::from(l) * size / self.height_units).floor() as i32)
+            .unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn units_are_binary_and_pick_largest_fitting() {
+        assert_eq!(byte_unit_for(0.0).name, "B");
+        assert_eq!(byte_unit_for(1023.0).name, "B");
+        assert_eq!(byte_unit_for(1024.0).name, "KiB");
+        assert_eq!(byte_unit_for(156.0 * 1048576.0).name, "MiB");
+        assert_eq!(byte_unit_for(40.0 * 1073741824.0).name, "GiB");
+        assert_eq!(human_bytes(4.67 * 1048576.0), "4.67 MiB");
+        assert_eq!(human_bytes(-2048.0), "-2.00 KiB");
+    }
+
+    #[test]
+    fn y_span_anchors_zero_only_near_zero() {
+        let s = y_span(Some((114.0, 156.0)));
+        assert!(s.lo > 100.0 && s.hi > 156.0);
+        let s = y_span(Some((1.0, 100.0)));
+        assert_eq!(s.lo, 0.0);
+    }
+
+    #[test]
+    fn flat_and_empty_spans_are_not_degenerate() {
+        for s in [
+            y_span(Some((5.0, 5.0))),
+            y_span(Some((0.0, 0.0))),
+            y_span(Some((-3.0, -3.0))),
+            y_span(None),
+            x_span(Some((3.0, 3.0)), true),
+            x_span(Some((3.0, 3.0)), false),
+            x_span(None, false),
+        ] {
+            assert!(s.len() > 0.0, "{s:?}");
+        }
+    }
+
+    #[test]
+    fn integral_ticks_are_integers() {
+        let (t, step) = nice_ticks(Span { lo: 0.5, hi: 10.5 }, 10, true);
+        assert_eq!(step, 1.0);
+        assert!(t.iter().all(|v| v.fract() == 0.0));
+        assert_eq!(t.first(), Some(&1.0));
+        assert_eq!(t.last(), Some(&10.0));
+        let (t, _) = nice_ticks(Span { lo: 0.5, hi: 1.5 }, 10, true);
+        assert_eq!(t, vec![1.0]);
+    }
+
+    #[test]
+    fn ticks_cover_huge_values() {
+        let (t, step) = nice_ticks(
+            Span {
+                lo: 30.0 * 1073741824.0,
+                hi: 40.0 * 1073741824.0,
+            },
+            7,
+            false,
+        );
+        assert!(!t.is_empty() && t.len() < 20 && step > 0.0);
+    }
+
+    #[test]
+    fn decimals() {
+        assert_eq!(decimals_for_step(5.0), 0);
+        assert_eq!(decimals_for_step(2.5), 1);
+        assert_eq!(decimals_for_step(0.25), 2);
+        assert_eq!(tick_label(-0.0001, 1), "0.0");
+    }
+
+    #[test]
+    fn truncation_keeps_path_end() {
+        let p = "/usr/lib/x86_64-linux-gnu/libpython3.11.so.1.0";
+        let t = truncate_label(p, 40);
+        assert!(t.chars().count() <= 40);
+        assert!(t.ends_with("libpython3.11.so.1.0"));
+        assert!(t.starts_with("…/"));
+        assert_eq!(truncate_label("[heap]", 40), "[heap]");
+        // Multi-byte characters must not cause a slicing panic.
+        let u = "ééééééééééééééééééééééééééééééééééééééééééééé";
+        assert_eq!(truncate_label(u, 10).chars().count(), 10);
+        assert_eq!(truncate_end("python3 -m pants", 9), "python3…");
+        assert_eq!(truncate_end(u, 10).chars().count(), 10);
+    }
+
+    #[test]
+    fn x_unit() {
+        assert_eq!(x_unit_name("time (h)"), "h");
+        assert_eq!(x_unit_name("run"), "run");
+    }
+
+    #[test]
+    fn dejavu_bearings() {
+        let face = Face::parse(dejavu::sans::regular()).expect("DejaVu parses");
+        // Known hmtx values of DejaVu Sans: "1" sits well right of its pen position, "0" less.
+        let one = face.lsb_units('1').expect("'1' mapped");
+        let zero = face.lsb_units('0').expect("'0' mapped");
+        assert!(one > zero && zero > 0, "1:{one} 0:{zero}");
+        assert!(face.lsb_units('…').is_some());
+        assert_eq!(face.bearing_px('\u{10FFFF}', 16.0), 0);
+        assert!(Face::parse(b"not a font").is_none());
+    }
+}

@@ -1,0 +1,315 @@
+//! Accuracy study of the leak verdicts on simulated memory series whose truth is known.
+//!
+//! Series: x = 1..n runs, level 100 MiB at run 1, Gaussian noise with sd a fixed percentage of
+//! the level. Truths: stable; linear leaks of 0.05%, 0.2%, 1%, 4% of the level per run; and
+//! three plateaus that grow by 20% of the level — a ramp over the first 30% or 50% of the runs
+//! then flat, and a saturating curve 1 − e^(−(x−1)/τ) with τ = (n−1)/3, i.e. 95% of the way
+//! there at the last run (the hardest plateau: its second half still rises).
+//!
+//! `rates_at_{10,20,50}_points` assert the claims (a few seconds in debug, run in parallel);
+//! `print_accuracy_table` (ignored) prints the markdown table kept in the README (Accuracy):
+//! `cargo test --release --test fit_accuracy -- --ignored --nocapture`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use leakwatch::fit::{stats, verdict};
+use verdict::{Thresholds, Verdict, classify};
+
+const MIB: f64 = 1024.0 * 1024.0;
+const LEVEL: f64 = 100.0 * MIB;
+const POINTS: [usize; 3] = [10, 20, 50];
+/// Noise sd, % of the level.
+const NOISE_PCT: [f64; 3] = [0.1, 1.0, 5.0];
+/// Total growth of the plateau truths, fraction of the level.
+const PLATEAU_GROWTH: f64 = 0.20;
+
+/// Tiny deterministic PRNG: splitmix64 for uniforms, Box–Muller for normals.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in (0, 1]: never 0, so ln() below is finite.
+    fn uniform(&mut self) -> f64 {
+        ((self.next_u64() >> 11) + 1) as f64 / (1u64 << 53) as f64
+    }
+
+    fn normal(&mut self) -> f64 {
+        let (u1, u2) = (self.uniform(), self.uniform());
+        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Truth {
+    Stable,
+    /// Growth per run as a fraction of the level.
+    Leak(f64),
+    /// Linear growth over this fraction of the span, then flat.
+    PlateauRamp(f64),
+    /// 1 − e^(−(x−1)/τ) with τ = (n − 1)/3.
+    PlateauExp,
+}
+
+const TRUTHS: [Truth; 8] = [
+    Truth::Stable,
+    Truth::Leak(0.0005),
+    Truth::Leak(0.002),
+    Truth::Leak(0.01),
+    Truth::Leak(0.04),
+    Truth::PlateauRamp(0.3),
+    Truth::PlateauRamp(0.5),
+    Truth::PlateauExp,
+];
+
+impl Truth {
+    fn label(self) -> String {
+        match self {
+            Truth::Stable => "stable".into(),
+            Truth::Leak(f) => format!("leak {}%/run", f * 100.0),
+            Truth::PlateauRamp(k) => format!("plateau ramp {}%", k * 100.0),
+            Truth::PlateauExp => "plateau exp".into(),
+        }
+    }
+
+    /// True slope in bytes per run, where one exists.
+    fn slope(self) -> Option<f64> {
+        match self {
+            Truth::Stable => Some(0.0),
+            Truth::Leak(f) => Some(f * LEVEL),
+            _ => None,
+        }
+    }
+
+    /// Noise-free memory at run `x` of `n`, bytes.
+    fn mean_at(self, x: f64, n: usize) -> f64 {
+        let span = (n - 1) as f64;
+        let growth = PLATEAU_GROWTH * LEVEL;
+        match self {
+            Truth::Stable => LEVEL,
+            Truth::Leak(f) => LEVEL * (1.0 + f * (x - 1.0)),
+            Truth::PlateauRamp(k) => LEVEL + growth * ((x - 1.0) / (k * span)).min(1.0),
+            Truth::PlateauExp => LEVEL + growth * (1.0 - (-(x - 1.0) / (span / 3.0)).exp()),
+        }
+    }
+}
+
+/// Outcome counts for one (points, noise, truth) cell.
+#[derive(Default)]
+struct Cell {
+    runs: usize,
+    leak: usize,
+    plateau: usize,
+    stable: usize,
+    inconclusive: usize,
+    /// Sum of |OLS slope − true slope|, bytes per run, over runs that produced a fit.
+    abs_err: f64,
+    fits: usize,
+}
+
+impl Cell {
+    fn rate(&self, count: usize) -> f64 {
+        count as f64 / self.runs as f64
+    }
+
+    fn mean_abs_err(&self) -> Option<f64> {
+        (self.fits > 0).then(|| self.abs_err / self.fits as f64)
+    }
+}
+
+fn simulate(n: usize, noise_pct: f64, truth: Truth, seeds: u64) -> Cell {
+    let thresholds = Thresholds::default();
+    let x: Vec<f64> = (1..=n).map(|v| v as f64).collect();
+    let mut cell = Cell::default();
+    for seed in 0..seeds {
+        // Distinct, reproducible stream per cell and seed.
+        let mut rng = Rng::new(seed ^ ((n as u64) << 40) ^ (noise_pct.to_bits() >> 3));
+        let y: Vec<f64> = x
+            .iter()
+            .map(|&xi| truth.mean_at(xi, n) + rng.normal() * noise_pct / 100.0 * LEVEL)
+            .collect();
+        let c = classify(&x, &y, None, &thresholds);
+        cell.runs += 1;
+        match c.verdict {
+            Verdict::Leak => cell.leak += 1,
+            Verdict::Plateau => cell.plateau += 1,
+            Verdict::Stable => cell.stable += 1,
+            Verdict::Inconclusive => cell.inconclusive += 1,
+        }
+        if let (Some(fit), Some(true_slope)) = (c.fit, truth.slope()) {
+            cell.abs_err += (fit.slope - true_slope).abs();
+            cell.fits += 1;
+        }
+    }
+    cell
+}
+
+/// Every (points, noise, truth) combination.
+fn grid() -> impl Iterator<Item = (usize, f64, Truth)> {
+    POINTS.into_iter().flat_map(|n| {
+        NOISE_PCT
+            .into_iter()
+            .flat_map(move |noise| TRUTHS.into_iter().map(move |truth| (n, noise, truth)))
+    })
+}
+
+/// Checks every noise level and truth for one series length; asserts the claims in the module
+/// docs and the README (Accuracy), over `seeds` series per cell. Split by length so the three run in
+/// parallel (< 5 s in debug on 2 cores).
+fn check_rates(n: usize, seeds: u64) {
+    let (mut false_runs, mut false_leaks) = (0, 0);
+    for noise in NOISE_PCT {
+        for truth in TRUTHS {
+            let cell = simulate(n, noise, truth, seeds);
+            let what = format!("n={n} noise={noise}% {}", truth.label());
+            let leak_rate = cell.rate(cell.leak);
+            let Truth::Leak(f) = truth else {
+                // Stable or plateau: a leak verdict is a false alarm.
+                false_runs += cell.runs;
+                false_leaks += cell.leak;
+                assert!(leak_rate < 0.01, "{what}: false-leak rate {leak_rate}");
+                continue;
+            };
+            let sd = noise / 100.0 * LEVEL;
+            let slope = f * LEVEL;
+            // Clear leak: ≥ 3 noise sd per run and ≥ 2× the default 0.1%/run threshold.
+            if slope >= 3.0 * sd && f >= 0.002 {
+                assert!(leak_rate >= 0.95, "{what}: detection rate {leak_rate}");
+                let rel = cell.mean_abs_err().unwrap_or(f64::MAX) / slope;
+                assert!(rel < 0.05, "{what}: mean |slope error| {rel}");
+            }
+            // Modest leak: ≥ 2 noise sd per run (and ≥ 2× the threshold).
+            if slope >= 2.0 * sd && f >= 0.002 {
+                assert!(leak_rate >= 0.75, "{what}: detection rate {leak_rate}");
+            }
+            // Below the practical threshold (0.1%/run): rarely a leak.
+            if f < 0.001 {
+                assert!(
+                    leak_rate < 0.01,
+                    "{what}: sub-threshold leak rate {leak_rate}"
+                );
+            }
+        }
+    }
+    let rate = false_leaks as f64 / false_runs as f64;
+    assert!(
+        rate < 0.005,
+        "n={n}: false-leak rate over stable and plateau series {rate}"
+    );
+}
+
+#[test]
+fn rates_at_10_points() {
+    check_rates(10, 500);
+}
+
+#[test]
+fn rates_at_20_points() {
+    check_rates(20, 500);
+}
+
+#[test]
+fn rates_at_50_points() {
+    check_rates(50, 500);
+}
+
+/// The brief's yardstick: over 10 runs, a leak of 2–3 noise sd per run is found most of the time.
+#[test]
+fn modest_leaks_over_ten_runs_are_found() {
+    let x: Vec<f64> = (1..=10).map(f64::from).collect();
+    let sd = 0.01 * LEVEL;
+    for (sds_per_run, min_rate) in [(2.0, 0.75), (3.0, 0.95)] {
+        let mut rng = Rng::new(42);
+        let mut found = 0;
+        for _ in 0..500 {
+            let y: Vec<f64> = x
+                .iter()
+                .map(|&xi| LEVEL + sds_per_run * sd * (xi - 1.0) + sd * rng.normal())
+                .collect();
+            if classify(&x, &y, None, &Thresholds::default()).verdict == Verdict::Leak {
+                found += 1;
+            }
+        }
+        let rate = f64::from(found) / 500.0;
+        println!("leak of {sds_per_run} sd/run over 10 runs: found {rate}");
+        assert!(rate >= min_rate, "{sds_per_run} sd/run: found {rate}");
+    }
+}
+
+#[test]
+fn prng_is_deterministic_and_roughly_normal() {
+    let mut a = Rng::new(7);
+    let mut b = Rng::new(7);
+    let draws: Vec<f64> = (0..20_000).map(|_| a.normal()).collect();
+    assert!(draws.iter().all(|&d| d == b.normal()));
+    let mean = stats::mean(&draws).unwrap_or(f64::NAN);
+    let var = draws.iter().map(|d| (d - mean).powi(2)).sum::<f64>() / draws.len() as f64;
+    assert!(
+        mean.abs() < 0.03 && (var - 1.0).abs() < 0.05,
+        "{mean} {var}"
+    );
+}
+
+fn pct(v: f64) -> String {
+    format!("{:.1}%", v * 100.0)
+}
+
+#[test]
+#[ignore = "slow: prints the the README (Accuracy) table"]
+fn print_accuracy_table() {
+    const SEEDS: u64 = 2000;
+    println!("# Leak verdict accuracy\n");
+    println!(
+        "{SEEDS} simulated series per row; x = runs 1..n; level 100 MiB at run 1; Gaussian noise \
+         (sd as % of the level); default thresholds (alpha 0.01, min 5 points, practical \
+         threshold 0.1% of the level per run); automatic warm-up detection. Plateaus rise by 20% \
+         of the level: `ramp K%` rises linearly over the first K% of the runs then stays flat; \
+         `exp` is 1 − e^(−(x−1)/τ) with τ = (n−1)/3 (95% of the rise reached at the last run). \
+         Slope error: mean |OLS slope − true slope| over the fitted points, as % of the true \
+         slope and as % of the level per run. Rates are fractions of the {SEEDS} series. \
+         Generated by `cargo test --release --test fit_accuracy -- --ignored --nocapture`.\n"
+    );
+    println!(
+        "| points | noise sd | truth | \\|slope err\\| % of true | \\|slope err\\| %L/run | leak | plateau | stable | inconclusive |"
+    );
+    println!("|---:|---:|---|---:|---:|---:|---:|---:|---:|");
+    let (mut worst_false, mut false_leaks, mut false_runs) = (0.0_f64, 0, 0);
+    for (n, noise, truth) in grid() {
+        let cell = simulate(n, noise, truth, SEEDS);
+        let err = cell.mean_abs_err();
+        let rel = match (err, truth.slope()) {
+            (Some(e), Some(s)) if s > 0.0 => format!("{:.1}", e / s * 100.0),
+            _ => "—".into(),
+        };
+        let abs = err.map_or_else(|| "—".into(), |e| format!("{:.3}", e / LEVEL * 100.0));
+        println!(
+            "| {n} | {noise}% | {} | {rel} | {abs} | {} | {} | {} | {} |",
+            truth.label(),
+            pct(cell.rate(cell.leak)),
+            pct(cell.rate(cell.plateau)),
+            pct(cell.rate(cell.stable)),
+            pct(cell.rate(cell.inconclusive)),
+        );
+        if !matches!(truth, Truth::Leak(_)) {
+            worst_false = worst_false.max(cell.rate(cell.leak));
+            false_leaks += cell.leak;
+            false_runs += cell.runs;
+        }
+    }
+    println!(
+        "\nFalse leaks (stable and plateau truths): {false_leaks} of {false_runs} series \
+         ({:.3}%); worst row {:.2}%.",
+        100.0 * false_leaks as f64 / false_runs as f64,
+        100.0 * worst_false
+    );
+}
