@@ -27,24 +27,27 @@ pub struct FitOptions {
 /// trend tests (Mann–Kendall is O(n²); a day of 1 s samples is 86,400 points).
 const MAX_FIT_POINTS: usize = 1000;
 
-/// Growth too small to matter, whatever the statistics say: a page per run,
-/// or 0.1% of the level per run (per hour in time series).
+/// Growth too small to matter, whatever the statistics say: 64 KiB or 0.1%
+/// of the level per run (per hour in time series). PSS of a small process
+/// moves by hundreds of KiB when other processes map or unmap the same
+/// libraries; below this line such noise would keep a steady daemon
+/// "inconclusive" forever. A 64 KiB/run leak takes 16,000 runs to cost 1 GiB.
+pub const MIN_SLOPE_BYTES: f64 = 64.0 * 1024.0;
+
 fn thresholds(s: &Series) -> verdict::Thresholds {
     let base = verdict::Thresholds::default();
-    match s.x_axis {
-        XAxis::Run => verdict::Thresholds {
-            min_slope_abs: if s.metric.is_bytes() { 4096.0 } else { 0.0 },
-            ..base
+    let per_x = match s.x_axis {
+        XAxis::Run => 1.0,
+        XAxis::Seconds => 1.0 / 3600.0,
+    };
+    verdict::Thresholds {
+        min_slope_fraction: base.min_slope_fraction * per_x,
+        min_slope_abs: if s.metric.is_bytes() {
+            MIN_SLOPE_BYTES * per_x
+        } else {
+            0.0
         },
-        XAxis::Seconds => verdict::Thresholds {
-            min_slope_fraction: base.min_slope_fraction / 3600.0,
-            min_slope_abs: if s.metric.is_bytes() {
-                4096.0 / 3600.0
-            } else {
-                0.0
-            },
-            ..base
-        },
+        ..base
     }
 }
 
@@ -230,18 +233,28 @@ impl Analysis {
     }
 }
 
-/// The metric a scope is judged by: PSS when the deep tier has it (shared
-/// pages counted fairly), else RSS.
+/// The metric a scope is judged by: resident anonymous memory (RssAnon,
+/// what heap leaks grow), else RSS on kernels without the split.
+///
+/// Not PSS or USS: both move whenever *other* processes map or unmap the
+/// same files (a page is private only while no one else maps it), and the
+/// rank-based trend test turns even a small such drift into a false trend
+/// or hides a real plateau. RssAnon is also blind to copy-on-write
+/// unsharing (a page counts in RSS whether shared or not), which is not a
+/// leak. Shared-memory leaks are caught by `shmem_bytes`, judged beside it.
 pub fn primary_metric(fits: &[SeriesFit], scope: &str) -> Metric {
-    let has_pss = fits
+    let has_anon = fits
         .iter()
-        .any(|f| f.name == scope && f.metric == Metric::PssBytes && f.n >= 2);
-    if has_pss {
-        Metric::PssBytes
+        .any(|f| f.name == scope && f.metric == Metric::AnonBytes && f.n >= 2);
+    if has_anon {
+        Metric::AnonBytes
     } else {
         Metric::RssBytes
     }
 }
+
+/// Metrics judged beside the primary one for the overall verdict.
+const ALSO_JUDGED: [Metric; 3] = [Metric::ShmemBytes, Metric::Fds, Metric::Threads];
 
 pub fn analyse(rows: &[Row], opts: &FitOptions) -> Analysis {
     let series = series::build(rows);
@@ -268,15 +281,13 @@ pub fn analyse(rows: &[Row], opts: &FitOptions) -> Analysis {
             headline.push(i);
         }
     }
-    // The overall verdict: the worst over the followed processes' memory,
-    // fds and threads; the command's own peak only when nothing else is followed.
+    // The overall verdict: the worst over the followed processes' private
+    // memory, shmem, fds and threads; the command's own peak only when
+    // nothing else is followed.
     let judged: Vec<&SeriesFit> = fits
         .iter()
         .filter(|f| f.name != "command")
-        .filter(|f| {
-            f.metric == primary_metric(&fits, &f.name)
-                || matches!(f.metric, Metric::Fds | Metric::Threads)
-        })
+        .filter(|f| f.metric == primary_metric(&fits, &f.name) || ALSO_JUDGED.contains(&f.metric))
         .collect();
     let verdict = if judged.is_empty() {
         headline

@@ -125,7 +125,7 @@ pub fn render(a: &Analysis) -> String {
             && !a
                 .headlines()
                 .any(|h| h.name == f.name && h.metric == f.metric)
-            && matches!(f.metric, Metric::Fds | Metric::Threads)
+            && matches!(f.metric, Metric::ShmemBytes | Metric::Fds | Metric::Threads)
     }) {
         let _ = writeln!(out, "  {}", verdict_line(a, f));
     }
