@@ -35,8 +35,12 @@ pub enum Command {
     Run(RunArgs),
     /// Sample a running process and its descendants over time.
     Attach(AttachArgs),
-    /// Rebuild summary.json from a samples.csv (a CI artifact, a colleague's run).
+    /// Rebuild summary.json, reports and plots from a samples.csv (a CI
+    /// artifact, a colleague's run), with other analysis or gate options.
     Report(ReportArgs),
+    /// Compare a fresh run's summary.json against a committed baseline; exit 1
+    /// on a significant regression.
+    Check(CheckArgs),
 }
 
 #[derive(Debug, Args)]
@@ -56,7 +60,12 @@ pub struct RunArgs {
 
     /// How long to wait after the command exits before the deep sample, so a
     /// daemon can finish the work the command handed it.
-    #[arg(long, default_value = "500ms", value_name = "DUR")]
+    #[arg(
+        long,
+        default_value = "500ms",
+        value_name = "DUR",
+        allow_hyphen_values = true
+    )]
     pub settle: String,
 
     /// Leave the processes the command left behind running at the end
@@ -68,10 +77,18 @@ pub struct RunArgs {
     pub analysis: AnalysisArgs,
 
     #[command(flatten)]
+    pub gate: GateArgs,
+
+    #[command(flatten)]
     pub output: OutputArgs,
 
     /// The command and its arguments, run directly (no shell).
-    #[arg(required = true, last = true, value_name = "CMD")]
+    #[arg(
+        required = true,
+        last = true,
+        value_name = "CMD",
+        help_heading = "Arguments"
+    )]
     pub command: Vec<OsString>,
 }
 
@@ -98,6 +115,9 @@ pub struct AttachArgs {
     pub analysis: AnalysisArgs,
 
     #[command(flatten)]
+    pub gate: GateArgs,
+
+    #[command(flatten)]
     pub output: OutputArgs,
 }
 
@@ -117,9 +137,72 @@ pub struct ReportArgs {
 
     #[command(flatten)]
     pub analysis: AnalysisArgs,
+
+    #[command(flatten)]
+    pub gate: GateArgs,
 }
 
 #[derive(Debug, Args)]
+#[command(next_help_heading = "CI gate (exit 1 when it fails)")]
+pub struct GateArgs {
+    /// Fail when the growth is, beyond reasonable doubt, faster than this:
+    /// '512KiB/run', '20MiB/h', '1%/run', '2%/h', or '40%' in total. Repeatable.
+    #[arg(long, value_name = "RATE", allow_hyphen_values = true)]
+    pub max_growth: Vec<String>,
+
+    /// The series to gate, SERIES:METRIC (default: the followed processes'
+    /// pss_bytes, else command:rss_bytes). Repeatable.
+    #[arg(long, value_name = "SERIES:METRIC")]
+    pub gate_on: Vec<String>,
+
+    /// Fail when a run's peak RSS (the command's tree) exceeds this size.
+    #[arg(long, value_name = "SIZE", allow_hyphen_values = true)]
+    pub max_peak: Option<String>,
+
+    /// 'ci': fail only when the 95% CI's lower end exceeds the limit
+    /// (default, never flaky); 'slope': when the slope itself does (stricter).
+    #[arg(long, default_value = "ci", value_name = "RULE")]
+    pub gate_rule: String,
+
+    /// Write the gate's result as JUnit XML (one test case per check).
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
+
+    /// Also write summary.json to FILE, to commit as a baseline for `check`.
+    #[arg(long, value_name = "FILE")]
+    pub save_baseline: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// An output directory of leakwatch, or its summary.json.
+    #[arg(value_name = "DIR|summary.json")]
+    pub current: PathBuf,
+
+    /// The committed summary.json to compare against.
+    #[arg(long, value_name = "FILE")]
+    pub baseline: PathBuf,
+
+    /// Allowed slack over the baseline's growth and peak.
+    #[arg(long, default_value = "10%", value_name = "PERCENT")]
+    pub tolerance: String,
+
+    /// The series to compare, SERIES:METRIC (default: the ones the baseline
+    /// gated, else the followed processes' pss_bytes). Repeatable.
+    #[arg(long, value_name = "SERIES:METRIC")]
+    pub gate_on: Vec<String>,
+
+    /// Write the result as JUnit XML.
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
+
+    /// Print nothing but errors.
+    #[arg(short, long)]
+    pub quiet: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Analysis")]
 pub struct AnalysisArgs {
     /// Leading runs (or samples) to leave out as warm-up; default: detect
     /// (at most one, a first step far above the later ones).
@@ -127,16 +210,17 @@ pub struct AnalysisArgs {
     pub warmup: Option<usize>,
 
     /// Project when the main series reaches this size, e.g. '2GiB'.
-    #[arg(long, value_name = "SIZE")]
+    #[arg(long, value_name = "SIZE", allow_hyphen_values = true)]
     pub limit: Option<String>,
 
     /// Advise after how many runs (tasks) a process should be recycled to
     /// stay under this size, e.g. '512MiB'.
-    #[arg(long, value_name = "SIZE")]
+    #[arg(long, value_name = "SIZE", allow_hyphen_values = true)]
     pub budget: Option<String>,
 }
 
 #[derive(Debug, Args)]
+#[command(next_help_heading = "Output")]
 pub struct OutputArgs {
     /// Output directory (default: reports/<timestamp>/).
     #[arg(short, long, value_name = "DIR")]

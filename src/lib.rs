@@ -10,6 +10,7 @@ pub mod options;
 pub mod units;
 
 pub mod fit;
+pub mod gate;
 pub mod plot;
 pub mod report;
 pub mod sample;

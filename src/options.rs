@@ -6,8 +6,9 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::cli::{AnalysisArgs, AttachArgs, OutputArgs, ReportArgs, RunArgs};
+use crate::cli::{AnalysisArgs, AttachArgs, CheckArgs, GateArgs, OutputArgs, ReportArgs, RunArgs};
 use crate::fit::FitOptions;
+use crate::gate::{self, GateError, GateOn, GateOptions};
 use crate::sample::proc::ProcRoot;
 use crate::units::{UnitError, parse_duration, parse_size};
 
@@ -41,6 +42,89 @@ pub enum OptionsError {
     DeepBudget(String),
     #[error("{0} has no samples.csv; give a leakwatch output directory or a samples.csv file")]
     NoSamples(PathBuf),
+    #[error("{0} has no summary.json; give a leakwatch output directory or its summary.json")]
+    NoSummary(PathBuf),
+    #[error("--baseline {0} does not exist; write one with --save-baseline FILE on a good run")]
+    NoBaseline(PathBuf),
+    #[error("--tolerance '{0}' is not a percentage; try '10%'")]
+    Tolerance(String),
+    #[error(transparent)]
+    Gate(#[from] GateError),
+}
+
+/// The gate and where its CI outputs go.
+#[derive(Debug, Clone, Default)]
+pub struct GateSetup {
+    pub gate: GateOptions,
+    pub junit: Option<PathBuf>,
+    pub save_baseline: Option<PathBuf>,
+}
+
+fn gate_setup(args: &GateArgs) -> Result<GateSetup, OptionsError> {
+    Ok(GateSetup {
+        gate: GateOptions {
+            max_growth: args
+                .max_growth
+                .iter()
+                .map(|g| gate::parse_max_growth(g))
+                .collect::<Result<_, _>>()?,
+            gate_on: gate_on(&args.gate_on)?,
+            max_peak_bytes: size("max-peak", args.max_peak.as_deref())?,
+            rule: gate::parse_rule(&args.gate_rule)?,
+        },
+        junit: args.junit.clone(),
+        save_baseline: args.save_baseline.clone(),
+    })
+}
+
+fn gate_on(values: &[String]) -> Result<Vec<GateOn>, OptionsError> {
+    Ok(values
+        .iter()
+        .map(|g| gate::parse_gate_on(g))
+        .collect::<Result<_, _>>()?)
+}
+
+#[derive(Debug, Clone)]
+pub struct CheckOptions {
+    pub current: PathBuf,
+    pub baseline: PathBuf,
+    /// 0.1 = 10%.
+    pub tolerance: f64,
+    pub gate_on: Vec<GateOn>,
+    pub junit: Option<PathBuf>,
+    pub quiet: bool,
+}
+
+impl CheckOptions {
+    pub fn from_args(args: &CheckArgs) -> Result<Self, OptionsError> {
+        let current = if args.current.is_dir() {
+            args.current.join("summary.json")
+        } else {
+            args.current.clone()
+        };
+        if !current.is_file() {
+            return Err(OptionsError::NoSummary(args.current.clone()));
+        }
+        if !args.baseline.is_file() {
+            return Err(OptionsError::NoBaseline(args.baseline.clone()));
+        }
+        let tolerance = args
+            .tolerance
+            .trim()
+            .strip_suffix('%')
+            .and_then(|p| p.trim().parse::<f64>().ok())
+            .filter(|p| p.is_finite() && *p >= 0.0)
+            .ok_or_else(|| OptionsError::Tolerance(args.tolerance.clone()))?
+            / 100.0;
+        Ok(CheckOptions {
+            current,
+            baseline: args.baseline.clone(),
+            tolerance,
+            gate_on: gate_on(&args.gate_on)?,
+            junit: args.junit.clone(),
+            quiet: args.quiet,
+        })
+    }
 }
 
 /// Where the outputs go and how chatty to be.
@@ -63,6 +147,7 @@ pub struct RunOptions {
     /// The command line as typed, for reports.
     pub command_line: Vec<String>,
     pub fit: FitOptions,
+    pub gate: GateSetup,
     pub output: Output,
 }
 
@@ -74,6 +159,7 @@ pub struct AttachOptions {
     /// Fraction of wall time (0.001 = 0.1%) the deep reads may take.
     pub deep_budget: f64,
     pub fit: FitOptions,
+    pub gate: GateSetup,
     pub output: Output,
 }
 
@@ -81,6 +167,7 @@ pub struct AttachOptions {
 pub struct ReportOptions {
     pub samples: PathBuf,
     pub fit: FitOptions,
+    pub gate: GateSetup,
     pub output: Output,
 }
 
@@ -199,6 +286,7 @@ impl RunOptions {
             args: args.command.iter().skip(1).cloned().collect(),
             command_line,
             fit: fit_options(&args.analysis)?,
+            gate: gate_setup(&args.gate)?,
             output: output(&args.output)?,
         })
     }
@@ -220,6 +308,7 @@ impl AttachOptions {
             duration,
             deep_budget,
             fit: fit_options(&args.analysis)?,
+            gate: gate_setup(&args.gate)?,
             output: output(&args.output)?,
         })
     }
@@ -245,6 +334,7 @@ impl ReportOptions {
         Ok(ReportOptions {
             samples,
             fit: fit_options(&args.analysis)?,
+            gate: gate_setup(&args.gate)?,
             output: Output {
                 dir,
                 quiet: args.quiet,

@@ -80,6 +80,8 @@ pub struct SeriesFit {
     pub processes: usize,
     /// Intercept of the least-squares line (for plots).
     pub intercept: Option<f64>,
+    /// x distance from the first fitted point to the last (runs or seconds).
+    pub x_span: f64,
 }
 
 /// Averages a long series into `MAX_FIT_POINTS` buckets of consecutive points.
@@ -122,9 +124,20 @@ pub fn fit(series: &Series, opts: &FitOptions) -> SeriesFit {
         verdict: c.verdict,
         warmup: c.warmup,
         runs_needed: c.runs_needed,
-        reason: c.reason,
+        // verdict.rs does not know what x is; say it.
+        reason: c.reason.replace(
+            "/x",
+            match series.x_axis {
+                XAxis::Run => "/run",
+                XAxis::Seconds => "/s",
+            },
+        ),
         processes: series.processes,
         intercept: line.map(|l| l.intercept),
+        x_span: match (xs.get(c.warmup), xs.last()) {
+            (Some(a), Some(b)) => b - a,
+            _ => 0.0,
+        },
     }
 }
 
@@ -208,6 +221,8 @@ pub struct Analysis {
     pub headline: Vec<usize>,
     pub attribution: Vec<Attribution>,
     pub projection: Option<Projection>,
+    /// The CI gate's result, when limits were given (set after the fit).
+    pub gate: Option<crate::gate::GateResult>,
     pub interrupted: bool,
     pub notes: Vec<String>,
 }
@@ -242,7 +257,13 @@ impl Analysis {
 /// or hides a real plateau. RssAnon is also blind to copy-on-write
 /// unsharing (a page counts in RSS whether shared or not), which is not a
 /// leak. Shared-memory leaks are caught by `shmem_bytes`, judged beside it.
+/// The command's own series is judged on its RSS peak.
 pub fn primary_metric(fits: &[SeriesFit], scope: &str) -> Metric {
+    // The command's series is its peak per run; only RSS has a true peak
+    // (the kernel's ru_maxrss), the split fields are from polls.
+    if scope == "command" {
+        return Metric::RssBytes;
+    }
     let has_anon = fits
         .iter()
         .any(|f| f.name == scope && f.metric == Metric::AnonBytes && f.n >= 2);
@@ -327,6 +348,7 @@ pub fn analyse(rows: &[Row], opts: &FitOptions) -> Analysis {
         headline,
         attribution,
         projection,
+        gate: None,
         interrupted: false,
         notes: Vec::new(),
     }

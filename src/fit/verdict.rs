@@ -114,7 +114,7 @@ pub struct Classification {
 ///
 /// Rule: take the per-x rate of each step, `(y[i+1] − y[i]) / (x[i+1] − x[i])`; the steps after
 /// the first are the reference, with median `med` and noise scale
-/// `s = max(1.4826·MAD, 0.25·|med|, 1e-4·mean level)` (the floors stop a perfectly regular or
+/// `s = max(1.4826·MAD, 0.25·|med|, 1e-4·mean level / median step of x)` (the floors stop a perfectly regular or
 /// flat series from flagging rounding noise). The first point is warm-up when the first step
 /// exceeds `med + 5·s` and the second does not: one jump, then the steady behaviour. A rise that
 /// goes on is growth (a plateau's ramp, a saturating curve), not warm-up. Only upward jumps
@@ -146,7 +146,15 @@ pub fn detect_warmup(x: &[f64], y: &[f64]) -> usize {
     let mut deviations: Vec<f64> = reference.iter().map(|r| (r - med).abs()).collect();
     let mad = stats::median(&mut deviations).unwrap_or(0.0);
     let level = stats::mean(y).unwrap_or(0.0).abs();
-    let spread = (1.4826 * mad).max(0.25 * med.abs()).max(1e-4 * level);
+    // The level floor is per typical step, so it is a rate like the others
+    // (x may be runs, or seconds 300 apart).
+    let mut steps: Vec<f64> = x.windows(2).map(|w| w[1] - w[0]).collect();
+    let step = stats::median(&mut steps)
+        .unwrap_or(1.0)
+        .max(f64::MIN_POSITIVE);
+    let spread = (1.4826 * mad)
+        .max(0.25 * med.abs())
+        .max(1e-4 * level / step);
     let jumps = |r: f64| r - med > K * spread;
     usize::from(jumps(rates[0]) && !jumps(rates[1]))
 }

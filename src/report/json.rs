@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::Analysis;
 use crate::fit::{Attribution, Projection};
+use crate::gate::GateResult;
 
 pub const SCHEMA_VERSION: u32 = 1;
 
@@ -44,6 +45,10 @@ pub struct Summary {
     pub failed_runs: Vec<u32>,
     #[serde(default)]
     pub notes: Vec<String>,
+    /// The CI gate, when limits were given: `passed`, the `rule`, each
+    /// check and the `violations`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gate: Option<GateResult>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -158,5 +163,6 @@ pub fn summary(a: &Analysis) -> Summary {
             .map(|r| r.run)
             .collect(),
         notes: a.notes.clone(),
+        gate: a.gate.clone(),
     }
 }

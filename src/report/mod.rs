@@ -1,7 +1,11 @@
-//! Writers of the output directory: summary.json and the human summary on
-//! stderr. Only this stage (and `plot`) writes report files.
+//! Writers of the output directory: summary.json, report.md, report.html, the
+//! charts (SVG and PNG), and the human summary on stderr. Only this stage (and
+//! `plot`) writes report files.
 
+pub mod charts;
+pub mod html;
 pub mod json;
+pub mod markdown;
 pub mod text;
 
 use std::fs;
@@ -9,6 +13,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::Analysis;
+use crate::plot::PlotError;
+use crate::series::store::Row;
 
 #[derive(Debug, thiserror::Error)]
 #[error("cannot write {path}: {source}")]
@@ -31,12 +37,46 @@ pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<PathBuf, Rep
     Ok(path)
 }
 
-/// Writes every report file of the analysis into `dir`.
-pub fn write_all(a: &Analysis, dir: &Path) -> Result<Vec<PathBuf>, ReportError> {
+/// Writes every report file of the analysis into `dir`: summary.json, report.md,
+/// the charts as `<name>.svg` and `<name>.png`, and report.html with the charts
+/// inlined. `rows` are the samples the analysis came from (per-process lines).
+/// The text reports come first, so a chart that fails to render costs no text.
+pub fn write_all(a: &Analysis, rows: &[Row], dir: &Path) -> Result<Vec<PathBuf>, ReportError> {
     let summary = json::summary(a);
     let text = serde_json::to_vec_pretty(&summary).map_err(|e| ReportError {
         path: dir.join("summary.json"),
         source: io::Error::other(e),
     })?;
-    Ok(vec![write_atomic(dir, "summary.json", &text)?])
+    let mut written = vec![write_atomic(dir, "summary.json", &text)?];
+
+    let plots = charts::build(a, rows);
+    let doc = markdown::document(a, &plots);
+    written.push(write_atomic(
+        dir,
+        "report.md",
+        markdown::render(&doc).as_bytes(),
+    )?);
+
+    let plot_err = |path: PathBuf| {
+        move |e: PlotError| ReportError {
+            path,
+            source: io::Error::other(e),
+        }
+    };
+    let mut svgs = Vec::new();
+    for p in &plots {
+        let svg_name = format!("{}.svg", p.stem);
+        let svg = p.svg().map_err(plot_err(dir.join(&svg_name)))?;
+        written.push(write_atomic(dir, &svg_name, svg.as_bytes())?);
+        let png = dir.join(format!("{}.png", p.stem));
+        p.png(&png).map_err(plot_err(png.clone()))?;
+        written.push(png);
+        svgs.push((p.stem.clone(), svg));
+    }
+    written.push(write_atomic(
+        dir,
+        "report.html",
+        html::render(&doc, &svgs).as_bytes(),
+    )?);
+    Ok(written)
 }

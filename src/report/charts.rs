@@ -1,0 +1,427 @@
+//! The charts of a report, built as `plot::LineChart` / `plot::BarChart` values from an
+//! `Analysis` and its rows; `plot` draws them, `write_all` saves them as SVG and PNG.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::Analysis;
+use crate::fit::SeriesFit;
+use crate::plot::{self, BarChart, FitOverlay, Line, LineChart, PlotError, YUnit};
+use crate::series::store::Row;
+use crate::series::{Metric, Series, XAxis};
+
+/// The fit averages longer series into this many buckets (`fit::MAX_FIT_POINTS`); the charts
+/// do the same, so the plotted line is the one the fit saw and an SVG stays small.
+const MAX_POINTS: usize = 1000;
+
+/// At most this many processes get a line of their own; the fastest growing are kept.
+const MAX_PROCESS_LINES: usize = 20;
+
+/// One chart of the report.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plot {
+    pub kind: Kind,
+    /// The scope (series name) the chart is about.
+    pub scope: String,
+    /// File name without extension, e.g. `survivors-pss`: `.svg` and `.png` are added.
+    pub stem: String,
+    /// A sentence saying what the chart shows (alt text and caption).
+    pub caption: String,
+    pub chart: Chart,
+}
+
+/// What a chart shows, so a report can place it in the right section.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A headline series with its fit.
+    Headline,
+    /// RSS, PSS, USS and shared of the main scope.
+    MemoryKinds,
+    /// One line per process of a scope.
+    Processes,
+    /// Growth per mapping.
+    Mappings,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Chart {
+    Line(LineChart),
+    Bar(BarChart),
+}
+
+impl Plot {
+    pub fn svg(&self) -> Result<String, PlotError> {
+        match &self.chart {
+            Chart::Line(c) => plot::line_chart_svg(c),
+            Chart::Bar(c) => plot::bar_chart_svg(c),
+        }
+    }
+
+    pub fn png(&self, path: &Path) -> Result<(), PlotError> {
+        match &self.chart {
+            Chart::Line(c) => plot::line_chart_png(c, path),
+            Chart::Bar(c) => plot::bar_chart_png(c, path),
+        }
+    }
+}
+
+/// A scope name as a file name part: `pid:4242` → `pid-4242`.
+pub fn file_safe(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect()
+}
+
+/// `pss_bytes` → `pss`, for file names.
+fn metric_stem(m: Metric) -> &'static str {
+    m.name().trim_end_matches("_bytes")
+}
+
+/// How x values are shown: runs as they are; seconds as hours when the session spans more than
+/// two hours, as minutes when more than two minutes, else as seconds.
+#[derive(Debug, Clone, Copy)]
+struct XScale {
+    /// x units (runs or seconds) per shown unit.
+    per_unit: f64,
+    label: &'static str,
+}
+
+fn x_scale(x: XAxis, span_s: f64) -> XScale {
+    match x {
+        XAxis::Run => XScale {
+            per_unit: 1.0,
+            label: "run",
+        },
+        XAxis::Seconds if span_s > 2.0 * 3600.0 => XScale {
+            per_unit: 3600.0,
+            label: "time (h)",
+        },
+        XAxis::Seconds if span_s > 120.0 => XScale {
+            per_unit: 60.0,
+            label: "time (min)",
+        },
+        XAxis::Seconds => XScale {
+            per_unit: 1.0,
+            label: "time (s)",
+        },
+    }
+}
+
+impl XScale {
+    fn points(&self, points: &[(f64, f64)]) -> Vec<(f64, f64)> {
+        points
+            .iter()
+            .map(|&(x, y)| (x / self.per_unit, y))
+            .collect()
+    }
+}
+
+/// Averages consecutive points into at most `MAX_POINTS` buckets, exactly as the fit does, so
+/// that "the first fitted point" below is the fit's own.
+fn thin(points: &[(f64, f64)]) -> Vec<(f64, f64)> {
+    let per = points.len().div_ceil(MAX_POINTS).max(1);
+    points
+        .chunks(per)
+        .map(|c| {
+            let n = c.len() as f64;
+            (
+                c.iter().map(|p| p.0).sum::<f64>() / n,
+                c.iter().map(|p| p.1).sum::<f64>() / n,
+            )
+        })
+        .collect()
+}
+
+fn y_unit(m: Metric) -> YUnit {
+    if m.is_bytes() {
+        YUnit::Bytes
+    } else {
+        YUnit::Count
+    }
+}
+
+/// Every chart of the report, in report order: one per headline series, then the memory
+/// kinds of the main scope, the processes of multi-process scopes, and the mappings.
+pub fn build(a: &Analysis, rows: &[Row]) -> Vec<Plot> {
+    let mut plots: Vec<Plot> = a.headlines().filter_map(|f| headline(a, f)).collect();
+    if let Some(main) = a.headlines().next() {
+        plots.extend(memory_kinds(a, main));
+    }
+    for f in a.headlines() {
+        plots.extend(processes(a, f, rows));
+    }
+    for (i, at) in a
+        .attribution
+        .iter()
+        .filter(|at| !at.mappings.is_empty())
+        .enumerate()
+    {
+        let stem = if i == 0 {
+            "mappings".to_string()
+        } else {
+            format!("mappings-{}", file_safe(&at.series))
+        };
+        let several_pids = at.mappings.iter().any(|m| m.pid != at.mappings[0].pid);
+        let bars = at
+            .mappings
+            .iter()
+            .map(|m| {
+                let label = if several_pids {
+                    format!("{} (pid {})", m.mapping, m.pid)
+                } else {
+                    m.mapping.clone()
+                };
+                (label, m.growth_bytes as f64)
+            })
+            .collect();
+        plots.push(Plot {
+            kind: Kind::Mappings,
+            scope: at.series.clone(),
+            stem,
+            caption: format!(
+                "{}: RSS growth per mapping, first to last smaps snapshot",
+                at.series
+            ),
+            chart: Chart::Bar(BarChart {
+                title: format!("{}: mappings that grew most", at.series),
+                y_unit: YUnit::Bytes,
+                bars,
+            }),
+        });
+    }
+    plots
+}
+
+fn series_of<'a>(a: &'a Analysis, name: &str, metric: Metric) -> Option<&'a Series> {
+    a.series
+        .iter()
+        .find(|s| s.name == name && s.metric == metric)
+}
+
+/// The headline series with its fitted line, 95% CI band and warm-up.
+fn headline(a: &Analysis, f: &SeriesFit) -> Option<Plot> {
+    let s = series_of(a, &f.name, f.metric)?;
+    let scale = x_scale(f.x, a.duration_s);
+    let points = thin(&s.points);
+    // The fit used the points after warm-up; its line starts at the first of them.
+    let fitted = points.get(f.warmup..).unwrap_or(&[]);
+    let overlay = match (f.slope, f.intercept, fitted.first(), fitted.last()) {
+        (Some(slope), Some(intercept), Some(first), Some(last)) => {
+            let k = scale.per_unit;
+            let x_mean = fitted.iter().map(|p| p.0).sum::<f64>() / fitted.len() as f64;
+            // y = intercept + slope·x = intercept + (slope·k)·(x/k).
+            Some(FitOverlay {
+                slope: slope * k,
+                intercept,
+                x_from: first.0 / k,
+                x_to: last.0 / k,
+                slope_ci95: f.slope_ci95.map(|(lo, hi)| (lo * k, hi * k)),
+                x_mean: Some(x_mean / k),
+            })
+        }
+        _ => None,
+    };
+    let warmup_until = (f.warmup > 0)
+        .then(|| fitted.first().map(|p| p.0 / scale.per_unit))
+        .flatten();
+    let per = if f.x == XAxis::Run {
+        "per run"
+    } else {
+        "over time"
+    };
+    Some(Plot {
+        kind: Kind::Headline,
+        scope: f.name.clone(),
+        stem: format!("{}-{}", file_safe(&f.name), metric_stem(f.metric)),
+        caption: format!(
+            "{} {} {per} with the fitted line and its 95% CI ({})",
+            f.name,
+            f.metric.label(),
+            f.verdict.as_str()
+        ),
+        chart: Chart::Line(LineChart {
+            title: format!(
+                "{} {} {per}: {}",
+                f.name,
+                f.metric.label(),
+                f.verdict.as_str()
+            ),
+            x_label: scale.label.to_string(),
+            y_label: f.metric.label().to_string(),
+            y_unit: y_unit(f.metric),
+            lines: vec![Line {
+                name: format!("{} {}", f.name, f.metric.label()),
+                points: scale.points(&points),
+            }],
+            fit: overlay,
+            warmup_until,
+        }),
+    })
+}
+
+/// RSS, PSS, USS and shared of one scope on one chart: where they part is where pages are
+/// shared (RSS − USS) and how that sharing is split (PSS).
+fn memory_kinds(a: &Analysis, main: &SeriesFit) -> Option<Plot> {
+    let kinds = [
+        Metric::RssBytes,
+        Metric::PssBytes,
+        Metric::UssBytes,
+        Metric::SharedBytes,
+    ];
+    let scale = x_scale(main.x, a.duration_s);
+    let lines: Vec<Line> = kinds
+        .iter()
+        .filter_map(|&m| series_of(a, &main.name, m))
+        .map(|s| Line {
+            name: s.metric.label().to_string(),
+            points: scale.points(&thin(&s.points)),
+        })
+        .collect();
+    // With RSS alone (no deep samples) this would repeat the headline chart.
+    if lines.len() < 2 {
+        return None;
+    }
+    let per = if main.x == XAxis::Run {
+        "per run"
+    } else {
+        "over time"
+    };
+    Some(Plot {
+        kind: Kind::MemoryKinds,
+        scope: main.name.clone(),
+        stem: "memory-kinds".to_string(),
+        caption: format!("{}: RSS, PSS, USS and shared memory {per}", main.name),
+        chart: Chart::Line(LineChart {
+            title: format!("{}: RSS vs PSS vs USS vs shared", main.name),
+            x_label: scale.label.to_string(),
+            y_label: "memory".to_string(),
+            y_unit: YUnit::Bytes,
+            lines,
+            fit: None,
+            warmup_until: None,
+        }),
+    })
+}
+
+/// A process's name and its points, keyed by run or sample number.
+type ProcessPoints = (String, BTreeMap<i64, (f64, f64)>);
+
+/// One line per process (pid and start time) of a scope with more than one.
+fn processes(a: &Analysis, f: &SeriesFit, rows: &[Row]) -> Option<Plot> {
+    // (pid, start time) → (name, x key → (x, y))
+    let mut by_process: BTreeMap<(u32, u64), ProcessPoints> = BTreeMap::new();
+    for row in rows
+        .iter()
+        .filter(|r| r.scope == f.name && r.is_process_sample())
+    {
+        let Some(y) = f.metric.value(row) else {
+            continue;
+        };
+        // A point per run (the last sample of it, or the peak for `command`), as in the
+        // scope's own series; per sample over time.
+        let (key, x) = match (f.x, row.run) {
+            (XAxis::Run, Some(run)) => (i64::from(run), f64::from(run)),
+            (XAxis::Run, None) => continue,
+            (XAxis::Seconds, _) => (row.sample as i64, row.t_seconds),
+        };
+        let (_, points) = by_process
+            .entry((row.pid, row.start_time))
+            .or_insert_with(|| (row.comm.clone(), BTreeMap::new()));
+        let y = y as f64;
+        let point = points.entry(key).or_insert((x, y));
+        point.1 = if f.name == "command" {
+            point.1.max(y)
+        } else {
+            y
+        };
+    }
+    // Lines need two processes that each have a history: `command` starts a new process every
+    // run, and a chart of lone dots says nothing the headline chart does not.
+    let total = by_process.len();
+    if by_process.values().filter(|(_, p)| p.len() >= 2).count() < 2 {
+        return None;
+    }
+    let mut lines: Vec<(f64, Line)> = by_process
+        .into_iter()
+        .map(|((pid, _), (comm, points))| {
+            let points: Vec<(f64, f64)> = points.into_values().collect();
+            let growth = match (points.first(), points.last()) {
+                (Some(a), Some(b)) => b.1 - a.1,
+                _ => 0.0,
+            };
+            let line = Line {
+                name: format!("{pid} {comm}"),
+                points,
+            };
+            (growth, line)
+        })
+        .collect();
+    lines.sort_by(|a, b| b.0.total_cmp(&a.0));
+    lines.truncate(MAX_PROCESS_LINES);
+    let scale = x_scale(f.x, a.duration_s);
+    let shown = if total > MAX_PROCESS_LINES {
+        format!(" (the {MAX_PROCESS_LINES} that grew most of {total})")
+    } else {
+        String::new()
+    };
+    Some(Plot {
+        kind: Kind::Processes,
+        scope: f.name.clone(),
+        stem: format!("processes-{}", file_safe(&f.name)),
+        caption: format!(
+            "{}: {} per process{shown}, fastest growing first",
+            f.name,
+            f.metric.label()
+        ),
+        chart: Chart::Line(LineChart {
+            title: format!("{}: {} per process{shown}", f.name, f.metric.label()),
+            x_label: scale.label.to_string(),
+            y_label: f.metric.label().to_string(),
+            y_unit: y_unit(f.metric),
+            lines: lines
+                .into_iter()
+                .map(|(_, l)| Line {
+                    points: scale.points(&thin(&l.points)),
+                    ..l
+                })
+                .collect(),
+            fit: None,
+            warmup_until: None,
+        }),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scope_names_become_file_names() {
+        assert_eq!(file_safe("pid:4242"), "pid-4242");
+        assert_eq!(file_safe("survivors"), "survivors");
+        assert_eq!(file_safe("a/b c"), "a-b-c");
+    }
+
+    #[test]
+    fn time_axis_unit_follows_the_span() {
+        assert_eq!(x_scale(XAxis::Seconds, 3.0 * 3600.0).label, "time (h)");
+        assert_eq!(x_scale(XAxis::Seconds, 1800.0).label, "time (min)");
+        assert_eq!(x_scale(XAxis::Seconds, 90.0).label, "time (s)");
+        assert_eq!(x_scale(XAxis::Run, 1e6).label, "run");
+    }
+
+    #[test]
+    fn thinning_matches_the_fit_buckets() {
+        let pts: Vec<(f64, f64)> = (0..2500).map(|i| (i as f64, 1.0)).collect();
+        let t = thin(&pts);
+        assert_eq!(t.len(), 834);
+        assert_eq!(t[0], (1.0, 1.0));
+        assert_eq!(thin(&pts[..10]), pts[..10].to_vec());
+    }
+}

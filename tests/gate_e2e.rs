@@ -1,0 +1,192 @@
+//! The CI gate end to end: it fails on a real leak above the limit, passes
+//! a steady daemon and a leak below the limit — every time — and rejects
+//! malformed limits. (benches/gate_reliability.sh runs 30 of each.)
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::*;
+use std::path::Path;
+use std::process::Stdio;
+
+/// Runs the pantsd-like client 10 times with `--max-growth limit`;
+/// returns the exit code and the output directory's summary.
+fn gated(dir: &Path, leak: &str, limit: &str, extra: &[&str]) -> (i32, serde_json::Value) {
+    let out = dir.join("r");
+    let status = leakwatch()
+        .args(["run", "-n", "10", "--settle", "50ms", "--quiet"])
+        .args(["--max-growth", limit])
+        .args(extra)
+        .arg("--out")
+        .arg(&out)
+        .arg("--")
+        .arg(fixture())
+        .args(["client", "--leak", leak, "--socket"])
+        .arg(dir.join("s"))
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    (status.code().unwrap(), summary(&out))
+}
+
+#[test]
+fn a_steady_daemon_passes_a_small_limit_every_time() {
+    for attempt in 0..5 {
+        let tmp = tempfile::tempdir().unwrap();
+        let (code, s) = gated(tmp.path(), "0", "64KiB/run", &[]);
+        assert_eq!(code, 0, "attempt {attempt}: {:#}", s["gate"]);
+        assert_eq!(s["gate"]["passed"], true);
+    }
+}
+
+#[test]
+fn a_leak_well_below_the_limit_passes_every_time() {
+    for attempt in 0..5 {
+        let tmp = tempfile::tempdir().unwrap();
+        let (code, s) = gated(tmp.path(), "256KiB", "2MiB/run", &[]);
+        assert_eq!(code, 0, "attempt {attempt}: {:#}", s["gate"]);
+    }
+}
+
+#[test]
+fn a_leak_well_above_the_limit_fails_every_time_with_the_numbers() {
+    for attempt in 0..5 {
+        let tmp = tempfile::tempdir().unwrap();
+        let junit = tmp.path().join("junit.xml");
+        let step = tmp.path().join("step.md");
+        std::fs::write(&step, "earlier step\n").unwrap();
+        let out = tmp.path().join("r");
+        let status = leakwatch()
+            .env("GITHUB_STEP_SUMMARY", &step)
+            .args(["run", "-n", "10", "--settle", "50ms", "--quiet"])
+            .args(["--max-growth", "1MiB/run", "--junit"])
+            .arg(&junit)
+            .arg("--out")
+            .arg(&out)
+            .arg("--")
+            .arg(fixture())
+            .args(["client", "--leak", "4MiB", "--socket"])
+            .arg(tmp.path().join("s"))
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert_eq!(status.code(), Some(1), "attempt {attempt}");
+        let s = summary(&out);
+        assert_eq!(s["gate"]["passed"], false);
+        let violation = s["gate"]["violations"][0].as_str().unwrap();
+        assert!(
+            violation.starts_with("survivors pss_bytes: leak, 4.0"),
+            "{violation}"
+        );
+        assert!(violation.contains("limit 1.00 MiB/run"), "{violation}");
+        let xml = std::fs::read_to_string(&junit).unwrap();
+        assert!(xml.contains("tests=\"1\" failures=\"1\""), "{xml}");
+        assert!(
+            xml.contains("<failure message=\"survivors pss_bytes: leak"),
+            "{xml}"
+        );
+        let md = std::fs::read_to_string(&step).unwrap();
+        assert!(md.starts_with("earlier step\n### leakwatch: leak"), "{md}");
+        assert!(md.contains("**Gate: FAILED**"), "{md}");
+    }
+}
+
+#[test]
+fn a_total_limit_and_a_peak_limit() {
+    let tmp = tempfile::tempdir().unwrap();
+    // 8 MiB base + 4 MiB/run: far more than 40% over 10 runs.
+    let (code, s) = gated(tmp.path(), "4MiB", "40%", &["--max-peak", "1GiB"]);
+    assert_eq!(code, 1, "{:#}", s["gate"]);
+    let checks = s["gate"]["checks"].as_array().unwrap();
+    assert_eq!(checks.len(), 2);
+    assert_eq!(checks[0]["passed"], false);
+    assert_eq!(
+        checks[1]["passed"], true,
+        "peak of a tiny client is under 1 GiB"
+    );
+
+    let tmp = tempfile::tempdir().unwrap();
+    let (code, _) = gated(tmp.path(), "0", "1GiB/run", &["--max-peak", "4KiB"]);
+    assert_eq!(code, 1, "a client's peak RSS is above 4 KiB");
+}
+
+#[test]
+fn check_against_a_baseline_catches_a_regression() {
+    let tmp = tempfile::tempdir().unwrap();
+    let baseline = tmp.path().join("baseline.json");
+    let run = |name: &str, leak: &str, save: bool| {
+        let out = tmp.path().join(name);
+        let mut cmd = leakwatch();
+        cmd.args(["run", "-n", "10", "--settle", "50ms", "--quiet", "--out"])
+            .arg(&out);
+        if save {
+            cmd.arg("--save-baseline").arg(&baseline);
+        }
+        let status = cmd
+            .arg("--")
+            .arg(fixture())
+            .args(["client", "--leak", leak, "--socket"])
+            .arg(tmp.path().join(format!("{name}.sock")))
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success());
+        out
+    };
+    run("base", "1MiB", true);
+    let same = run("same", "1MiB", false);
+    let worse = run("worse", "4MiB", false);
+    let check = |dir: &Path| {
+        leakwatch()
+            .arg("check")
+            .arg(dir)
+            .arg("--baseline")
+            .arg(&baseline)
+            .output()
+            .unwrap()
+    };
+    let ok = check(&same);
+    assert_eq!(
+        ok.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let bad = check(&worse);
+    assert_eq!(bad.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(stderr.contains("gate: FAILED"), "{stderr}");
+    assert!(stderr.contains("survivors pss_bytes: slope 4."), "{stderr}");
+}
+
+#[test]
+fn bad_limits_are_rejected_with_the_accepted_forms() {
+    for bad in ["5 MB", "-1KiB/run", "abc%", "5", "1MiB/fortnight"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("r");
+        let output = leakwatch()
+            .args(["run", "--max-growth", bad, "--out"])
+            .arg(&out)
+            .args(["--", "true"])
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(2), "{bad}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains(&format!("--max-growth '{bad}' is not a growth limit")),
+            "{stderr}"
+        );
+        assert!(
+            stderr.contains("'512KiB/run', '20MiB/h', '1%/run'"),
+            "{stderr}"
+        );
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(!out.exists());
+    }
+    let output = leakwatch()
+        .args(["check", "nowhere", "--baseline", "nothing.json"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+}
