@@ -24,6 +24,7 @@ pub fn run(cli: Cli) -> Result<Exit> {
             let output = opts.output.clone();
             sample_then_report(
                 &output,
+                Some(u64::from(opts.repeat)),
                 &opts.fit,
                 &opts.gate,
                 |writer, interrupt, progress| sample::run::run(&opts, writer, interrupt, progress),
@@ -34,6 +35,7 @@ pub fn run(cli: Cli) -> Result<Exit> {
             let output = opts.output.clone();
             sample_then_report(
                 &output,
+                None,
                 &opts.fit,
                 &opts.gate,
                 |writer, interrupt, progress| {
@@ -58,6 +60,7 @@ pub fn run(cli: Cli) -> Result<Exit> {
 /// interrupted; a directory that never got a sample is removed again.
 fn sample_then_report(
     output: &Output,
+    total_runs: Option<u64>,
     fit_options: &FitOptions,
     gate: &GateSetup,
     sampler: impl FnOnce(&mut SampleWriter, &Interrupt, &Progress) -> Result<Outcome, SampleError>,
@@ -68,11 +71,9 @@ fn sample_then_report(
         .with_context(|| format!("cannot create --out {}", output.dir.display()))?;
     let samples = output.dir.join("samples.csv");
     let mut writer = SampleWriter::create(&samples)?;
-    let progress = Progress {
-        quiet: output.quiet,
-    };
-
+    let progress = Progress::new(output.quiet, total_runs);
     let result = sampler(&mut writer, &interrupt, &progress);
+    progress.finish();
     let rows_written = writer.rows_written();
     drop(writer);
 

@@ -62,3 +62,86 @@ fn attach_ends_cleanly_when_the_target_exits() {
     assert!(stderr.contains("exited after"), "{stderr}");
     assert!(summary(&out)["series"].as_array().unwrap().len() > 1);
 }
+
+/// Another user's process: smaps_rollup needs ptrace-read access. leakwatch
+/// runs as `nobody` against a root-owned fixture, says what is missing once,
+/// and still samples RSS. Needs root (to switch user) and setpriv.
+#[test]
+fn permission_denied_falls_back_to_status_with_a_hint() {
+    let is_root = std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"));
+    let has_setpriv = std::process::Command::new("setpriv")
+        .arg("--version")
+        .output()
+        .is_ok();
+    if !is_root || !has_setpriv {
+        eprintln!("skipped: needs root and setpriv to run leakwatch as another user");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let target = Fixture::start(&["steady", "--size", "4MiB"]);
+    // A copy in the temp dir: the build tree may sit under a directory
+    // `nobody` cannot enter.
+    let exe = tmp.path().join("leakwatch");
+    std::fs::copy(env!("CARGO_BIN_EXE_leakwatch"), &exe).unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = tmp.path().join("r");
+    let output = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&exe)
+        .args(["attach", &target.pid().to_string()])
+        .args(["--interval", "100ms", "--duration", "1s", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stderr.contains("needs ptrace-read access"), "{stderr}");
+    let s = summary(&out);
+    assert!(series(&s, "target", "rss_bytes")["n"].as_u64().unwrap() >= 5);
+    assert!(
+        !s["series"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|x| x["metric"] == "pss_bytes"),
+        "PSS cannot have been read"
+    );
+}
+
+/// Ctrl-C (SIGINT) ends sampling cleanly: exit 130 and the reports of the
+/// samples so far are written.
+#[test]
+fn interrupt_writes_the_reports_and_exits_130() {
+    let tmp = tempfile::tempdir().unwrap();
+    let target = Fixture::start(&["steady", "--size", "4MiB"]);
+    let out = out_dir(&tmp, "report");
+    let child = leakwatch()
+        .args([
+            "attach",
+            &target.pid().to_string(),
+            "--interval",
+            "100ms",
+            "--quiet",
+            "--out",
+        ])
+        .arg(&out)
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(130));
+    let s = summary(&out);
+    assert_eq!(s["interrupted"], true);
+    assert!(series(&s, "target", "rss_bytes")["n"].as_u64().unwrap() >= 3);
+    assert!(out.join("report.md").exists());
+}

@@ -132,14 +132,16 @@ pub fn attach(
             .sum();
         writer.write_batch(&rows)?;
 
-        if last_progress.elapsed() >= Duration::from_secs(10) {
+        let status = format!(
+            "{}: {} process(es), RSS {}",
+            format_duration(started.elapsed()),
+            tree.len(),
+            format_bytes(rss as f64)
+        );
+        progress.status(&status);
+        if !progress.is_interactive() && last_progress.elapsed() >= Duration::from_secs(10) {
             last_progress = Instant::now();
-            progress.line(&format!(
-                "{}: {} process(es), RSS {}",
-                format_duration(started.elapsed()),
-                tree.len(),
-                format_bytes(rss as f64)
-            ));
+            progress.line(&status);
         }
         if done {
             outcome.interrupted = interrupt.is_set();

@@ -107,7 +107,7 @@ pub fn run(
 /// `, survivors RSS 31.4 MiB, pid:4242 RSS 120 MiB` for the progress line.
 fn scope_rss(rows: &[Row]) -> String {
     let mut totals: Vec<(&str, u64)> = Vec::new();
-    for row in rows {
+    for row in rows.iter().filter(|r| r.is_process_sample()) {
         let rss = row.rss_bytes.unwrap_or(0);
         match totals.iter_mut().find(|(s, _)| *s == row.scope) {
             Some((_, total)) => *total += rss,
@@ -225,13 +225,16 @@ fn run_loop(
         writer.write_batch(&rows)?;
         completed = Some(run);
 
-        progress.line(&format!(
-            "run {run}/{}: {} in {}{}",
-            opts.repeat,
-            exit.describe(),
-            format_duration(ran_for),
-            scope_rss(&rows)
-        ));
+        progress.step(
+            u64::from(run),
+            &format!(
+                "run {run}/{}: {} in {}{}",
+                opts.repeat,
+                exit.describe(),
+                format_duration(ran_for),
+                scope_rss(&rows)
+            ),
+        );
         if !settled {
             outcome.interrupted = true;
             return Ok(completed);

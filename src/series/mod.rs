@@ -197,6 +197,12 @@ pub fn build(rows: &[Row]) -> Vec<Series> {
             by_sample.entry(row.sample).or_default().push(row);
         }
         for metric in Metric::ALL {
+            // The command's series is its peak per run: only RSS has a true
+            // peak (ru_maxrss); the other fields come from polls that a short
+            // command may miss or catch mid-exec.
+            if scope == "command" && metric != Metric::RssBytes {
+                continue;
+            }
             let mut points: BTreeMap<i64, (f64, f64)> = BTreeMap::new();
             let mut processes = 0;
             for group in by_sample.values() {
