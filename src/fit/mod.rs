@@ -2,6 +2,7 @@
 //! functions on plain data; nothing here reads /proc or writes files.
 
 pub mod attribution;
+pub mod findings;
 pub mod stats;
 pub mod verdict;
 
@@ -221,6 +222,12 @@ pub struct Analysis {
     pub headline: Vec<usize>,
     pub attribution: Vec<Attribution>,
     pub projection: Option<Projection>,
+    /// Copy-on-write unsharing, worker leaks, recycled workers.
+    pub findings: Vec<findings::Finding>,
+    /// PSS sum vs RSS sum of each multi-process scope.
+    pub trees: Vec<findings::TreeTotal>,
+    /// Recycle advice for worker pools under `--budget`.
+    pub recycle: Vec<findings::RecycleAdvice>,
     /// The CI gate's result, when limits were given (set after the fit).
     pub gate: Option<crate::gate::GateResult>,
     pub interrupted: bool,
@@ -335,6 +342,14 @@ pub fn analyse(rows: &[Row], opts: &FitOptions) -> Analysis {
         .and_then(|&i| fits.get(i))
         .and_then(|f| project(f, opts));
 
+    let scope_names = series::scopes(rows);
+    let (findings, trees, recycle) = findings::analyse(
+        rows,
+        &scope_names,
+        series::x_axis_of(rows),
+        opts.budget_bytes,
+    );
+
     let t = |r: Option<&Row>| r.map(|r| r.t_seconds).unwrap_or(0.0);
     Analysis {
         options: *opts,
@@ -348,6 +363,9 @@ pub fn analyse(rows: &[Row], opts: &FitOptions) -> Analysis {
         headline,
         attribution,
         projection,
+        findings,
+        trees,
+        recycle,
         gate: None,
         interrupted: false,
         notes: Vec::new(),

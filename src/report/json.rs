@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::Analysis;
+use crate::fit::findings::{Finding, RecycleAdvice, TreeTotal};
 use crate::fit::{Attribution, Projection};
 use crate::gate::GateResult;
 
@@ -37,6 +38,15 @@ pub struct Summary {
     pub attribution: Vec<Attribution>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub projection: Option<Projection>,
+    /// Process-tree findings: `cow_unsharing`, `leak` (in workers), `recycled`.
+    #[serde(default)]
+    pub findings: Vec<Finding>,
+    /// PSS sum vs RSS sum of each multi-process scope.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub trees: Vec<TreeTotal>,
+    /// Recycle advice for worker pools under `--budget`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recycle: Vec<RecycleAdvice>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub run_table: Vec<RunJson>,
     /// Runs whose command did not exit 0: their points are kept (the daemon's
@@ -120,6 +130,9 @@ pub fn summary(a: &Analysis) -> Summary {
         },
         attribution: a.attribution.clone(),
         projection: a.projection.clone(),
+        findings: a.findings.clone(),
+        trees: a.trees.clone(),
+        recycle: a.recycle.clone(),
         series: a
             .fits
             .iter()

@@ -6,6 +6,7 @@ use std::time::Duration;
 use super::charts::{Kind, Plot};
 use super::text;
 use crate::Analysis;
+use crate::fit::findings::Finding;
 use crate::fit::{Attribution, MIN_SLOPE_BYTES, SeriesFit, Verdict};
 use crate::series::{Metric, XAxis};
 use crate::units::{format_bytes, format_duration};
@@ -87,7 +88,9 @@ pub fn document(a: &Analysis, plots: &[Plot]) -> Vec<Block> {
     verdict(a, plots, &mut doc);
     growth(a, &mut doc);
     attribution(a, plots, &mut doc);
+    process_tree(a, &mut doc);
     projection(a, &mut doc);
+    gate(a, &mut doc);
     runs(a, &mut doc);
     notes(a, &mut doc);
     how_to_read(&mut doc);
@@ -372,6 +375,104 @@ fn attribution(a: &Analysis, plots: &[Plot], doc: &mut Vec<Block>) {
         doc.push(heading(2, "Where it grows"));
         doc.extend(section);
     }
+}
+
+fn process_tree(a: &Analysis, doc: &mut Vec<Block>) {
+    if a.findings.is_empty() && a.trees.is_empty() && a.recycle.is_empty() {
+        return;
+    }
+    doc.push(heading(2, "Process tree"));
+    let notable: Vec<Vec<Inline>> = a
+        .findings
+        .iter()
+        .filter(|f| !matches!(f, Finding::Recycled { .. }))
+        .map(|f| vec![text(text::finding_line(f))])
+        .collect();
+    if !notable.is_empty() {
+        doc.push(Block::List(notable));
+    }
+    if a.findings
+        .iter()
+        .any(|f| matches!(f, Finding::CowUnsharing { .. }))
+    {
+        doc.push(para(vec![
+            strong("Copy-on-write is not a leak."),
+            text(
+                " A forked worker shares its parent's pages until one of them writes to a page; \
+                 then the kernel copies it, and the page moves from the worker's Shared_Dirty to \
+                 its Private_Dirty while its RSS stays flat. In CPython the garbage collector \
+                 writes every object header it visits, so a full collection in a worker unshares \
+                 most of the parent's heap. Cures: call gc.freeze() in the parent before forking \
+                 (Python 3.7+), start workers with the forkserver or spawn method, or recycle \
+                 workers (max-tasks-per-child) if the unshared memory matters.",
+            ),
+        ]));
+    }
+    let recycled: Vec<Vec<String>> = a
+        .findings
+        .iter()
+        .filter_map(|f| match f {
+            Finding::Recycled {
+                pid,
+                comm,
+                first_x,
+                last_x,
+                last_rss_bytes,
+                x,
+                ..
+            } => Some(vec![
+                pid.to_string(),
+                comm.clone(),
+                match x {
+                    XAxis::Run => format!("runs {first_x:.0}–{last_x:.0}"),
+                    XAxis::Seconds => format!("{first_x:.0}s–{last_x:.0}s"),
+                },
+                format_bytes(*last_rss_bytes as f64),
+            ]),
+            _ => None,
+        })
+        .collect();
+    if !recycled.is_empty() {
+        doc.push(para(vec![text(
+            "Workers that ended while sampled (recycled or exited), with what they held:",
+        )]));
+        doc.push(Block::Table(Table {
+            headers: ["pid", "process", "lived", "RSS at the end"]
+                .map(String::from)
+                .to_vec(),
+            rows: recycled,
+        }));
+    }
+    for r in &a.recycle {
+        doc.push(para(vec![strong("Recycle: "), text(text::recycle_line(r))]));
+    }
+    for t in &a.trees {
+        doc.push(para(vec![text(format!("Tree {}.", text::tree_line(t)))]));
+    }
+}
+
+fn gate(a: &Analysis, doc: &mut Vec<Block>) {
+    let Some(g) = &a.gate else { return };
+    doc.push(heading(2, "Gate"));
+    doc.push(para(vec![strong(if g.passed {
+        "Passed."
+    } else {
+        "FAILED."
+    })]));
+    doc.push(Block::Table(Table {
+        headers: ["check", "result", "numbers"].map(String::from).to_vec(),
+        rows: g
+            .checks
+            .iter()
+            .map(|c| {
+                vec![
+                    c.name.clone(),
+                    if c.passed { "ok" } else { "FAIL" }.to_string(),
+                    c.message.clone(),
+                ]
+            })
+            .collect(),
+    }));
 }
 
 fn projection(a: &Analysis, doc: &mut Vec<Block>) {

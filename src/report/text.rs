@@ -3,6 +3,7 @@
 use std::fmt::Write;
 
 use crate::Analysis;
+use crate::fit::findings::{Finding, RecycleAdvice, TreeTotal};
 use crate::fit::{Projection, SeriesFit, Verdict};
 use crate::series::{Metric, XAxis};
 use crate::units::{format_bytes, format_signed_bytes};
@@ -132,6 +133,30 @@ pub fn render(a: &Analysis) -> String {
     if let Some(p) = &a.projection {
         let _ = writeln!(out, "  {}", projection_line(p));
     }
+    let notable: Vec<&Finding> = a
+        .findings
+        .iter()
+        .filter(|f| !matches!(f, Finding::Recycled { .. }))
+        .collect();
+    let recycled = a.findings.len() - notable.len();
+    if !notable.is_empty() || recycled > 0 {
+        let _ = writeln!(out, "findings:");
+        for f in notable {
+            let _ = writeln!(out, "  {}", finding_line(f));
+        }
+        if recycled > 0 {
+            let _ = writeln!(
+                out,
+                "  {recycled} worker(s) ended and were replaced (see report.md)"
+            );
+        }
+    }
+    for r in &a.recycle {
+        let _ = writeln!(out, "  {}", recycle_line(r));
+    }
+    for t in &a.trees {
+        let _ = writeln!(out, "  tree {}", tree_line(t));
+    }
     for note in &a.notes {
         let _ = writeln!(out, "note: {note}");
     }
@@ -180,4 +205,102 @@ pub fn projection_line(p: &Projection) -> String {
         parts.push(p.note.clone());
     }
     parts.join("; ")
+}
+
+fn per_x(x: XAxis, v: f64) -> String {
+    match x {
+        XAxis::Run => format!("{}/run", format_signed_bytes(v)),
+        XAxis::Seconds => format!("{}/h", format_signed_bytes(v * 3600.0)),
+    }
+}
+
+fn x_text(x: XAxis, v: f64) -> String {
+    match x {
+        XAxis::Run => format!("run {v:.0}"),
+        XAxis::Seconds => format!("{v:.0}s"),
+    }
+}
+
+/// One line per finding, for the terminal and the reports.
+pub fn finding_line(f: &Finding) -> String {
+    match f {
+        Finding::CowUnsharing {
+            pid,
+            comm,
+            bytes,
+            private_dirty_change_bytes,
+            shared_change_bytes,
+            rss_change_bytes,
+            ..
+        } => format!(
+            "pid {pid} ({comm}): copy-on-write unsharing of {} (private dirty {}, shared {}, RSS {}): \
+             pages inherited from its parent became private, nothing new was allocated; not a leak",
+            format_bytes(*bytes as f64),
+            format_signed_bytes(*private_dirty_change_bytes as f64),
+            format_signed_bytes(*shared_change_bytes as f64),
+            format_signed_bytes(*rss_change_bytes as f64),
+        ),
+        Finding::Leak {
+            scope,
+            pids,
+            bytes_per_x,
+            bytes_per_x_ci95,
+            x,
+            fresh_rss_bytes,
+            ..
+        } => {
+            let ci = bytes_per_x_ci95
+                .map(|(lo, hi)| format!(" (95% CI {} … {})", per_x(*x, lo), per_x(*x, hi)))
+                .unwrap_or_default();
+            format!(
+                "workers of {scope} leak {}{ci} while they live ({} worker(s), fresh at {} RSS)",
+                per_x(*x, *bytes_per_x),
+                pids.len(),
+                format_bytes(*fresh_rss_bytes)
+            )
+        }
+        Finding::Recycled {
+            pid,
+            comm,
+            first_x,
+            last_x,
+            last_rss_bytes,
+            x,
+            ..
+        } => format!(
+            "pid {pid} ({comm}) ended after {} … {}, holding {} RSS",
+            x_text(*x, *first_x),
+            x_text(*x, *last_x),
+            format_bytes(*last_rss_bytes as f64)
+        ),
+    }
+}
+
+/// `recycle workers of target after 5 runs to stay under 30 MiB (20 restarts per 100 runs)`.
+pub fn recycle_line(r: &RecycleAdvice) -> String {
+    let (after, unit) = match r.x {
+        XAxis::Run => (format!("{:.0}", r.recycle_after_x), "runs (tasks)"),
+        XAxis::Seconds => (format!("{:.1}", r.recycle_after_x / 3600.0), "h"),
+    };
+    let cost = match r.x {
+        XAxis::Run => format!("{:.1} restarts per 100 runs", r.restarts_per_100_x),
+        XAxis::Seconds => format!("{:.1} restarts per hour", r.restarts_per_100_x * 36.0),
+    };
+    format!(
+        "recycle workers of {} after {after} {unit} to stay under {} RSS (max-tasks-per-child / maximum_uses / max_requests); cost: {cost}",
+        r.scope,
+        format_bytes(r.budget_bytes as f64)
+    )
+}
+
+/// `target: 4 processes, PSS sum 120 MiB, RSS sum 300 MiB (180 MiB counted more than once)`.
+pub fn tree_line(t: &TreeTotal) -> String {
+    format!(
+        "{}: {} processes, PSS sum {}, RSS sum {} ({} of shared pages counted more than once in the RSS sum)",
+        t.scope,
+        t.processes,
+        format_bytes(t.pss_sum_bytes as f64),
+        format_bytes(t.rss_sum_bytes as f64),
+        format_bytes(t.double_counted_bytes as f64)
+    )
 }
