@@ -211,8 +211,11 @@ fn headline(a: &Analysis, f: &SeriesFit) -> Option<Plot> {
     let points = thin(&s.points);
     // The fit used the points after warm-up; its line starts at the first of them.
     let fitted = points.get(f.warmup..).unwrap_or(&[]);
+    // A straight line through a plateau says "grows" when it has stopped:
+    // draw the data alone.
+    let plateau = f.verdict == crate::fit::Verdict::Plateau;
     let overlay = match (f.slope, f.intercept, fitted.first(), fitted.last()) {
-        (Some(slope), Some(intercept), Some(first), Some(last)) => {
+        (Some(slope), Some(intercept), Some(first), Some(last)) if !plateau => {
             let k = scale.per_unit;
             let x_mean = fitted.iter().map(|p| p.0).sum::<f64>() / fitted.len() as f64;
             // y = intercept + slope·x = intercept + (slope·k)·(x/k).
@@ -240,9 +243,14 @@ fn headline(a: &Analysis, f: &SeriesFit) -> Option<Plot> {
         scope: f.name.clone(),
         stem: format!("{}-{}", file_safe(&f.name), metric_stem(f.metric)),
         caption: format!(
-            "{} {} {per} with the fitted line and its 95% CI ({})",
+            "{} {} {per}{} ({})",
             f.name,
             f.metric.label(),
+            if plateau {
+                ""
+            } else {
+                " with the fitted line and its 95% CI"
+            },
             f.verdict.as_str()
         ),
         chart: Chart::Line(LineChart {
