@@ -240,8 +240,16 @@ pub fn analyse(
             XAxis::Run => MIN_SLOPE_BYTES,
             XAxis::Seconds => MIN_SLOPE_BYTES / 3600.0,
         };
+        // Growing, and still growing late in each worker's life: a one-off
+        // step (a task's first allocation, a cache) is not a leak. Same
+        // "second half at least half as fast" rule as the verdicts.
+        let tails: Vec<Vec<(f64, f64)>> =
+            series.iter().map(|p| p[p.len() / 2..].to_vec()).collect();
+        let still_growing =
+            |slope: f64| pooled_slope(&tails).is_some_and(|(_, tail_ci)| tail_ci.0 > slope / 2.0);
         if let Some((slope, ci)) = pooled_slope(&series)
             && ci.0 > threshold
+            && still_growing(slope)
         {
             let mut fresh: Vec<f64> = series
                 .iter()

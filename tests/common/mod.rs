@@ -65,6 +65,10 @@ impl Fixture {
 
     /// Waits until the daemon's socket exists.
     pub fn wait_for(&self, path: &Path) {
+        Fixture::wait_for_path(path)
+    }
+
+    pub fn wait_for_path(path: &Path) {
         let deadline = Instant::now() + Duration::from_secs(10);
         while !path.exists() {
             assert!(
