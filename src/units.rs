@@ -11,19 +11,24 @@ pub enum UnitError {
     Duration(String),
 }
 
+/// Splits `1.5GiB` into the number and the rest (`1.5`, `GiB`).
+fn split_number(text: &str) -> Option<(f64, &str)> {
+    let trimmed = text.trim();
+    let split = trimmed
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(trimmed.len());
+    let (number, suffix) = trimmed.split_at(split);
+    Some((number.parse().ok()?, suffix.trim()))
+}
+
 /// Parses a size such as `4MiB`, `512 KiB`, `1.5GB`, `4m` or `1024` into bytes.
 ///
 /// Binary suffixes (KiB, MiB, GiB, TiB and the one-letter K/M/G/T) are powers
 /// of 1024; decimal ones (kB, MB, GB, TB) powers of 1000, as their names say.
 pub fn parse_size(text: &str) -> Result<u64, UnitError> {
     let err = || UnitError::Size(text.to_string());
-    let trimmed = text.trim();
-    let split = trimmed
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(trimmed.len());
-    let (number, suffix) = trimmed.split_at(split);
-    let value: f64 = number.parse().map_err(|_| err())?;
-    let multiplier: f64 = match suffix.trim() {
+    let (value, suffix) = split_number(text).ok_or_else(err)?;
+    let multiplier: f64 = match suffix {
         "" | "B" | "b" => 1.0,
         "k" | "K" | "KiB" | "Ki" | "kiB" => 1024.0,
         "m" | "M" | "MiB" | "Mi" => 1024.0 * 1024.0,
@@ -46,13 +51,8 @@ pub fn parse_size(text: &str) -> Result<u64, UnitError> {
 /// A bare number is seconds.
 pub fn parse_duration(text: &str) -> Result<Duration, UnitError> {
     let err = || UnitError::Duration(text.to_string());
-    let trimmed = text.trim();
-    let split = trimmed
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(trimmed.len());
-    let (number, suffix) = trimmed.split_at(split);
-    let value: f64 = number.parse().map_err(|_| err())?;
-    let seconds_per_unit = match suffix.trim() {
+    let (value, suffix) = split_number(text).ok_or_else(err)?;
+    let seconds_per_unit = match suffix {
         "ms" => 1e-3,
         "" | "s" | "sec" | "secs" => 1.0,
         "m" | "min" | "mins" => 60.0,

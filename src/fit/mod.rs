@@ -85,8 +85,9 @@ pub struct SeriesFit {
     pub x_span: f64,
 }
 
-/// Averages a long series into `MAX_FIT_POINTS` buckets of consecutive points.
-fn thin(points: &[(f64, f64)]) -> Vec<(f64, f64)> {
+/// Averages a long series into `MAX_FIT_POINTS` buckets of consecutive points
+/// (the charts plot the same points, so the fitted line matches).
+pub fn thin(points: &[(f64, f64)]) -> Vec<(f64, f64)> {
     if points.len() <= MAX_FIT_POINTS {
         return points.to_vec();
     }

@@ -10,10 +10,6 @@ use crate::plot::{self, BarChart, FitOverlay, Line, LineChart, PlotError, YUnit}
 use crate::series::store::Row;
 use crate::series::{Metric, Series, XAxis};
 
-/// The fit averages longer series into this many buckets (`fit::MAX_FIT_POINTS`); the charts
-/// do the same, so the plotted line is the one the fit saw and an SVG stays small.
-const MAX_POINTS: usize = 1000;
-
 /// At most this many processes get a line of their own; the fastest growing are kept.
 const MAX_PROCESS_LINES: usize = 20;
 
@@ -122,20 +118,9 @@ impl XScale {
     }
 }
 
-/// Averages consecutive points into at most `MAX_POINTS` buckets, exactly as the fit does, so
-/// that "the first fitted point" below is the fit's own.
+/// The fit's own thinning, so that "the first fitted point" below is the fit's.
 fn thin(points: &[(f64, f64)]) -> Vec<(f64, f64)> {
-    let per = points.len().div_ceil(MAX_POINTS).max(1);
-    points
-        .chunks(per)
-        .map(|c| {
-            let n = c.len() as f64;
-            (
-                c.iter().map(|p| p.0).sum::<f64>() / n,
-                c.iter().map(|p| p.1).sum::<f64>() / n,
-            )
-        })
-        .collect()
+    crate::fit::thin(points)
 }
 
 fn y_unit(m: Metric) -> YUnit {
