@@ -75,6 +75,19 @@ fn sample_then_report(
     let result = sampler(&mut writer, &interrupt, &progress);
     progress.finish();
     let rows_written = writer.rows_written();
+    if rows_written > 0 {
+        // Notes and the interruption go into samples.csv too, so that
+        // `leakwatch report` rebuilds exactly these reports.
+        let (notes, interrupted) = match &result {
+            Ok(o) => (o.notes.clone(), o.interrupted),
+            Err(e) => (vec![format!("sampling stopped early: {e}")], false),
+        };
+        let mut rows: Vec<Row> = notes.iter().map(|n| store::note_row("note", n)).collect();
+        if interrupted {
+            rows.push(store::note_row("interrupted", ""));
+        }
+        writer.write_batch(&rows)?;
+    }
     drop(writer);
 
     if rows_written == 0 {
@@ -92,13 +105,8 @@ fn sample_then_report(
     let rows = store::read_samples(&samples)?;
     let mut analysis = fit::analyse(&rows, fit_options);
     let exit = match &result {
-        Ok(outcome) => {
-            analysis.notes.extend(outcome.notes.iter().cloned());
-            analysis.interrupted = outcome.interrupted;
-            finish(&mut analysis, &rows, output, gate)?
-        }
-        Err(e) => {
-            analysis.notes.push(format!("sampling stopped early: {e}"));
+        Ok(_) => finish(&mut analysis, &rows, output, gate)?,
+        Err(_) => {
             finish(&mut analysis, &rows, output, gate)?;
             Exit::Error
         }

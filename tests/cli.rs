@@ -162,3 +162,35 @@ fn help_lists_the_subcommands_and_exit_codes() {
         .stdout(predicate::str::contains("run").and(predicate::str::contains("attach")))
         .stdout(predicate::str::contains("130 interrupted"));
 }
+
+#[test]
+fn a_watched_process_that_exits_is_a_note_and_report_keeps_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut watched = std::process::Command::new("sleep")
+        .arg("0.3")
+        .spawn()
+        .unwrap();
+    let out = tmp.path().join("r");
+    let assert = leakwatch()
+        .args(["run", "-n", "6", "--settle", "100ms", "--watch"])
+        .arg(watched.id().to_string())
+        .arg("--out")
+        .arg(&out)
+        .args(["--", "true"])
+        .assert()
+        .success();
+    let _ = watched.wait();
+    let stderr = String::from_utf8_lossy(&assert.get_output().stderr).to_string();
+    assert!(stderr.contains("exited before run"), "{stderr}");
+    let live = common::summary(&out);
+    assert_eq!(live["notes"].as_array().unwrap().len(), 1, "{live:#}");
+    let again = tmp.path().join("again");
+    leakwatch()
+        .args(["report", "--quiet"])
+        .arg(&out)
+        .arg("--out")
+        .arg(&again)
+        .assert()
+        .success();
+    assert_eq!(common::summary(&again), live);
+}

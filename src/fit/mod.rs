@@ -360,7 +360,20 @@ pub fn analyse(rows: &[Row], opts: &FitOptions) -> Analysis {
         opts.budget_bytes,
     );
 
-    let t = |r: Option<&Row>| r.map(|r| r.t_seconds).unwrap_or(0.0);
+    // Session rows (notes) carry no time; the span is that of the samples.
+    let timed = || {
+        rows.iter()
+            .filter(|r| r.scope != "leakwatch")
+            .map(|r| r.t_seconds)
+    };
+    let (t0, t1) = (
+        timed().fold(f64::INFINITY, f64::min),
+        timed().fold(f64::NEG_INFINITY, f64::max),
+    );
+    let session = |event: &'static str| {
+        rows.iter()
+            .filter(move |r| r.scope == "leakwatch" && r.event.as_deref() == Some(event))
+    };
     Analysis {
         options: *opts,
         series,
@@ -368,7 +381,7 @@ pub fn analyse(rows: &[Row], opts: &FitOptions) -> Analysis {
         runs,
         command_line,
         target_pid,
-        duration_s: t(rows.last()) - t(rows.first()),
+        duration_s: if t1 >= t0 { t1 - t0 } else { 0.0 },
         verdict,
         headline,
         attribution,
@@ -377,7 +390,7 @@ pub fn analyse(rows: &[Row], opts: &FitOptions) -> Analysis {
         trees,
         recycle,
         gate: None,
-        interrupted: false,
-        notes: Vec::new(),
+        interrupted: session("interrupted").next().is_some(),
+        notes: session("note").map(|r| r.comm.clone()).collect(),
     }
 }

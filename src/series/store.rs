@@ -72,6 +72,17 @@ pub struct Row {
     pub swap_pss_bytes: Option<u64>,
 }
 
+/// A session-level event row: `note` (its text in `comm`) or `interrupted`.
+pub fn note_row(event: &str, text: &str) -> Row {
+    Row {
+        scope: "leakwatch".into(),
+        comm: text.to_string(),
+        tier: Tier::Event,
+        event: Some(event.to_string()),
+        ..Row::default()
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("cannot write {path}: {source}")]
