@@ -155,7 +155,8 @@ pub struct GateArgs {
     #[arg(long, value_name = "SERIES:METRIC")]
     pub gate_on: Vec<String>,
 
-    /// Fail when a run's peak RSS (the command's tree) exceeds this size.
+    /// Fail when a run's peak RSS (the command's tree; attach: the target
+    /// tree's largest RSS) exceeds this size.
     #[arg(long, value_name = "SIZE", allow_hyphen_values = true)]
     pub max_peak: Option<String>,
 

@@ -374,14 +374,34 @@ pub fn evaluate(a: &Analysis, opts: &GateOptions) -> Result<Option<GateResult>, 
                     format_bytes(max_peak as f64)
                 ),
             ),
-            None => (
-                true,
-                "no run peak recorded; --max-peak not gated".to_string(),
-            ),
+            // attach: the largest RSS of the target tree in any sample.
+            None => match a
+                .series
+                .iter()
+                .find(|s| s.name == "target" && s.metric == Metric::RssBytes)
+            {
+                Some(s) => {
+                    let p = s.ys().into_iter().fold(0.0, f64::max);
+                    (
+                        p <= max_peak as f64,
+                        format!(
+                            "peak RSS of the target tree is {}, limit {}",
+                            format_bytes(p),
+                            format_bytes(max_peak as f64)
+                        ),
+                    )
+                }
+                None => (true, "no peak recorded; --max-peak not gated".to_string()),
+            },
         };
         checks.push(Check {
             name: format!("peak RSS ≤ {}", format_bytes(max_peak as f64)),
-            series: "command".into(),
+            series: if a.runs.is_empty() {
+                "target"
+            } else {
+                "command"
+            }
+            .into(),
             metric: "rss_bytes".into(),
             limit: format_bytes(max_peak as f64),
             passed,
