@@ -10,6 +10,7 @@ use crate::cli::{AnalysisArgs, AttachArgs, CheckArgs, GateArgs, OutputArgs, Repo
 use crate::fit::FitOptions;
 use crate::gate::{self, GateError, GateOn, GateOptions};
 use crate::sample::proc::ProcRoot;
+use crate::series::XAxis;
 use crate::units::{UnitError, parse_duration, parse_size};
 
 #[derive(Debug, thiserror::Error)]
@@ -50,6 +51,8 @@ pub enum OptionsError {
     Tolerance(String),
     #[error(transparent)]
     Gate(#[from] GateError),
+    #[error("PID {pid} ({name}) is a kernel thread: it has no user memory to sample")]
+    KernelThread { pid: u32, name: String },
 }
 
 /// The gate and where its CI outputs go.
@@ -60,7 +63,19 @@ pub struct GateSetup {
     pub save_baseline: Option<PathBuf>,
 }
 
-fn gate_setup(args: &GateArgs) -> Result<GateSetup, OptionsError> {
+/// The gate, with its limits checked against the x axis of the mode when
+/// the mode is known (`run`: per run; `attach`: per time).
+fn gate_setup(args: &GateArgs, x: Option<XAxis>) -> Result<GateSetup, OptionsError> {
+    let setup = gate_setup_any(args)?;
+    if let Some(x) = x {
+        for limit in &setup.gate.max_growth {
+            gate::check_axis(limit, x)?;
+        }
+    }
+    Ok(setup)
+}
+
+fn gate_setup_any(args: &GateArgs) -> Result<GateSetup, OptionsError> {
     Ok(GateSetup {
         gate: GateOptions {
             max_growth: args
@@ -264,11 +279,14 @@ impl RunOptions {
         let repeat = u32::try_from(args.repeat).map_err(|_| OptionsError::Repeat(args.repeat))?;
         let interval = positive("interval", &args.interval)?;
         let settle = duration("settle", &args.settle)?;
-        let watch = args
-            .watch
-            .iter()
-            .map(|w| live_pid("--watch", w))
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut watch: Vec<u32> = Vec::new();
+        for w in &args.watch {
+            let pid = live_pid("--watch", w)?;
+            // The same pid twice would be summed twice into one series.
+            if !watch.contains(&pid) {
+                watch.push(pid);
+            }
+        }
         let command_line: Vec<String> = args
             .command
             .iter()
@@ -286,7 +304,7 @@ impl RunOptions {
             args: args.command.iter().skip(1).cloned().collect(),
             command_line,
             fit: fit_options(&args.analysis)?,
-            gate: gate_setup(&args.gate)?,
+            gate: gate_setup(&args.gate, Some(XAxis::Run))?,
             output: output(&args.output)?,
         })
     }
@@ -302,13 +320,22 @@ impl AttachOptions {
             .transpose()?;
         let deep_budget = parse_fraction(&args.deep_budget)
             .ok_or_else(|| OptionsError::DeepBudget(args.deep_budget.clone()))?;
+        let pid = live_pid("PID", &args.pid)?;
+        if let Ok(status) = ProcRoot::default().status(pid)
+            && status.rss_bytes.is_none()
+        {
+            return Err(OptionsError::KernelThread {
+                pid,
+                name: status.name,
+            });
+        }
         Ok(AttachOptions {
-            pid: live_pid("PID", &args.pid)?,
+            pid,
             interval,
             duration,
             deep_budget,
             fit: fit_options(&args.analysis)?,
-            gate: gate_setup(&args.gate)?,
+            gate: gate_setup(&args.gate, Some(XAxis::Seconds))?,
             output: output(&args.output)?,
         })
     }
@@ -334,7 +361,7 @@ impl ReportOptions {
         Ok(ReportOptions {
             samples,
             fit: fit_options(&args.analysis)?,
-            gate: gate_setup(&args.gate)?,
+            gate: gate_setup(&args.gate, None)?,
             output: Output {
                 dir,
                 quiet: args.quiet,

@@ -41,7 +41,13 @@ fn thresholds(s: &Series) -> verdict::Thresholds {
         XAxis::Run => 1.0,
         XAxis::Seconds => 1.0 / 3600.0,
     };
+    let (display_unit, display_scale) = match s.x_axis {
+        XAxis::Run => ("run", 1.0),
+        XAxis::Seconds => ("h", 3600.0),
+    };
     verdict::Thresholds {
+        display_unit,
+        display_scale,
         min_slope_fraction: base.min_slope_fraction * per_x,
         min_slope_abs: if s.metric.is_bytes() {
             MIN_SLOPE_BYTES * per_x
@@ -83,6 +89,8 @@ pub struct SeriesFit {
     pub intercept: Option<f64>,
     /// x distance from the first fitted point to the last (runs or seconds).
     pub x_span: f64,
+    /// Mean of the fitted points: the level relative rates are taken of.
+    pub mean_level: f64,
 }
 
 /// Averages a long series into `MAX_FIT_POINTS` buckets of consecutive points
@@ -107,8 +115,15 @@ pub fn thin(points: &[(f64, f64)]) -> Vec<(f64, f64)> {
 pub fn fit(series: &Series, opts: &FitOptions) -> SeriesFit {
     let points = thin(&series.points);
     let (xs, ys): (Vec<f64>, Vec<f64>) = points.iter().copied().unzip();
-    let c = verdict::classify(&xs, &ys, opts.warmup, &thresholds(series));
-    let line = c.fit.as_ref();
+    // --warmup counts samples; after thinning, a point is a bucket of them.
+    let per_bucket = series.points.len().div_ceil(points.len().max(1)).max(1);
+    let warmup = opts.warmup.map(|k| k.div_ceil(per_bucket));
+    let c = verdict::classify(&xs, &ys, warmup, &thresholds(series));
+    // The verdict may stop before fitting (too few points); the slope and
+    // its CI are still worth reporting.
+    let warm = c.warmup.min(xs.len());
+    let own_fit = c.fit.or_else(|| stats::ols(&xs[warm..], &ys[warm..]));
+    let line = own_fit.as_ref();
     SeriesFit {
         name: series.name.clone(),
         metric: series.metric,
@@ -126,16 +141,10 @@ pub fn fit(series: &Series, opts: &FitOptions) -> SeriesFit {
         verdict: c.verdict,
         warmup: c.warmup,
         runs_needed: c.runs_needed,
-        // verdict.rs does not know what x is; say it.
-        reason: c.reason.replace(
-            "/x",
-            match series.x_axis {
-                XAxis::Run => "/run",
-                XAxis::Seconds => "/s",
-            },
-        ),
+        reason: c.reason,
         processes: series.processes,
         intercept: line.map(|l| l.intercept),
+        mean_level: stats::mean(&ys[warm..]).unwrap_or(0.0),
         x_span: match (xs.get(c.warmup), xs.last()) {
             (Some(a), Some(b)) => b - a,
             _ => 0.0,
@@ -184,13 +193,13 @@ pub struct Projection {
     pub note: String,
 }
 
-fn project(main: &SeriesFit, opts: &FitOptions) -> Option<Projection> {
+/// Projects `main` (RSS: what limits and budgets are about) when `judged`
+/// (the headline verdict) says it leaks.
+fn project(main: &SeriesFit, judged: Verdict, opts: &FitOptions) -> Option<Projection> {
     if opts.limit_bytes.is_none() && opts.budget_bytes.is_none() {
         return None;
     }
-    let slope = main
-        .slope
-        .filter(|s| *s > 0.0 && main.verdict == Verdict::Leak);
+    let slope = main.slope.filter(|s| *s > 0.0 && judged == Verdict::Leak);
     let x_to_limit = opts
         .limit_bytes
         .zip(slope)
@@ -199,8 +208,8 @@ fn project(main: &SeriesFit, opts: &FitOptions) -> Option<Projection> {
         .budget_bytes
         .zip(slope)
         .map(|(budget, s)| ((budget as f64 - main.first) / s).floor().max(0.0));
-    let note = match (slope, main.verdict) {
-        (Some(_), _) => "at the fitted slope".to_string(),
+    let note = match (slope, judged) {
+        (Some(_), _) => "at the fitted RSS slope".to_string(),
         (None, v) => format!("no projection: the series is {}", v.as_str()),
     };
     Some(Projection {
@@ -347,10 +356,13 @@ pub fn analyse(rows: &[Row], opts: &FitOptions) -> Analysis {
         .filter(|f| f.name != "command")
         .map(|f| attribution::attribute(f, &fits, rows))
         .collect();
-    let projection = headline
-        .first()
-        .and_then(|&i| fits.get(i))
-        .and_then(|f| project(f, opts));
+    let projection = headline.first().and_then(|&i| fits.get(i)).and_then(|f| {
+        let rss = fits
+            .iter()
+            .find(|r| r.name == f.name && r.metric == Metric::RssBytes)
+            .unwrap_or(f);
+        project(rss, f.verdict, opts)
+    });
 
     let scope_names = series::scopes(rows);
     let (findings, trees, recycle) = findings::analyse(

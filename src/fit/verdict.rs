@@ -71,6 +71,10 @@ pub struct Thresholds {
     /// Growth below this many bytes per x unit is ignored. Default 0; a caller might use
     /// 64 KiB/run.
     pub min_slope_abs: f64,
+    /// How rates read in `reason`: per `display_unit` (default "x"), each x unit's rate
+    /// multiplied by `display_scale` (e.g. "h" and 3600 when x is seconds).
+    pub display_unit: &'static str,
+    pub display_scale: f64,
 }
 
 impl Default for Thresholds {
@@ -80,6 +84,8 @@ impl Default for Thresholds {
             min_points: 5,
             min_slope_fraction: 0.001,
             min_slope_abs: 0.0,
+            display_unit: "x",
+            display_scale: 1.0,
         }
     }
 }
@@ -228,6 +234,7 @@ pub fn classify(x: &[f64], y: &[f64], warmup: Option<usize>, t: &Thresholds) -> 
     c.robust_slope = stats::theil_sen(x, y);
     c.trend_p = Some(mk.p_two_sided);
     c.growth_pct_per_x = (level != 0.0).then(|| fit.slope / level * 100.0);
+    let per_x = |bytes: f64| fmt_rate(bytes * t.display_scale, t.display_unit);
     let thr = t.min_slope_abs.max(t.min_slope_fraction * level.abs());
     let mut x_sorted = x.to_vec();
     let knot = stats::median(&mut x_sorted).unwrap_or(0.0);
@@ -238,8 +245,10 @@ pub fn classify(x: &[f64], y: &[f64], warmup: Option<usize>, t: &Thresholds) -> 
     let slope_txt = format!(
         "{} ({})",
         per_x(fit.slope),
-        c.growth_pct_per_x
-            .map_or_else(|| "n/a".into(), |p| format!("{p:+.2}%/x"))
+        c.growth_pct_per_x.map_or_else(
+            || "n/a".into(),
+            |p| { format!("{:+.2}%/{}", p * t.display_scale, t.display_unit) }
+        )
     );
     let p_txt = fmt_p(mk.p_two_sided);
 
@@ -348,8 +357,8 @@ fn points_needed(sd: f64, dx: f64, target: f64, p: f64) -> Option<usize> {
     Some(m)
 }
 
-/// Bytes per x unit in binary units, e.g. "+4.43 MiB/x".
-fn per_x(bytes: f64) -> String {
+/// Bytes per unit in binary units, e.g. "+4.43 MiB/run".
+fn fmt_rate(bytes: f64, unit_label: &str) -> String {
     let sign = if bytes < 0.0 { "-" } else { "+" };
     let mut v = bytes.abs();
     let mut unit = "B";
@@ -360,7 +369,7 @@ fn per_x(bytes: f64) -> String {
         v /= 1024.0;
         unit = next;
     }
-    format!("{sign}{v:.3} {unit}/x")
+    format!("{sign}{v:.3} {unit}/{unit_label}")
 }
 
 fn fmt_p(p: f64) -> String {

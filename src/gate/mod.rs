@@ -42,6 +42,8 @@ pub enum GateError {
         "--gate-rule '{0}' is not a rule; use 'ci' (default: the CI's lower end must exceed the limit) or 'slope'"
     )]
     Rule(String),
+    #[error("--gate-on '{target}': this run has no such series; it has {available}")]
+    NoSeries { target: String, available: String },
 }
 
 /// What a growth limit measures.
@@ -240,27 +242,43 @@ fn rate_text(x: XAxis, metric: Metric, v: f64) -> String {
 
 /// Judges one series against one limit. Errors when the limit's unit does
 /// not fit the series' x axis.
-fn check_growth(f: &SeriesFit, limit: &GrowthLimit, rule: Rule) -> Result<Check, GateError> {
-    let axis_err = |per: &'static str| GateError::Axis {
+/// Whether a limit can judge a series on this x axis: per-run limits need
+/// runs, per-time limits need time; totals fit both. Checked before
+/// sampling starts for `run` and `attach`.
+pub fn check_axis(limit: &GrowthLimit, x: XAxis) -> Result<(), GateError> {
+    let per = match (limit.limit, x) {
+        (Limit::BytesPerRun(_) | Limit::FractionPerRun(_), XAxis::Seconds) => "run",
+        (Limit::BytesPerSecond(_) | Limit::FractionPerSecond(_), XAxis::Run) => "unit of time",
+        _ => return Ok(()),
+    };
+    Err(GateError::Axis {
         limit: limit.text.clone(),
         per,
-        mode: if f.x == XAxis::Run { "run" } else { "attach" },
-        x: if f.x == XAxis::Run { "run" } else { "hour" },
-        x_short: if f.x == XAxis::Run { "run" } else { "h" },
-    };
+        mode: if x == XAxis::Run { "run" } else { "attach" },
+        x: if x == XAxis::Run { "run" } else { "hour" },
+        x_short: if x == XAxis::Run { "run" } else { "h" },
+    })
+}
+
+fn check_growth(f: &SeriesFit, limit: &GrowthLimit, rule: Rule) -> Result<Check, GateError> {
+    check_axis(limit, f.x)?;
     let name = format!("{} {} ≤ {}", f.name, f.metric.name(), limit.text);
+    // A gate that cannot judge must not pass quietly: a broken command in CI
+    // would otherwise "pass" the leak gate.
     let (Some(slope), Some((lo, _))) = (f.slope, f.slope_ci95) else {
         return Ok(Check {
             name,
             series: f.name.clone(),
             metric: f.metric.name().into(),
             limit: limit.text.clone(),
-            passed: true,
+            passed: false,
             message: format!(
-                "{} {}: too few points for a slope ({}); not gated",
+                "{} {}: cannot be judged, {} point(s) ({} after warm-up) give no confidence \
+                 interval; run more (--repeat) or longer",
                 f.name,
                 f.metric.name(),
-                f.n
+                f.n,
+                f.n.saturating_sub(f.warmup)
             ),
         });
     };
@@ -268,21 +286,22 @@ fn check_growth(f: &SeriesFit, limit: &GrowthLimit, rule: Rule) -> Result<Check,
         Rule::Ci => lo,
         Rule::Slope => slope,
     };
-    // The level the relative limits refer to: the fitted line at the first
-    // fitted point.
-    let level = f.first.max(1.0);
+    // The level relative limits refer to: the mean of the fitted points,
+    // as for growth_pct_per_x (a warm-up point does not set it).
+    let level = f.mean_level.max(1.0);
     let (value, threshold, total) = match (limit.limit, f.x) {
         (Limit::BytesPerRun(b), XAxis::Run) => (tested, b, false),
         (Limit::BytesPerSecond(b), XAxis::Seconds) => (tested, b, false),
         (Limit::FractionPerRun(p), XAxis::Run) => (tested, p * level, false),
         (Limit::FractionPerSecond(p), XAxis::Seconds) => (tested, p * level, false),
-        (Limit::Total(p), _) => (tested * f.x_span, p * level, true),
-        (Limit::BytesPerRun(_) | Limit::FractionPerRun(_), XAxis::Seconds) => {
-            return Err(axis_err("run"));
+        // A total is of the starting level: the fitted line at the first
+        // fitted point (the mean sits mid-span for evenly spaced points).
+        (Limit::Total(p), _) => {
+            let start = (f.mean_level - slope * f.x_span / 2.0).max(1.0);
+            (tested * f.x_span, p * start, true)
         }
-        (Limit::BytesPerSecond(_) | Limit::FractionPerSecond(_), XAxis::Run) => {
-            return Err(axis_err("unit of time"));
-        }
+        // check_axis above rejected the mismatches.
+        _ => return Err(GateError::Growth(limit.text.clone())),
     };
     // Rate limits fail only on a leak: a plateau's early growth has stopped.
     let growing = total || f.verdict == Verdict::Leak;
@@ -335,28 +354,30 @@ pub fn evaluate(a: &Analysis, opts: &GateOptions) -> Result<Option<GateResult>, 
     let mut checks = Vec::new();
     for limit in &opts.max_growth {
         for target in &targets {
-            match a.fit_of(&target.series, target.metric) {
-                Some(f) => checks.push(check_growth(f, limit, opts.rule)?),
-                None => checks.push(Check {
-                    name: format!(
-                        "{} {} ≤ {}",
-                        target.series,
-                        target.metric.name(),
-                        limit.text
-                    ),
-                    series: target.series.clone(),
-                    metric: target.metric.name().into(),
-                    limit: limit.text.clone(),
-                    passed: false,
-                    message: format!(
-                        "no series {} {} to gate (is the name right? series: {})",
-                        target.series,
-                        target.metric.name(),
-                        series_names(a)
-                    ),
-                }),
-            }
+            let Some(f) = a.fit_of(&target.series, target.metric) else {
+                return Err(GateError::NoSeries {
+                    target: format!("{}:{}", target.series, target.metric.name()),
+                    available: series_names(a),
+                });
+            };
+            checks.push(check_growth(f, limit, opts.rule)?);
         }
+    }
+    // Memory of a command that never worked says nothing about the code
+    // under test: that is a failure, not a pass.
+    if !a.runs.is_empty() && a.runs.iter().all(|r| r.failed()) {
+        checks.push(Check {
+            name: "the command ran".into(),
+            series: "command".into(),
+            metric: "rss_bytes".into(),
+            limit: "exit 0".into(),
+            passed: false,
+            message: format!(
+                "all {} runs failed ({}); fix the command before gating its memory",
+                a.runs.len(),
+                a.runs[0].status
+            ),
+        });
     }
     if let Some(max_peak) = opts.max_peak_bytes {
         let peak = a.runs.iter().filter_map(|r| r.peak_rss_bytes).max();
@@ -411,8 +432,18 @@ pub fn evaluate(a: &Analysis, opts: &GateOptions) -> Result<Option<GateResult>, 
     Ok(Some(GateResult::from_checks(opts.rule, checks)))
 }
 
+/// `survivors:{rss_bytes,pss_bytes,…}, command:{rss_bytes}`.
 fn series_names(a: &Analysis) -> String {
-    let mut names: Vec<&str> = a.headlines().map(|f| f.name.as_str()).collect();
-    names.dedup();
-    names.join(", ")
+    let mut scopes: Vec<(&str, Vec<&str>)> = Vec::new();
+    for f in &a.fits {
+        match scopes.iter_mut().find(|(s, _)| *s == f.name) {
+            Some((_, metrics)) => metrics.push(f.metric.name()),
+            None => scopes.push((&f.name, vec![f.metric.name()])),
+        }
+    }
+    scopes
+        .iter()
+        .map(|(s, m)| format!("{s}:{{{}}}", m.join(",")))
+        .collect::<Vec<_>>()
+        .join(" ")
 }

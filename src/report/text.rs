@@ -173,7 +173,7 @@ pub fn render(a: &Analysis) -> String {
 pub fn projection_line(p: &Projection) -> String {
     let unit = |x: f64| match p.x {
         XAxis::Run => format!("{x:.0} runs"),
-        XAxis::Seconds => format!("{:.1} h", x / 3600.0),
+        XAxis::Seconds => human_seconds(x),
     };
     let mut parts = Vec::new();
     if let Some(limit) = p.limit_bytes {
@@ -278,16 +278,16 @@ pub fn finding_line(f: &Finding) -> String {
 
 /// `recycle workers of target after 5 runs to stay under 30 MiB (20 restarts per 100 runs)`.
 pub fn recycle_line(r: &RecycleAdvice) -> String {
-    let (after, unit) = match r.x {
-        XAxis::Run => (format!("{:.0}", r.recycle_after_x), "runs (tasks)"),
-        XAxis::Seconds => (format!("{:.1}", r.recycle_after_x / 3600.0), "h"),
+    let after = match r.x {
+        XAxis::Run => format!("{:.0} runs (tasks)", r.recycle_after_x),
+        XAxis::Seconds => human_seconds(r.recycle_after_x),
     };
     let cost = match r.x {
         XAxis::Run => format!("{:.1} restarts per 100 runs", r.restarts_per_100_x),
         XAxis::Seconds => format!("{:.1} restarts per hour", r.restarts_per_100_x * 36.0),
     };
     format!(
-        "recycle workers of {} after {after} {unit} to stay under {} RSS (max-tasks-per-child / maximum_uses / max_requests); cost: {cost}",
+        "recycle workers of {} after {after} to stay under {} RSS (max-tasks-per-child / maximum_uses / max_requests); cost: {cost}",
         r.scope,
         format_bytes(r.budget_bytes as f64)
     )
@@ -303,4 +303,15 @@ pub fn tree_line(t: &TreeTotal) -> String {
         format_bytes(t.rss_sum_bytes as f64),
         format_bytes(t.double_counted_bytes as f64)
     )
+}
+
+/// Seconds for people: `45s`, `12m30s`, `3h05m`, `4.2 days`.
+fn human_seconds(secs: f64) -> String {
+    if secs >= 2.0 * 86400.0 {
+        format!("{:.1} days", secs / 86400.0)
+    } else {
+        std::time::Duration::try_from_secs_f64(secs.max(0.0))
+            .map(crate::units::format_duration)
+            .unwrap_or_else(|_| format!("{secs:.0}s"))
+    }
 }

@@ -65,6 +65,9 @@ pub fn attach(
     let started = Instant::now();
     let mut last_progress = Instant::now();
     let mut denied_noted = false;
+    // The newest mapping snapshot, written only if the target exits before
+    // the final one can be taken (so attribution still has an end point).
+    let mut latest_maps: Vec<Row> = Vec::new();
 
     loop {
         let done = opts.duration.is_some_and(|d| started.elapsed() >= d) || interrupt.is_set();
@@ -84,6 +87,7 @@ pub fn attach(
                     "target {} exited and its pid was reused by '{}'; sampling stopped",
                     opts.pid, s.comm
                 ));
+                writer.write_batch(&latest_maps)?;
                 break;
             }
             _ => {
@@ -101,15 +105,24 @@ pub fn attach(
                     target.comm,
                     format_duration(started.elapsed())
                 ));
+                writer.write_batch(&latest_maps)?;
                 break;
             }
         }
 
         // The last sample is always deep, so PSS/USS have an end point.
         let deep = budget.allows() || done;
-        let tree = root.tree(opts.pid);
+        let tree = root.tree_without(opts.pid, Some(std::process::id()));
         let t0 = Instant::now();
         let (mut rows, _gone, denied) = sample_scope(&root, &ctx, SCOPE, &tree, deep);
+        // Mappings at the first and the last sample, for attribution; in
+        // between, a snapshot with each deep sample, held back in case the
+        // target exits (smaps costs the same walk: it counts in the budget).
+        if ctx.sample == 0 || done {
+            rows.extend(mapping_rows(&root, &ctx, SCOPE, &tree));
+        } else if deep {
+            latest_maps = mapping_rows(&root, &ctx, SCOPE, &tree);
+        }
         if deep {
             budget.record(t0.elapsed());
         }
@@ -121,10 +134,6 @@ pub fn attach(
             ));
         }
         rows.extend(tree_events(&ctx, &rows, &mut known));
-        // Mappings at the first and the last sample, for attribution.
-        if ctx.sample == 0 || done {
-            rows.extend(mapping_rows(&root, &ctx, SCOPE, &tree));
-        }
         let rss: u64 = rows
             .iter()
             .filter(|r| r.is_process_sample())
@@ -166,6 +175,7 @@ fn tree_events(
     let first = known.is_empty();
     let now: BTreeMap<(u32, u64), String> = rows
         .iter()
+        .filter(|r| r.is_process_sample())
         .map(|r| ((r.pid, r.start_time), r.comm.clone()))
         .collect();
     let mut events = Vec::new();

@@ -225,15 +225,26 @@ pub fn mapping_rows(root: &ProcRoot, ctx: &Context, scope: &str, pids: &[u32]) -
     rows
 }
 
+/// The fix for the usual reasons a command does not start.
+fn spawn_hint(e: &std::io::Error) -> &'static str {
+    match e.raw_os_error() {
+        Some(libc::ENOEXEC) => {
+            "; a script needs a '#!' first line, or run it through its interpreter (-- sh script.sh)"
+        }
+        Some(libc::EACCES) => "; check that it is executable (chmod +x)",
+        _ => "",
+    }
+}
+
 /// Errors that end sampling early. Samples taken before stay on disk.
 #[derive(Debug, thiserror::Error)]
 pub enum SampleError {
     #[error(transparent)]
     Store(#[from] crate::series::store::StoreError),
-    #[error("cannot start '{program}': {source}")]
+    #[error("cannot start '{program}': {}{}", .error, spawn_hint(.error))]
     Spawn {
         program: String,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error(
         "cannot become a child subreaper ({0}); daemons the command detaches would escape \

@@ -213,12 +213,19 @@ impl ProcRoot {
     /// `pid` and all its descendants, parents before children. Processes that
     /// vanish during the walk are skipped.
     pub fn tree(&self, pid: u32) -> Vec<u32> {
+        self.tree_without(pid, None)
+    }
+
+    /// As `tree`, leaving out `skip` and its descendants: leakwatch itself
+    /// when the watched or attached process is one of its ancestors (a shell
+    /// that started it), so leakwatch and its survivors are not counted twice.
+    pub fn tree_without(&self, pid: u32, skip: Option<u32>) -> Vec<u32> {
         let mut out = vec![pid];
         let mut i = 0;
         while i < out.len() {
             if let Ok(children) = self.children(out[i]) {
                 for child in children {
-                    if !out.contains(&child) {
+                    if Some(child) != skip && !out.contains(&child) {
                         out.push(child);
                     }
                 }

@@ -120,6 +120,12 @@ fn scope_rss(rows: &[Row]) -> String {
         .collect()
 }
 
+/// A watched process and its descendants, without leakwatch and its own
+/// descendants (already the survivors) should it be one of them.
+fn watched_tree(root: &ProcRoot, pid: u32) -> Vec<u32> {
+    root.tree_without(pid, Some(std::process::id()))
+}
+
 /// Leakwatch's own descendants: what the runs left behind.
 fn survivors(root: &ProcRoot, me: u32) -> Vec<u32> {
     root.tree(me).into_iter().filter(|&p| p != me).collect()
@@ -157,9 +163,9 @@ fn run_loop(
             .args(&opts.args)
             .stdin(Stdio::null())
             .spawn()
-            .map_err(|source| SampleError::Spawn {
+            .map_err(|error| SampleError::Spawn {
                 program: opts.program.display().to_string(),
-                source,
+                error,
             })?;
         let pid = child.id();
         // `child` is never waited on through std: reap_all() collects its
@@ -174,7 +180,8 @@ fn run_loop(
             None,
         )])?;
 
-        let reaped = poll_command(pid, run, opts.interval, writer, interrupt, root, clock)?;
+        let (reaped, polled_hwm) =
+            poll_command(pid, run, opts.interval, writer, interrupt, root, clock)?;
         let ran_for = started.elapsed();
         let ctx = clock.context(Some(run));
         let Some(reaped) = reaped else {
@@ -183,7 +190,7 @@ fn run_loop(
                 "command",
                 pid,
                 &name,
-                "run_end unknown",
+                "run_end interrupted",
                 None,
             )])?;
             outcome.interrupted = true;
@@ -198,17 +205,24 @@ fn run_loop(
             &format!("run_end {}", exit.describe()),
             Some(exit.code()),
         );
-        // The kernel's own peak for the command (ru_maxrss) as one more
-        // command sample: a short command can exit between two polls.
-        let peak = Row {
+        // The command's peak as one more command sample: a short command can
+        // exit between two polls. The kernel's ru_maxrss also counts the mm
+        // the child had before exec — leakwatch's own, since spawn uses
+        // vfork — so it is only believed above leakwatch's own peak; below
+        // that, the last polled VmHWM is the best we have.
+        let own_hwm = root.status(me).ok().and_then(|s| s.hwm_bytes).unwrap_or(0);
+        let kernel_peak = Some(reaped.max_rss_bytes).filter(|&p| p > own_hwm);
+        let peak_bytes = kernel_peak.unwrap_or(0).max(polled_hwm);
+        let peak = (peak_bytes > 0).then(|| Row {
             tier: crate::series::store::Tier::Cheap,
             event: Some("peak".into()),
             exit_code: None,
-            rss_bytes: Some(reaped.max_rss_bytes),
-            hwm_bytes: Some(reaped.max_rss_bytes),
+            rss_bytes: Some(peak_bytes),
+            hwm_bytes: Some(peak_bytes),
             ..end.clone()
-        };
-        writer.write_batch(&[end, peak])?;
+        });
+        writer.write_batch(&[end])?;
+        writer.write_batch(peak.as_slice())?;
 
         // Let the daemon finish what the command asked of it.
         let settled = interrupt.sleep(opts.settle);
@@ -248,7 +262,7 @@ fn watched_mappings(root: &ProcRoot, ctx: &super::Context, watched: &[Watched]) 
     watched
         .iter()
         .filter(|w| w.alive)
-        .flat_map(|w| mapping_rows(root, ctx, &w.scope(), &root.tree(w.pid)))
+        .flat_map(|w| mapping_rows(root, ctx, &w.scope(), &watched_tree(root, w.pid)))
         .collect()
 }
 
@@ -264,22 +278,36 @@ fn poll_command(
     interrupt: &Interrupt,
     root: &ProcRoot,
     clock: &mut Clock,
-) -> Result<Option<Reaped>, SampleError> {
+) -> Result<(Option<Reaped>, u64), SampleError> {
     const EXIT_CHECK: Duration = Duration::from_millis(2);
+    // Most commands that talk to a daemon exit within milliseconds: poll at
+    // every exit check for the first 200 ms so their VmHWM is read shortly
+    // before they exit, then at the user's interval.
+    const FAST_START: Duration = Duration::from_millis(200);
+    let started = Instant::now();
     let mut next_sample = Instant::now();
+    // The command's own VmHWM as last polled: its peak up to that poll.
+    let mut polled_hwm = 0;
     loop {
         if let Some(reaped) = reaper::reap_all().get(&pid) {
-            return Ok(Some(*reaped));
+            return Ok((Some(*reaped), polled_hwm));
         }
         if Instant::now() >= next_sample {
             let ctx = clock.context(Some(run));
             let (rows, _, _) = sample_scope(root, &ctx, "command", &root.tree(pid), false);
+            if let Some(hwm) = rows.iter().find(|r| r.pid == pid).and_then(|r| r.hwm_bytes) {
+                polled_hwm = polled_hwm.max(hwm);
+            }
             writer.write_batch(&rows)?;
-            next_sample += interval;
+            next_sample = if started.elapsed() < FAST_START {
+                Instant::now() + EXIT_CHECK
+            } else {
+                next_sample.max(started + FAST_START) + interval
+            };
         }
         if !interrupt.sleep(EXIT_CHECK.min(interval)) {
             reaper::stop(&[pid], STOP_GRACE, |p| root.alive(p));
-            return Ok(None);
+            return Ok((None, polled_hwm));
         }
     }
 }
@@ -317,7 +345,7 @@ fn sample_watched(
             ));
             continue;
         }
-        let (r, _, denied) = sample_scope(root, ctx, &scope, &root.tree(w.pid), true);
+        let (r, _, denied) = sample_scope(root, ctx, &scope, &watched_tree(root, w.pid), true);
         note_denied(&denied, denied_noted, outcome);
         rows.extend(r);
     }

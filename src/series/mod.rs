@@ -247,15 +247,17 @@ pub struct RunRecord {
     pub run: u32,
     pub pid: u32,
     pub exit_code: Option<i32>,
-    /// `exit:N`, `signal:N`, or `unknown` when leakwatch was stopped mid-run.
+    /// `exit:N`, `signal:N`, or `interrupted` when leakwatch was stopped mid-run.
     pub status: String,
     pub duration_s: Option<f64>,
     pub peak_rss_bytes: Option<u64>,
 }
 
 impl RunRecord {
+    /// Exited non-zero or was killed; a run cut short by Ctrl-C is not
+    /// counted as failed.
     pub fn failed(&self) -> bool {
-        self.exit_code != Some(0)
+        self.exit_code != Some(0) && self.status != "interrupted"
     }
 }
 

@@ -90,8 +90,8 @@ pub enum StoreError {
     #[error("cannot read {path}: {source}")]
     Read { path: PathBuf, source: io::Error },
     #[error(
-        "{path} line {line} is corrupt ({what}); the rows before it are used — \
-         remove or fix that line to use the rest"
+        "{path} line {line} is corrupt ({what}); fix or delete that line and run \
+         `leakwatch report` again (only a torn last line is skipped by itself)"
     )]
     Corrupt {
         path: PathBuf,
@@ -100,6 +100,13 @@ pub enum StoreError {
     },
     #[error("{path} holds no samples; was leakwatch stopped before its first sample?")]
     Empty { path: PathBuf },
+    #[error(
+        "{path} is not a leakwatch samples.csv (its header lacks {missing}); give the samples.csv of a leakwatch output directory"
+    )]
+    NotSamples {
+        path: PathBuf,
+        missing: &'static str,
+    },
 }
 
 /// Appends rows to `samples.csv`, flushing after each batch so a killed
@@ -158,6 +165,18 @@ pub fn read_samples(path: &Path) -> Result<Vec<Row>, StoreError> {
         source,
     })?;
     let mut reader = csv::Reader::from_reader(file);
+    if let Ok(headers) = reader.headers().cloned()
+        && !headers.is_empty()
+    {
+        for required in ["sample", "scope", "pid", "tier"] {
+            if !headers.iter().any(|h| h == required) {
+                return Err(StoreError::NotSamples {
+                    path: path.to_path_buf(),
+                    missing: required,
+                });
+            }
+        }
+    }
     let mut rows = Vec::new();
     let mut pending: Option<StoreError> = None;
     for result in reader.deserialize::<Row>() {
