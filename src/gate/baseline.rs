@@ -3,8 +3,9 @@
 //! A regression is significant when the current slope's 95% CI lies wholly
 //! above the baseline's CI widened by the tolerance and by the practical
 //! threshold (64 KiB per run or per hour): two noisy runs of the same code
-//! overlap and pass. Peaks (a measurement, not an estimate) regress when
-//! they exceed the baseline's by more than the tolerance.
+//! overlap and pass. Peaks regress when they exceed the baseline's by more
+//! than the tolerance; they are compared only for runs of at least 0.5 s
+//! (a shorter command is over before polls see its peak reliably).
 
 use super::{Check, GateOn, GateResult, Rule};
 use crate::fit::MIN_SLOPE_BYTES;
@@ -97,7 +98,29 @@ pub fn compare(
         });
     }
     let peak = |s: &Summary| s.run_table.iter().filter_map(|r| r.peak_rss_bytes).max();
-    if let (Some(cur), Some(base)) = (peak(current), peak(baseline)) {
+    // A run shorter than this is over before polling can see its peak
+    // reliably; comparing such peaks would make the gate flaky.
+    const MIN_RUN_S: f64 = 0.5;
+    let median_duration = |s: &Summary| {
+        let mut d: Vec<f64> = s.run_table.iter().filter_map(|r| r.duration_s).collect();
+        d.sort_by(f64::total_cmp);
+        d.get(d.len() / 2).copied().unwrap_or(0.0)
+    };
+    let short = median_duration(current).min(median_duration(baseline));
+    if !current.run_table.is_empty() && short < MIN_RUN_S {
+        checks.push(Check {
+            name: "peak RSS vs baseline".into(),
+            series: "command".into(),
+            metric: "rss_bytes".into(),
+            limit: "not compared".into(),
+            passed: true,
+            message: format!(
+                "peak RSS not compared: runs last {:.0} ms (median), too short for a reliable \
+                 peak; gate it with --max-peak on the run if it matters",
+                short * 1000.0
+            ),
+        });
+    } else if let (Some(cur), Some(base)) = (peak(current), peak(baseline)) {
         let allowed = base as f64 * (1.0 + tolerance);
         checks.push(Check {
             name: "peak RSS vs baseline".into(),
