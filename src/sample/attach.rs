@@ -65,6 +65,7 @@ pub fn attach(
     let started = Instant::now();
     let mut last_progress = Instant::now();
     let mut denied_noted = false;
+    let mut unreadable_noted = std::collections::BTreeSet::new();
     // The newest mapping snapshot, written only if the target exits before
     // the final one can be taken (so attribution still has an end point).
     let mut latest_maps: Vec<Row> = Vec::new();
@@ -114,7 +115,14 @@ pub fn attach(
         let deep = budget.allows() || done;
         let tree = root.tree_without(opts.pid, Some(std::process::id()));
         let t0 = Instant::now();
-        let (mut rows, _gone, denied) = sample_scope(&root, &ctx, SCOPE, &tree, deep);
+        let (mut rows, unreadable, denied) = sample_scope(&root, &ctx, SCOPE, &tree, deep);
+        for (pid, why) in unreadable {
+            if unreadable_noted.insert(pid) {
+                outcome.notes.push(format!(
+                    "process {pid} left out of the target's series: {why}"
+                ));
+            }
+        }
         // Mappings at the first and the last sample, for attribution; in
         // between, a snapshot with each deep sample, held back in case the
         // target exits (smaps costs the same walk: it counts in the budget).

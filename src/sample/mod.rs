@@ -161,18 +161,20 @@ pub fn event_row(
 }
 
 /// Samples each pid for `scope`. Processes that exited since the tree was
-/// walked are skipped and returned; zombies and kernel threads (no memory)
-/// are skipped silently. Returns rows, the pids that were gone, and the
-/// pids whose deep read was refused.
+/// walked are skipped (an event, not an error); zombies and kernel threads
+/// (no memory) are skipped silently. Returns the rows, the processes that
+/// could not be read for another reason (pid, why: the caller notes them,
+/// since they are missing from the sums), and the pids whose deep read was
+/// refused.
 pub fn sample_scope(
     root: &ProcRoot,
     ctx: &Context,
     scope: &str,
     pids: &[u32],
     deep: bool,
-) -> (Vec<Row>, Vec<u32>, Vec<u32>) {
+) -> (Vec<Row>, Vec<(u32, String)>, Vec<u32>) {
     let mut rows = Vec::with_capacity(pids.len());
-    let mut gone = Vec::new();
+    let mut unreadable = Vec::new();
     let mut denied = Vec::new();
     for &pid in pids {
         match read_process(root, pid, deep) {
@@ -183,10 +185,11 @@ pub fn sample_scope(
                 }
                 rows.push(to_row(ctx, scope, &s));
             }
-            Err(_) => gone.push(pid),
+            Err(e) if e.is_gone() => {}
+            Err(e) => unreadable.push((pid, e.to_string())),
         }
     }
-    (rows, gone, denied)
+    (rows, unreadable, denied)
 }
 
 /// Mapping rows (`smaps`, summed by mapping name) for each pid of a scope.

@@ -229,9 +229,10 @@ fn run_loop(
         reaper::reap_all();
 
         let ctx = clock.context(Some(run));
-        let (mut rows, _gone, denied) =
+        let (mut rows, unreadable, denied) =
             sample_scope(root, &ctx, "survivors", &survivors(root, me), true);
         note_denied(&denied, denied_noted, outcome);
+        note_unreadable(&unreadable, denied_noted, outcome);
         rows.extend(sample_watched(root, &ctx, watched, outcome, denied_noted));
         if run == 1 {
             rows.extend(mapping_rows(root, &ctx, "survivors", &survivors(root, me)));
@@ -345,11 +346,25 @@ fn sample_watched(
             ));
             continue;
         }
-        let (r, _, denied) = sample_scope(root, ctx, &scope, &watched_tree(root, w.pid), true);
+        let (r, unreadable, denied) =
+            sample_scope(root, ctx, &scope, &watched_tree(root, w.pid), true);
         note_denied(&denied, denied_noted, outcome);
+        note_unreadable(&unreadable, denied_noted, outcome);
         rows.extend(r);
     }
     rows
+}
+
+/// Records once per process that it could not be read at all (it is then
+/// missing from its scope's sums).
+fn note_unreadable(unreadable: &[(u32, String)], noted: &mut BTreeSet<u32>, outcome: &mut Outcome) {
+    for (pid, why) in unreadable {
+        if noted.insert(*pid) {
+            outcome
+                .notes
+                .push(format!("process {pid} left out of its series: {why}"));
+        }
+    }
 }
 
 /// Records once per process that its PSS/USS could not be read.
