@@ -303,6 +303,33 @@ pub fn primary_metric(fits: &[SeriesFit], scope: &str) -> Metric {
 /// Metrics judged beside the primary one for the overall verdict.
 const ALSO_JUDGED: [Metric; 3] = [Metric::ShmemBytes, Metric::Fds, Metric::Threads];
 
+/// Notes for processes left behind that exited on their own (a daemon that
+/// crashed mid-way): the first five, then a count.
+fn survivor_exits(rows: &[Row]) -> Vec<String> {
+    const SHOWN: usize = 5;
+    let exits: Vec<String> = rows
+        .iter()
+        .filter_map(|r| {
+            let how = r.event.as_deref()?.strip_prefix("exited ")?;
+            (r.scope == "survivors").then(|| {
+                format!(
+                    "survivor {} exited ({how}) during run {}",
+                    r.pid,
+                    r.run.unwrap_or(0)
+                )
+            })
+        })
+        .collect();
+    let more = exits.len().saturating_sub(SHOWN);
+    let mut notes: Vec<String> = exits.into_iter().take(SHOWN).collect();
+    if more > 0 {
+        notes.push(format!(
+            "… and {more} more processes left behind exited on their own"
+        ));
+    }
+    notes
+}
+
 pub fn analyse(rows: &[Row], opts: &FitOptions) -> Analysis {
     let series = series::build(rows);
     let fits: Vec<SeriesFit> = series.iter().map(|s| fit(s, opts)).collect();
@@ -403,6 +430,9 @@ pub fn analyse(rows: &[Row], opts: &FitOptions) -> Analysis {
         recycle,
         gate: None,
         interrupted: session("interrupted").next().is_some(),
-        notes: session("note").map(|r| r.comm.clone()).collect(),
+        notes: session("note")
+            .map(|r| r.comm.clone())
+            .chain(survivor_exits(rows))
+            .collect(),
     }
 }

@@ -74,11 +74,15 @@ pub fn run(
     );
 
     // Mappings at the end, for attribution: what grew since the first run.
-    if let Some(last) = result.as_ref().ok().and_then(|r| *r) {
+    // (A write error is returned after the survivors are stopped.)
+    let mut result = result;
+    if let Ok(Some(last)) = result {
         let ctx = clock.context(Some(last));
         let mut rows = mapping_rows(&root, &ctx, "survivors", &survivors(&root, me));
         rows.extend(watched_mappings(&root, &ctx, &watched));
-        writer.write_batch(&rows)?;
+        if let Err(e) = writer.write_batch(&rows) {
+            result = Err(e.into());
+        }
     }
 
     // Whatever happened, do not leave the command's daemons behind.
@@ -226,7 +230,7 @@ fn run_loop(
 
         // Let the daemon finish what the command asked of it.
         let settled = interrupt.sleep(opts.settle);
-        reaper::reap_all();
+        record_exits(&reaper::reap_all(), run, writer, clock)?;
 
         let ctx = clock.context(Some(run));
         let (mut rows, unreadable, denied) =
@@ -290,8 +294,11 @@ fn poll_command(
     // The command's own VmHWM as last polled: its peak up to that poll.
     let mut polled_hwm = 0;
     loop {
-        if let Some(reaped) = reaper::reap_all().get(&pid) {
-            return Ok((Some(*reaped), polled_hwm));
+        let mut reaped = reaper::reap_all();
+        let ours = reaped.remove(&pid);
+        record_exits(&reaped, run, writer, clock)?;
+        if let Some(ours) = ours {
+            return Ok((Some(ours), polled_hwm));
         }
         if Instant::now() >= next_sample {
             let ctx = clock.context(Some(run));
@@ -311,6 +318,35 @@ fn poll_command(
             return Ok((None, polled_hwm));
         }
     }
+}
+
+/// Event rows for reaped processes other than the command: a daemon that
+/// crashed or exited between runs is part of the story, not noise.
+fn record_exits(
+    reaped: &std::collections::HashMap<u32, Reaped>,
+    run: u32,
+    writer: &mut SampleWriter,
+    clock: &mut Clock,
+) -> Result<(), SampleError> {
+    if reaped.is_empty() {
+        return Ok(());
+    }
+    let ctx = clock.context(Some(run));
+    let rows: Vec<Row> = reaped
+        .iter()
+        .map(|(&pid, r)| {
+            event_row(
+                &ctx,
+                "survivors",
+                pid,
+                "",
+                &format!("exited {}", r.exit.describe()),
+                Some(r.exit.code()),
+            )
+        })
+        .collect();
+    writer.write_batch(&rows)?;
+    Ok(())
 }
 
 /// Deep-samples each live watched process with its descendants. A watched
