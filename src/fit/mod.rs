@@ -383,14 +383,6 @@ pub fn analyse(rows: &[Row], opts: &FitOptions) -> Analysis {
         .filter(|f| f.name != "command")
         .map(|f| attribution::attribute(f, &fits, rows))
         .collect();
-    let projection = headline.first().and_then(|&i| fits.get(i)).and_then(|f| {
-        let rss = fits
-            .iter()
-            .find(|r| r.name == f.name && r.metric == Metric::RssBytes)
-            .unwrap_or(f);
-        project(rss, f.verdict, opts)
-    });
-
     let scope_names = series::scopes(rows);
     let (findings, trees, recycle) = findings::analyse(
         rows,
@@ -398,6 +390,29 @@ pub fn analyse(rows: &[Row], opts: &FitOptions) -> Analysis {
         series::x_axis_of(rows),
         opts.budget_bytes,
     );
+    // Workers that leak while they live make the tree leak, even when
+    // recycling keeps the tree's total flat.
+    let verdict = if findings
+        .iter()
+        .any(|f| matches!(f, findings::Finding::Leak { .. }))
+    {
+        Verdict::Leak
+    } else {
+        verdict
+    };
+
+    // Recycle advice for a pool's workers supersedes the whole tree's.
+    let project_opts = FitOptions {
+        budget_bytes: opts.budget_bytes.filter(|_| recycle.is_empty()),
+        ..*opts
+    };
+    let projection = headline.first().and_then(|&i| fits.get(i)).and_then(|f| {
+        let rss = fits
+            .iter()
+            .find(|r| r.name == f.name && r.metric == Metric::RssBytes)
+            .unwrap_or(f);
+        project(rss, f.verdict, &project_opts)
+    });
 
     // Session rows (notes) carry no time; the span is that of the samples.
     let timed = || {
