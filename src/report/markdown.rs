@@ -444,7 +444,10 @@ fn process_tree(a: &Analysis, doc: &mut Vec<Block>) {
         }));
     }
     for r in &a.recycle {
-        doc.push(para(vec![strong("Recycle: "), text(text::recycle_line(r))]));
+        doc.push(para(vec![
+            strong("Recycle:"),
+            text(format!(" {}", text::recycle_line(r))),
+        ]));
     }
     for t in &a.trees {
         doc.push(para(vec![text(format!("Tree {}.", text::tree_line(t)))]));
