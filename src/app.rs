@@ -104,13 +104,8 @@ fn sample_then_report(
 
     let rows = store::read_samples(&samples)?;
     let mut analysis = fit::analyse(&rows, fit_options);
-    let exit = match &result {
-        Ok(_) => finish(&mut analysis, &rows, output, gate)?,
-        Err(_) => {
-            finish(&mut analysis, &rows, output, gate)?;
-            Exit::Error
-        }
-    };
+    // Reports first, whatever happened; then the sampling error, if any.
+    let exit = finish(&mut analysis, &rows, output, gate)?;
     match result {
         Err(e) => Err(anyhow::Error::new(e).context(format!(
             "sampling stopped early; the {} rows taken are in {}",

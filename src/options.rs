@@ -66,23 +66,17 @@ pub struct GateSetup {
 /// The gate, with its limits checked against the x axis of the mode when
 /// the mode is known (`run`: per run; `attach`: per time).
 fn gate_setup(args: &GateArgs, x: Option<XAxis>) -> Result<GateSetup, OptionsError> {
-    let setup = gate_setup_any(args)?;
-    if let Some(x) = x {
-        for limit in &setup.gate.max_growth {
-            gate::check_axis(limit, x)?;
+    let mut max_growth = Vec::new();
+    for text in &args.max_growth {
+        let limit = gate::parse_max_growth(text)?;
+        if let Some(x) = x {
+            gate::check_axis(&limit, x)?;
         }
+        max_growth.push(limit);
     }
-    Ok(setup)
-}
-
-fn gate_setup_any(args: &GateArgs) -> Result<GateSetup, OptionsError> {
     Ok(GateSetup {
         gate: GateOptions {
-            max_growth: args
-                .max_growth
-                .iter()
-                .map(|g| gate::parse_max_growth(g))
-                .collect::<Result<_, _>>()?,
+            max_growth,
             gate_on: gate_on(&args.gate_on)?,
             max_peak_bytes: size("max-peak", args.max_peak.as_deref())?,
             rule: gate::parse_rule(&args.gate_rule)?,

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{SeriesFit, stats};
 use crate::series::store::{Row, Tier};
-use crate::series::{Metric, XAxis};
+use crate::series::{self, Metric};
 use crate::units::format_signed_bytes;
 
 /// Kinds a scope's growth can be split into (they add up to RSS).
@@ -107,40 +107,17 @@ pub fn attribute(main: &SeriesFit, fits: &[SeriesFit], rows: &[Row]) -> Attribut
     }
 }
 
-type ProcessPoints = (String, BTreeMap<i64, (f64, f64)>);
-
-/// Per-process series within the scope: one point per run (the last sample
-/// of the run) or per sample, keyed by pid and start time.
+/// Per-process series within the scope (the scope's metric, or RSS where a
+/// sample lacks it), fastest growing first.
 fn processes(main: &SeriesFit, rows: &[Row]) -> Vec<ProcessGrowth> {
-    let mut by_process: BTreeMap<(u32, u64), ProcessPoints> = BTreeMap::new();
-    for row in rows
+    let mut out: Vec<ProcessGrowth> = series::processes(rows, &main.name)
         .iter()
-        .filter(|r| r.scope == main.name && r.is_process_sample())
-    {
-        let Some(y) = main.metric.value(row).or(row.rss_bytes) else {
-            continue;
-        };
-        let (x, key) = match (main.x, row.run) {
-            (XAxis::Run, Some(run)) => (f64::from(run), i64::from(run)),
-            _ => (row.t_seconds, row.sample as i64),
-        };
-        let entry = by_process
-            .entry((row.pid, row.start_time))
-            .or_insert_with(|| (row.comm.clone(), BTreeMap::new()));
-        let point = entry.1.entry(key).or_insert((x, y as f64));
-        if main.name == "command" {
-            point.1 = point.1.max(y as f64);
-        } else {
-            point.1 = y as f64;
-        }
-    }
-    let mut out: Vec<ProcessGrowth> = by_process
-        .into_iter()
-        .map(|((pid, _), (comm, points))| {
-            let (xs, ys): (Vec<f64>, Vec<f64>) = points.into_values().unzip();
+        .map(|life| {
+            let points = life.points(&main.name, main.x, |r| main.metric.value(r).or(r.rss_bytes));
+            let (xs, ys): (Vec<f64>, Vec<f64>) = points.into_iter().unzip();
             ProcessGrowth {
-                pid,
-                comm,
+                pid: life.pid,
+                comm: life.comm.clone(),
                 n: ys.len(),
                 first_bytes: ys.first().copied().unwrap_or(0.0),
                 last_bytes: ys.last().copied().unwrap_or(0.0),

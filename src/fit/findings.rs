@@ -10,13 +10,13 @@
 //! RSS. `gc.freeze()` before fork moves the inherited objects out of the
 //! collector's reach and prevents most of it.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
 use super::{MIN_SLOPE_BYTES, stats};
-use crate::series::XAxis;
 use crate::series::store::{Row, Tier};
+use crate::series::{self, ProcessLife, XAxis, row_x};
 
 /// Unsharing smaller than this (or than 2% of the process's RSS) is noise.
 const MIN_UNSHARED_BYTES: u64 = 1 << 20;
@@ -89,53 +89,7 @@ pub struct RecycleAdvice {
     pub restarts_per_100_x: f64,
 }
 
-/// One process's samples in a scope, in sample order.
-struct Life<'a> {
-    pid: u32,
-    ppid: u32,
-    comm: String,
-    rows: Vec<&'a Row>,
-}
-
-fn x_of(row: &Row, x: XAxis) -> f64 {
-    match (x, row.run) {
-        (XAxis::Run, Some(run)) => f64::from(run),
-        _ => row.t_seconds,
-    }
-}
-
-fn lives<'a>(rows: &'a [Row], scope: &str) -> Vec<Life<'a>> {
-    let mut by: BTreeMap<(u32, u64), Life<'a>> = BTreeMap::new();
-    for row in rows
-        .iter()
-        .filter(|r| r.scope == scope && r.is_process_sample())
-    {
-        by.entry((row.pid, row.start_time))
-            .or_insert_with(|| Life {
-                pid: row.pid,
-                ppid: row.ppid,
-                comm: row.comm.clone(),
-                rows: Vec::new(),
-            })
-            .rows
-            .push(row);
-    }
-    by.into_values().collect()
-}
-
-/// The last row per x (a run's settled sample; in time, every sample).
-fn points(life: &Life, x: XAxis, value: impl Fn(&Row) -> Option<u64>) -> Vec<(f64, f64)> {
-    let mut by_x: BTreeMap<i64, (f64, f64)> = BTreeMap::new();
-    for row in &life.rows {
-        if let Some(v) = value(row) {
-            let xv = x_of(row, x);
-            by_x.insert((xv * 1000.0) as i64, (xv, v as f64));
-        }
-    }
-    by_x.into_values().collect()
-}
-
-fn cow(scope: &str, life: &Life) -> Option<Finding> {
+fn cow(scope: &str, life: &ProcessLife) -> Option<Finding> {
     let deep: Vec<&&Row> = life.rows.iter().filter(|r| r.tier == Tier::Deep).collect();
     let (first, last) = (deep.first()?, deep.last()?);
     let diff =
@@ -207,24 +161,24 @@ pub fn analyse(
     let last_x_overall = rows
         .iter()
         .filter(|r| r.is_process_sample())
-        .map(|r| x_of(r, x))
+        .map(|r| row_x(r, x))
         .fold(f64::MIN, f64::max);
     for scope in scopes.iter().filter(|s| s.as_str() != "command") {
-        let lives = lives(rows, scope);
+        let lives = series::processes(rows, scope);
         let pids: BTreeSet<u32> = lives.iter().map(|l| l.pid).collect();
         // Workers: processes whose parent is in the same tree.
-        let workers: Vec<&Life> = lives.iter().filter(|l| pids.contains(&l.ppid)).collect();
+        let workers: Vec<&ProcessLife> = lives.iter().filter(|l| pids.contains(&l.ppid)).collect();
 
         findings.extend(workers.iter().filter_map(|l| cow(scope, l)));
 
         for w in &workers {
-            let last = w.rows.last().map(|r| x_of(r, x)).unwrap_or(0.0);
+            let last = w.rows.last().map(|r| row_x(r, x)).unwrap_or(0.0);
             if last < last_x_overall {
                 findings.push(Finding::Recycled {
                     scope: scope.clone(),
                     pid: w.pid,
                     comm: w.comm.clone(),
-                    first_x: w.rows.first().map(|r| x_of(r, x)).unwrap_or(0.0),
+                    first_x: w.rows.first().map(|r| row_x(r, x)).unwrap_or(0.0),
                     last_x: last,
                     last_rss_bytes: w.rows.last().and_then(|r| r.rss_bytes).unwrap_or(0),
                     x,
@@ -234,7 +188,7 @@ pub fn analyse(
 
         let series: Vec<Vec<(f64, f64)>> = workers
             .iter()
-            .map(|w| points(w, x, |r| r.rss_bytes))
+            .map(|w| w.points(scope, x, |r| r.rss_bytes))
             .collect();
         let threshold = match x {
             XAxis::Run => MIN_SLOPE_BYTES,

@@ -283,13 +283,8 @@ impl Analysis {
 /// or hides a real plateau. RssAnon is also blind to copy-on-write
 /// unsharing (a page counts in RSS whether shared or not), which is not a
 /// leak. Shared-memory leaks are caught by `shmem_bytes`, judged beside it.
-/// The command's own series is judged on its RSS peak.
+/// (`command` has only its RSS peak series: see `series::build`.)
 pub fn primary_metric(fits: &[SeriesFit], scope: &str) -> Metric {
-    // The command's series is its peak per run; only RSS has a true peak
-    // (the kernel's ru_maxrss), the split fields are from polls.
-    if scope == "command" {
-        return Metric::RssBytes;
-    }
     let has_anon = fits
         .iter()
         .any(|f| f.name == scope && f.metric == Metric::AnonBytes && f.n >= 2);

@@ -289,19 +289,16 @@ fn check_growth(f: &SeriesFit, limit: &GrowthLimit, rule: Rule) -> Result<Check,
     // The level relative limits refer to: the mean of the fitted points,
     // as for growth_pct_per_x (a warm-up point does not set it).
     let level = f.mean_level.max(1.0);
-    let (value, threshold, total) = match (limit.limit, f.x) {
-        (Limit::BytesPerRun(b), XAxis::Run) => (tested, b, false),
-        (Limit::BytesPerSecond(b), XAxis::Seconds) => (tested, b, false),
-        (Limit::FractionPerRun(p), XAxis::Run) => (tested, p * level, false),
-        (Limit::FractionPerSecond(p), XAxis::Seconds) => (tested, p * level, false),
+    // check_axis above made sure a rate's unit is the series' x.
+    let (value, threshold, total) = match limit.limit {
+        Limit::BytesPerRun(b) | Limit::BytesPerSecond(b) => (tested, b, false),
+        Limit::FractionPerRun(p) | Limit::FractionPerSecond(p) => (tested, p * level, false),
         // A total is of the starting level: the fitted line at the first
         // fitted point (the mean sits mid-span for evenly spaced points).
-        (Limit::Total(p), _) => {
+        Limit::Total(p) => {
             let start = (f.mean_level - slope * f.x_span / 2.0).max(1.0);
             (tested * f.x_span, p * start, true)
         }
-        // check_axis above rejected the mismatches.
-        _ => return Err(GateError::Growth(limit.text.clone())),
     };
     // Rate limits fail only on a leak: a plateau's early growth has stopped.
     let growing = total || f.verdict == Verdict::Leak;

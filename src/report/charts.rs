@@ -1,14 +1,13 @@
 //! The charts of a report, built as `plot::LineChart` / `plot::BarChart` values from an
 //! `Analysis` and its rows; `plot` draws them, `write_all` saves them as SVG and PNG.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::Analysis;
 use crate::fit::SeriesFit;
 use crate::plot::{self, BarChart, FitOverlay, Line, LineChart, PlotError, YUnit};
 use crate::series::store::Row;
-use crate::series::{Metric, Series, XAxis};
+use crate::series::{self, Metric, Series, XAxis};
 
 /// At most this many processes get a line of their own; the fastest growing are kept.
 const MAX_PROCESS_LINES: usize = 20;
@@ -302,57 +301,34 @@ fn memory_kinds(a: &Analysis, main: &SeriesFit) -> Option<Plot> {
     })
 }
 
-/// A process's name and its points, keyed by run or sample number.
-type ProcessPoints = (String, BTreeMap<i64, (f64, f64)>);
-
 /// One line per process (pid and start time) of a scope with more than one.
 fn processes(a: &Analysis, f: &SeriesFit, rows: &[Row]) -> Option<Plot> {
-    // (pid, start time) → (name, x key → (x, y))
-    let mut by_process: BTreeMap<(u32, u64), ProcessPoints> = BTreeMap::new();
-    for row in rows
+    // A point per run (the last sample of it, or the peak for `command`), as
+    // in the scope's own series; per sample over time.
+    let lives: Vec<(String, Vec<(f64, f64)>)> = series::processes(rows, &f.name)
         .iter()
-        .filter(|r| r.scope == f.name && r.is_process_sample())
-    {
-        let Some(y) = f.metric.value(row) else {
-            continue;
-        };
-        // A point per run (the last sample of it, or the peak for `command`), as in the
-        // scope's own series; per sample over time.
-        let (key, x) = match (f.x, row.run) {
-            (XAxis::Run, Some(run)) => (i64::from(run), f64::from(run)),
-            (XAxis::Run, None) => continue,
-            (XAxis::Seconds, _) => (row.sample as i64, row.t_seconds),
-        };
-        let (_, points) = by_process
-            .entry((row.pid, row.start_time))
-            .or_insert_with(|| (row.comm.clone(), BTreeMap::new()));
-        let y = y as f64;
-        let point = points.entry(key).or_insert((x, y));
-        point.1 = if f.name == "command" {
-            point.1.max(y)
-        } else {
-            y
-        };
-    }
+        .map(|life| {
+            (
+                format!("{} {}", life.pid, life.comm),
+                life.points(&f.name, f.x, |r| f.metric.value(r)),
+            )
+        })
+        .filter(|(_, points)| !points.is_empty())
+        .collect();
     // Lines need two processes that each have a history: `command` starts a new process every
     // run, and a chart of lone dots says nothing the headline chart does not.
-    let total = by_process.len();
-    if by_process.values().filter(|(_, p)| p.len() >= 2).count() < 2 {
+    let total = lives.len();
+    if lives.iter().filter(|(_, p)| p.len() >= 2).count() < 2 {
         return None;
     }
-    let mut lines: Vec<(f64, Line)> = by_process
+    let mut lines: Vec<(f64, Line)> = lives
         .into_iter()
-        .map(|((pid, _), (comm, points))| {
-            let points: Vec<(f64, f64)> = points.into_values().collect();
+        .map(|(name, points)| {
             let growth = match (points.first(), points.last()) {
                 (Some(a), Some(b)) => b.1 - a.1,
                 _ => 0.0,
             };
-            let line = Line {
-                name: format!("{pid} {comm}"),
-                points,
-            };
-            (growth, line)
+            (growth, Line { name, points })
         })
         .collect();
     lines.sort_by(|a, b| b.0.total_cmp(&a.0));

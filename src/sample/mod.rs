@@ -61,6 +61,20 @@ pub struct Context {
     pub timestamp: String,
 }
 
+impl Context {
+    /// A row of this batch for `scope`, with nothing measured yet.
+    pub fn row(&self, scope: &str) -> Row {
+        Row {
+            sample: self.sample,
+            run: self.run,
+            t_seconds: self.t_seconds,
+            timestamp: self.timestamp.clone(),
+            scope: scope.to_string(),
+            ..Row::default()
+        }
+    }
+}
+
 /// The clock of one leakwatch session: sample numbers and seconds since start.
 pub struct Clock {
     start: Instant,
@@ -102,18 +116,11 @@ impl Clock {
 pub fn to_row(ctx: &Context, scope: &str, s: &ProcSample) -> Row {
     let r = s.rollup.as_ref();
     Row {
-        sample: ctx.sample,
-        run: ctx.run,
-        t_seconds: ctx.t_seconds,
-        timestamp: ctx.timestamp.clone(),
-        scope: scope.to_string(),
         pid: s.pid,
         ppid: s.ppid,
         start_time: s.start_time,
         comm: s.comm.clone(),
         tier: if r.is_some() { Tier::Deep } else { Tier::Cheap },
-        event: None,
-        exit_code: None,
         rss_bytes: s.status.rss_bytes,
         anon_bytes: s.status.anon_bytes,
         file_bytes: s.status.file_bytes,
@@ -133,6 +140,7 @@ pub fn to_row(ctx: &Context, scope: &str, s: &ProcSample) -> Row {
         uss_bytes: r.map(|r| r.uss_bytes()),
         shared_bytes: r.map(|r| r.shared_bytes()),
         swap_pss_bytes: r.and_then(|r| r.swap_pss_bytes),
+        ..ctx.row(scope)
     }
 }
 
@@ -146,17 +154,12 @@ pub fn event_row(
     exit_code: Option<i32>,
 ) -> Row {
     Row {
-        sample: ctx.sample,
-        run: ctx.run,
-        t_seconds: ctx.t_seconds,
-        timestamp: ctx.timestamp.clone(),
-        scope: scope.to_string(),
         pid,
         comm: comm.to_string(),
         tier: Tier::Event,
         event: Some(event.to_string()),
         exit_code,
-        ..Row::default()
+        ..ctx.row(scope)
     }
 }
 
@@ -206,11 +209,6 @@ pub fn mapping_rows(root: &ProcRoot, ctx: &Context, scope: &str, pids: &[u32]) -
             .filter(|m| m.rss_bytes > 0 || m.swap_bytes > 0)
         {
             rows.push(Row {
-                sample: ctx.sample,
-                run: ctx.run,
-                t_seconds: ctx.t_seconds,
-                timestamp: ctx.timestamp.clone(),
-                scope: scope.to_string(),
                 pid,
                 ppid: stat.ppid,
                 start_time: stat.start_time,
@@ -221,7 +219,7 @@ pub fn mapping_rows(root: &ProcRoot, ctx: &Context, scope: &str, pids: &[u32]) -
                 anon_bytes: Some(m.anon_bytes),
                 private_dirty_bytes: Some(m.private_dirty_bytes),
                 swap_bytes: Some(m.swap_bytes),
-                ..Row::default()
+                ..ctx.row(scope)
             });
         }
     }

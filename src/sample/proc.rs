@@ -135,10 +135,6 @@ impl ProcRoot {
         Ok(text)
     }
 
-    pub fn exists(&self, pid: u32) -> bool {
-        self.root.join(pid.to_string()).exists()
-    }
-
     /// Running (not exited, not a zombie awaiting its parent's wait).
     pub fn alive(&self, pid: u32) -> bool {
         self.stat(pid)

@@ -109,11 +109,6 @@ impl Interrupt {
         Ok(Interrupt(flag))
     }
 
-    /// A flag nobody sets, for library callers and tests.
-    pub fn never() -> Self {
-        Interrupt(Arc::new(AtomicBool::new(false)))
-    }
-
     pub fn is_set(&self) -> bool {
         self.0.load(Ordering::Relaxed)
     }

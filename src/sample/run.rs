@@ -40,7 +40,7 @@ pub fn run(
     let me = std::process::id();
     let mut clock = Clock::new();
     let mut outcome = Outcome::default();
-    let mut denied_noted = BTreeSet::new();
+    let mut noted = BTreeSet::new();
 
     let mut watched: Vec<Watched> = opts
         .watch
@@ -55,7 +55,7 @@ pub fn run(
     // Run 0: the watched processes before the first run, a baseline point.
     if !watched.is_empty() {
         let ctx = clock.context(Some(0));
-        let mut rows = sample_watched(&root, &ctx, &mut watched, &mut outcome, &mut denied_noted);
+        let mut rows = sample_watched(&root, &ctx, &mut watched, &mut outcome, &mut noted);
         rows.extend(watched_mappings(&root, &ctx, &watched));
         writer.write_batch(&rows)?;
     }
@@ -70,7 +70,7 @@ pub fn run(
         &mut clock,
         &mut watched,
         &mut outcome,
-        &mut denied_noted,
+        &mut noted,
     );
 
     // Mappings at the end, for attribution: what grew since the first run.
@@ -85,7 +85,8 @@ pub fn run(
         }
     }
 
-    // Whatever happened, do not leave the command's daemons behind.
+    // Whatever happened, do not leave the command's daemons behind (a fresh
+    // walk: a survivor may have forked since the last one).
     let survivors = survivors(&root, me);
     if opts.keep_survivors {
         if !survivors.is_empty() {
@@ -153,7 +154,7 @@ fn run_loop(
     clock: &mut Clock,
     watched: &mut [Watched],
     outcome: &mut Outcome,
-    denied_noted: &mut BTreeSet<u32>,
+    noted: &mut BTreeSet<u32>,
 ) -> Result<Option<u32>, SampleError> {
     let name = shell_words(&opts.command_line);
     let mut completed = None;
@@ -233,13 +234,14 @@ fn run_loop(
         record_exits(&reaper::reap_all(), run, writer, clock)?;
 
         let ctx = clock.context(Some(run));
+        let left_behind = survivors(root, me);
         let (mut rows, unreadable, denied) =
-            sample_scope(root, &ctx, "survivors", &survivors(root, me), true);
-        note_denied(&denied, denied_noted, outcome);
-        note_unreadable(&unreadable, denied_noted, outcome);
-        rows.extend(sample_watched(root, &ctx, watched, outcome, denied_noted));
+            sample_scope(root, &ctx, "survivors", &left_behind, true);
+        note_denied(&denied, noted, outcome);
+        note_unreadable(&unreadable, noted, outcome);
+        rows.extend(sample_watched(root, &ctx, watched, outcome, noted));
         if run == 1 {
-            rows.extend(mapping_rows(root, &ctx, "survivors", &survivors(root, me)));
+            rows.extend(mapping_rows(root, &ctx, "survivors", &left_behind));
         }
         writer.write_batch(&rows)?;
         completed = Some(run);
@@ -356,7 +358,7 @@ fn sample_watched(
     ctx: &super::Context,
     watched: &mut [Watched],
     outcome: &mut Outcome,
-    denied_noted: &mut BTreeSet<u32>,
+    noted: &mut BTreeSet<u32>,
 ) -> Vec<Row> {
     let mut rows = Vec::new();
     for w in watched.iter_mut().filter(|w| w.alive) {
@@ -384,8 +386,8 @@ fn sample_watched(
         }
         let (r, unreadable, denied) =
             sample_scope(root, ctx, &scope, &watched_tree(root, w.pid), true);
-        note_denied(&denied, denied_noted, outcome);
-        note_unreadable(&unreadable, denied_noted, outcome);
+        note_denied(&denied, noted, outcome);
+        note_unreadable(&unreadable, noted, outcome);
         rows.extend(r);
     }
     rows

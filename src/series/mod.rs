@@ -128,10 +128,6 @@ pub struct Series {
 }
 
 impl Series {
-    pub fn xs(&self) -> Vec<f64> {
-        self.points.iter().map(|p| p.0).collect()
-    }
-
     pub fn ys(&self) -> Vec<f64> {
         self.points.iter().map(|p| p.1).collect()
     }
@@ -239,6 +235,76 @@ pub fn build(rows: &[Row]) -> Vec<Series> {
         }
     }
     out
+}
+
+/// The x of a row: its run number in run mode, else seconds.
+pub fn row_x(row: &Row, x: XAxis) -> f64 {
+    match (x, row.run) {
+        (XAxis::Run, Some(run)) => f64::from(run),
+        _ => row.t_seconds,
+    }
+}
+
+/// One process of a scope over its life: identity (pid and start time, so a
+/// reused pid is another process) and its process-sample rows in order.
+#[derive(Debug, Clone)]
+pub struct ProcessLife<'a> {
+    pub pid: u32,
+    pub ppid: u32,
+    pub start_time: u64,
+    pub comm: String,
+    pub rows: Vec<&'a Row>,
+}
+
+impl ProcessLife<'_> {
+    /// The process's own series, built like the scope's (see `build`): in
+    /// run mode one point per run — the peak for `command`, else the run's
+    /// last sample — in time one point per sample.
+    pub fn points(
+        &self,
+        scope: &str,
+        x: XAxis,
+        value: impl Fn(&Row) -> Option<u64>,
+    ) -> Vec<(f64, f64)> {
+        let mut by_key: BTreeMap<i64, (f64, f64)> = BTreeMap::new();
+        for row in &self.rows {
+            let Some(y) = value(row) else { continue };
+            let key = match (x, row.run) {
+                (XAxis::Run, Some(run)) => i64::from(run),
+                (XAxis::Run, None) => continue,
+                (XAxis::Seconds, _) => row.sample as i64,
+            };
+            let y = y as f64;
+            let point = by_key.entry(key).or_insert((row_x(row, x), y));
+            point.1 = if scope == "command" {
+                point.1.max(y)
+            } else {
+                y
+            };
+        }
+        by_key.into_values().collect()
+    }
+}
+
+/// Every process of a scope, ordered by pid and start time.
+pub fn processes<'a>(rows: &'a [Row], scope: &str) -> Vec<ProcessLife<'a>> {
+    let mut by: BTreeMap<(u32, u64), ProcessLife<'a>> = BTreeMap::new();
+    for row in rows
+        .iter()
+        .filter(|r| r.scope == scope && r.is_process_sample())
+    {
+        by.entry((row.pid, row.start_time))
+            .or_insert_with(|| ProcessLife {
+                pid: row.pid,
+                ppid: row.ppid,
+                start_time: row.start_time,
+                comm: row.comm.clone(),
+                rows: Vec::new(),
+            })
+            .rows
+            .push(row);
+    }
+    by.into_values().collect()
 }
 
 /// One run of the command, from the event rows.

@@ -131,10 +131,6 @@ impl SampleWriter {
         })
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     pub fn rows_written(&self) -> u64 {
         self.rows
     }
