@@ -1,64 +1,125 @@
-//! Orchestration: options → sampling into samples.csv → analysis → reports.
-//! The only place that uses anyhow; the stages below return typed errors.
+//! Orchestration: options → the environment resolved → sampling into
+//! samples.csv → analysis → gate → reports. The only place that uses anyhow;
+//! the stages below return typed errors.
 
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 
+use crate::check;
 use crate::cli::{Cli, Command};
 use crate::error::Exit;
 use crate::fit::{self, Analysis, FitOptions};
-use crate::gate::{self, GateOn, GateResult, baseline, junit};
+use crate::gate::{self, GateResult};
 use crate::options::{AttachOptions, CheckOptions, GateSetup, Output, ReportOptions, RunOptions};
-use crate::report;
-use crate::report::json::Summary;
+use crate::report::{self, ci, junit};
 use crate::sample::reaper::Interrupt;
 use crate::sample::{self, Outcome, Progress, SampleError};
-use crate::series::store::{self, Row, SampleWriter};
+use crate::store::{self, Row, SampleWriter};
 
 pub fn run(cli: Cli) -> Result<Exit> {
     match cli.command {
         Command::Run(args) => {
             let opts = RunOptions::from_args(&args)?;
-            let output = opts.output.clone();
+            let prepared = sample::run::prepare(&opts.plan)?;
+            let dir = new_out_dir(&opts.output)?;
             sample_then_report(
-                &output,
-                Some(u64::from(opts.repeat)),
+                &dir,
+                &opts.output,
+                Some(u64::from(opts.plan.repeat)),
                 &opts.fit,
                 &opts.gate,
-                |writer, interrupt, progress| sample::run::run(&opts, writer, interrupt, progress),
+                |writer, interrupt, progress| {
+                    sample::run::run(&prepared, writer, interrupt, progress)
+                },
             )
         }
         Command::Attach(args) => {
             let opts = AttachOptions::from_args(&args)?;
-            let output = opts.output.clone();
+            sample::attach::check_target(&opts.plan)?;
+            let dir = new_out_dir(&opts.output)?;
             sample_then_report(
-                &output,
+                &dir,
+                &opts.output,
                 None,
                 &opts.fit,
                 &opts.gate,
                 |writer, interrupt, progress| {
-                    sample::attach::attach(&opts, writer, interrupt, progress)
+                    sample::attach::attach(&opts.plan, writer, interrupt, progress)
                 },
             )
         }
-        Command::Report(args) => {
-            let opts = ReportOptions::from_args(&args)?;
-            let rows = store::read_samples(&opts.samples)?;
-            let mut analysis = fit::analyse(&rows, &opts.fit);
-            fs::create_dir_all(&opts.output.dir)
-                .with_context(|| format!("cannot create {}", opts.output.dir.display()))?;
-            finish(&mut analysis, &rows, &opts.output, &opts.gate)
-        }
-        Command::Check(args) => check(&CheckOptions::from_args(&args)?),
+        Command::Report(args) => report_again(&ReportOptions::from_args(&args)?),
+        Command::Check(args) => check_baseline(&CheckOptions::from_args(&args)?),
     }
+}
+
+/// The directory a new session writes to: `--out` (which must not hold a
+/// report already), or `reports/<timestamp>/` made unique.
+fn new_out_dir(output: &Output) -> Result<PathBuf> {
+    let Some(dir) = &output.dir else {
+        return Ok(default_out_dir());
+    };
+    if dir.join("samples.csv").exists() {
+        bail!(
+            "--out {} already holds a leakwatch report (samples.csv); choose another \
+             directory or remove it",
+            dir.display()
+        );
+    }
+    Ok(dir.clone())
+}
+
+fn default_out_dir() -> PathBuf {
+    let stamp = chrono::Local::now().format("%Y-%m-%dT%H-%M-%S").to_string();
+    let base = PathBuf::from("reports");
+    let mut dir = base.join(&stamp);
+    let mut n = 2;
+    while dir.exists() {
+        dir = base.join(format!("{stamp}-{n}"));
+        n += 1;
+    }
+    dir
+}
+
+/// A directory given for a file: `DIR/name`; else the path itself, which
+/// must be a file.
+fn file_or_in_dir(path: &Path, name: &str) -> Option<PathBuf> {
+    let file = if path.is_dir() {
+        path.join(name)
+    } else {
+        path.to_path_buf()
+    };
+    file.is_file().then_some(file)
+}
+
+/// `leakwatch report`: the analysis again from a samples.csv.
+fn report_again(opts: &ReportOptions) -> Result<Exit> {
+    let Some(samples) = file_or_in_dir(&opts.input, "samples.csv") else {
+        bail!(
+            "{} has no samples.csv; give a leakwatch output directory or a samples.csv file",
+            opts.input.display()
+        );
+    };
+    let dir = match &opts.output.dir {
+        Some(d) => d.clone(),
+        None => samples
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from(".")),
+    };
+    let rows = store::read_samples(&samples)?;
+    let analysis = fit::analyse(&rows, &opts.fit);
+    fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    finish(&analysis, &rows, &dir, opts.output.quiet, &opts.gate)
 }
 
 /// Creates the output directory, samples into it, then analyses what is on
 /// disk. Reports are written even when sampling failed part-way or was
 /// interrupted; a directory that never got a sample is removed again.
 fn sample_then_report(
+    dir: &Path,
     output: &Output,
     total_runs: Option<u64>,
     fit_options: &FitOptions,
@@ -66,46 +127,35 @@ fn sample_then_report(
     sampler: impl FnOnce(&mut SampleWriter, &Interrupt, &Progress) -> Result<Outcome, SampleError>,
 ) -> Result<Exit> {
     let interrupt = Interrupt::install().context("cannot install the Ctrl-C handler")?;
-    let created = !output.dir.exists();
-    fs::create_dir_all(&output.dir)
-        .with_context(|| format!("cannot create --out {}", output.dir.display()))?;
-    let samples = output.dir.join("samples.csv");
+    let created = !dir.exists();
+    fs::create_dir_all(dir).with_context(|| format!("cannot create --out {}", dir.display()))?;
+    let samples = dir.join("samples.csv");
     let mut writer = SampleWriter::create(&samples)?;
     let progress = Progress::new(output.quiet, total_runs);
     let result = sampler(&mut writer, &interrupt, &progress);
     progress.finish();
     let rows_written = writer.rows_written();
     if rows_written > 0 {
-        // Notes and the interruption go into samples.csv too, so that
-        // `leakwatch report` rebuilds exactly these reports.
-        let (notes, interrupted) = match &result {
-            Ok(o) => (o.notes.clone(), o.interrupted),
-            Err(e) => (vec![format!("sampling stopped early: {e}")], false),
-        };
-        let mut rows: Vec<Row> = notes.iter().map(|n| store::note_row("note", n)).collect();
-        if interrupted {
-            rows.push(store::note_row("interrupted", ""));
-        }
-        writer.write_batch(&rows)?;
+        writer.write_batch(&session_rows(&result))?;
     }
     drop(writer);
 
     if rows_written == 0 {
         let _ = fs::remove_file(&samples);
         if created {
-            let _ = fs::remove_dir(&output.dir);
+            let _ = fs::remove_dir(dir);
         }
         return match result {
             Err(e) => Err(e.into()),
             Ok(o) if o.interrupted => Ok(Exit::Interrupted),
-            Ok(_) => anyhow::bail!("no samples were taken; nothing to report"),
+            Ok(_) => bail!("no samples were taken; nothing to report"),
         };
     }
 
     let rows = store::read_samples(&samples)?;
-    let mut analysis = fit::analyse(&rows, fit_options);
+    let analysis = fit::analyse(&rows, fit_options);
     // Reports first, whatever happened; then the sampling error, if any.
-    let exit = finish(&mut analysis, &rows, output, gate)?;
+    let exit = finish(&analysis, &rows, dir, output.quiet, gate)?;
     match result {
         Err(e) => Err(anyhow::Error::new(e).context(format!(
             "sampling stopped early; the {} rows taken are in {}",
@@ -117,94 +167,72 @@ fn sample_then_report(
     }
 }
 
+/// Notes and the interruption go into samples.csv too, so that
+/// `leakwatch report` rebuilds exactly these reports.
+fn session_rows(result: &Result<Outcome, SampleError>) -> Vec<Row> {
+    let (notes, interrupted) = match result {
+        Ok(o) => (o.notes.clone(), o.interrupted),
+        Err(e) => (vec![format!("sampling stopped early: {e}")], false),
+    };
+    let mut rows: Vec<Row> = notes.iter().map(|n| store::note_row("note", n)).collect();
+    if interrupted {
+        rows.push(store::note_row("interrupted", ""));
+    }
+    rows
+}
+
 /// Judges the gate, writes the reports (always, even when the gate cannot
 /// be judged) and the CI outputs, and prints the human summary.
 fn finish(
-    analysis: &mut Analysis,
+    analysis: &Analysis,
     rows: &[Row],
-    output: &Output,
+    dir: &Path,
+    quiet: bool,
     setup: &GateSetup,
 ) -> Result<Exit> {
     let judged = gate::evaluate(analysis, &setup.gate);
-    analysis.gate = judged.as_ref().ok().cloned().flatten();
-    report::write_all(analysis, rows, &output.dir)?;
+    report::write_all(
+        analysis,
+        judged.as_ref().ok().and_then(Option::as_ref),
+        rows,
+        dir,
+    )?;
     let judged = judged?;
     if let Some(path) = &setup.save_baseline {
-        fs::copy(output.dir.join("summary.json"), path)
+        fs::copy(dir.join("summary.json"), path)
             .with_context(|| format!("cannot write --save-baseline {}", path.display()))?;
     }
-    if !output.quiet {
-        eprint!("{}", report::text::render(analysis));
+    let summary = report::text::render(analysis);
+    if !quiet {
+        eprint!("{summary}");
         if let Some(result) = &judged {
-            eprint!("{}", gate_text(result));
+            eprint!("{}", ci::gate_text(result));
         }
-        eprintln!("report: {}", display_dir(&output.dir));
+        eprintln!("report: {}/", dir.display());
     }
-    let verdict_md = format!(
-        "### leakwatch: {}\n\n```\n{}```\n",
-        analysis.verdict.as_str(),
-        report::text::render(analysis)
-    );
-    ci_outputs(judged.as_ref(), setup.junit.as_deref(), &verdict_md)?;
+    let title = format!("leakwatch: {}", analysis.verdict.as_str());
+    let step = ci::step_summary(&title, Some(&summary), judged.as_ref());
+    ci_outputs(judged.as_ref(), setup.junit.as_deref(), &step)?;
     Ok(match judged {
         Some(result) if !result.passed => Exit::GateFailed,
         _ => Exit::Ok,
     })
 }
 
-/// `gate: FAILED` / `gate: passed` and one line per check.
-fn gate_text(result: &GateResult) -> String {
-    let mut out = format!(
-        "gate: {} ({} rule)\n",
-        if result.passed { "passed" } else { "FAILED" },
-        match result.rule {
-            gate::Rule::Ci => "95% CI",
-            gate::Rule::Slope => "slope",
-        }
-    );
-    for c in &result.checks {
-        out.push_str(&format!(
-            "  [{}] {}\n",
-            if c.passed { "ok" } else { "FAIL" },
-            c.message
-        ));
-    }
-    out
-}
-
 /// JUnit XML (when asked) and the GitHub step summary (when its variable is set).
-fn ci_outputs(
-    result: Option<&GateResult>,
-    junit_path: Option<&Path>,
-    verdict_md: &str,
-) -> Result<()> {
-    let empty = GateResult::from_checks(gate::Rule::Ci, Vec::new());
-    let result_or_empty = result.unwrap_or(&empty);
+fn ci_outputs(result: Option<&GateResult>, junit_path: Option<&Path>, step: &str) -> Result<()> {
     if let Some(path) = junit_path {
-        fs::write(path, junit::render(result_or_empty))
+        let empty = GateResult::from_checks(gate::Rule::Ci, Vec::new());
+        fs::write(path, junit::render(result.unwrap_or(&empty)))
             .with_context(|| format!("cannot write --junit {}", path.display()))?;
     }
     if let Some(path) = std::env::var_os("GITHUB_STEP_SUMMARY").filter(|p| !p.is_empty()) {
-        let mut md = verdict_md.to_string();
-        if let Some(result) = result {
-            md.push_str(&format!(
-                "\n**Gate: {}**\n\n| | check |\n|---|---|\n",
-                if result.passed { "passed" } else { "FAILED" }
-            ));
-            for c in &result.checks {
-                md.push_str(&format!(
-                    "| {} | {} |\n",
-                    if c.passed { "✅" } else { "❌" },
-                    c.message.replace('|', "\\|")
-                ));
-            }
-        }
         use std::io::Write;
         fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&path)
-            .and_then(|mut f| f.write_all(md.as_bytes()))
+            .and_then(|mut f| f.write_all(step.as_bytes()))
             .with_context(|| {
                 format!(
                     "cannot append to GITHUB_STEP_SUMMARY {}",
@@ -215,85 +243,41 @@ fn ci_outputs(
     Ok(())
 }
 
-fn read_summary(path: &Path) -> Result<Summary> {
-    let text =
-        fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    serde_json::from_str(&text).with_context(|| {
-        format!(
-            "{} is not a leakwatch summary.json (schema_version 1); rebuild it with `leakwatch report`",
-            path.display()
-        )
-    })
-}
-
 /// `leakwatch check`: the current summary against a baseline.
-fn check(opts: &CheckOptions) -> Result<Exit> {
-    let current = read_summary(&opts.current)?;
-    let base = read_summary(&opts.baseline)?;
-    let targets = if !opts.gate_on.is_empty() {
-        opts.gate_on.clone()
-    } else {
-        baseline_targets(&base)
+fn check_baseline(opts: &CheckOptions) -> Result<Exit> {
+    let Some(current) = file_or_in_dir(&opts.current, "summary.json") else {
+        bail!(
+            "{} has no summary.json; give a leakwatch output directory or its summary.json",
+            opts.current.display()
+        );
     };
-    let result = baseline::compare(&current, &base, opts.tolerance, &targets);
-    if !opts.quiet {
-        eprint!("{}", gate_text(&result));
+    if !opts.baseline.is_file() {
+        bail!(
+            "--baseline {} does not exist; write one with --save-baseline FILE on a good run",
+            opts.baseline.display()
+        );
     }
-    let md = format!(
-        "### leakwatch check against {}: {}\n",
+    let current = check::read_summary(&current)?;
+    let base = check::read_summary(&opts.baseline)?;
+    let targets = if opts.gate_on.is_empty() {
+        check::baseline_targets(&base)
+    } else {
+        opts.gate_on.clone()
+    };
+    let result = check::compare(&current, &base, opts.tolerance, &targets);
+    if !opts.quiet {
+        eprint!("{}", ci::gate_text(&result));
+    }
+    let title = format!(
+        "leakwatch check against {}: {}",
         opts.baseline.display(),
         if result.passed { "passed" } else { "FAILED" }
     );
-    ci_outputs(Some(&result), opts.junit.as_deref(), &md)?;
+    let step = ci::step_summary(&title, None, Some(&result));
+    ci_outputs(Some(&result), opts.junit.as_deref(), &step)?;
     Ok(if result.passed {
         Exit::Ok
     } else {
         Exit::GateFailed
     })
-}
-
-/// What a baseline gated, else its first followed scope's PSS, else the
-/// command's RSS.
-fn baseline_targets(base: &Summary) -> Vec<GateOn> {
-    let mut targets: Vec<GateOn> = Vec::new();
-    for c in base.gate.iter().flat_map(|g| g.checks.iter()) {
-        if let Some(metric) = crate::series::Metric::from_name(&c.metric)
-            && !c.name.starts_with("peak")
-        {
-            let on = GateOn {
-                series: c.series.clone(),
-                metric,
-            };
-            if !targets.contains(&on) {
-                targets.push(on);
-            }
-        }
-    }
-    if targets.is_empty() {
-        let pick = base
-            .series
-            .iter()
-            .find(|s| s.name != "command" && s.metric == "pss_bytes")
-            .or_else(|| {
-                base.series
-                    .iter()
-                    .find(|s| s.name != "command" && s.metric == "rss_bytes")
-            });
-        targets.push(match pick {
-            Some(s) => GateOn {
-                series: s.name.clone(),
-                metric: crate::series::Metric::from_name(&s.metric)
-                    .unwrap_or(crate::series::Metric::RssBytes),
-            },
-            None => GateOn {
-                series: "command".into(),
-                metric: crate::series::Metric::RssBytes,
-            },
-        });
-    }
-    targets
-}
-
-fn display_dir(dir: &Path) -> String {
-    format!("{}/", dir.display())
 }

@@ -1,20 +1,25 @@
 //! leakwatch: is a long-running process leaking, by how much per run or per
 //! hour, in which memory and which process?
 //!
-//! The modules follow the pipeline:
-//! `/proc → sample → series → fit → report / plot / gate`.
+//! The modules follow the pipeline, each importing only those above it:
+//! `/proc → sample → series → fit → gate → report / plot`, with `store`
+//! (samples.csv, read by every stage) at the bottom and `app` on top.
 
 pub mod cli;
 pub mod error;
 pub mod options;
 pub mod units;
 
+pub mod store;
+
+pub mod check;
 pub mod fit;
 pub mod gate;
 pub mod plot;
 pub mod report;
 pub mod sample;
 pub mod series;
+pub mod summary;
 
 pub mod app;
 

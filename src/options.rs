@@ -1,15 +1,17 @@
-//! Validated options: units parsed, PIDs and commands checked, defaults
-//! resolved. Errors name the flag, quote the value and say the fix.
+//! Validated options: units parsed, limits checked, defaults resolved — from
+//! what the user typed alone. Nothing here reads /proc, PATH or the file
+//! system (ripgrep's `lowargs` rule): a PID is checked to be alive, a program
+//! found and an output directory created where the environment is used.
+//! Errors name the flag, quote the value and say the fix.
 
-use std::ffi::OsString;
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::cli::{AnalysisArgs, AttachArgs, CheckArgs, GateArgs, OutputArgs, ReportArgs, RunArgs};
 use crate::fit::FitOptions;
 use crate::gate::{self, GateError, GateOn, GateOptions};
-use crate::sample::proc::ProcRoot;
+use crate::sample::attach::AttachPlan;
+use crate::sample::run::RunPlan;
 use crate::series::XAxis;
 use crate::units::{UnitError, parse_duration, parse_size};
 
@@ -26,33 +28,12 @@ pub enum OptionsError {
     ZeroInterval { flag: &'static str, value: String },
     #[error("{what} '{value}' is not a PID; give the number `pgrep NAME` prints")]
     NotAPid { what: &'static str, value: String },
-    #[error("{what} {pid}: no such process; check the PID with `ps -p {pid}` or `pgrep NAME`")]
-    NoSuchProcess { what: &'static str, pid: u32 },
-    #[error("command '{0}' not found in PATH; give its path (e.g. ./{0}) or install it")]
-    CommandNotFound(String),
-    #[error("command '{0}' does not exist; check the path")]
-    CommandMissing(String),
-    #[error("command '{0}' is not executable; try `chmod +x {0}`")]
-    CommandNotExecutable(String),
-    #[error(
-        "--out {0} already holds a leakwatch report (samples.csv); choose another \
-         directory or remove it"
-    )]
-    OutExists(PathBuf),
     #[error("--deep-budget '{0}' is not a fraction; try '0.1%' or '0.001'")]
     DeepBudget(String),
-    #[error("{0} has no samples.csv; give a leakwatch output directory or a samples.csv file")]
-    NoSamples(PathBuf),
-    #[error("{0} has no summary.json; give a leakwatch output directory or its summary.json")]
-    NoSummary(PathBuf),
-    #[error("--baseline {0} does not exist; write one with --save-baseline FILE on a good run")]
-    NoBaseline(PathBuf),
     #[error("--tolerance '{0}' is not a percentage; try '10%'")]
     Tolerance(String),
     #[error(transparent)]
     Gate(#[from] GateError),
-    #[error("PID {pid} ({name}) is a kernel thread: it has no user memory to sample")]
-    KernelThread { pid: u32, name: String },
 }
 
 /// The gate and where its CI outputs go.
@@ -93,6 +74,7 @@ fn gate_on(values: &[String]) -> Result<Vec<GateOn>, OptionsError> {
         .collect::<Result<_, _>>()?)
 }
 
+/// `check`: paths as typed; `app` finds the summary.json in a directory.
 #[derive(Debug, Clone)]
 pub struct CheckOptions {
     pub current: PathBuf,
@@ -106,17 +88,6 @@ pub struct CheckOptions {
 
 impl CheckOptions {
     pub fn from_args(args: &CheckArgs) -> Result<Self, OptionsError> {
-        let current = if args.current.is_dir() {
-            args.current.join("summary.json")
-        } else {
-            args.current.clone()
-        };
-        if !current.is_file() {
-            return Err(OptionsError::NoSummary(args.current.clone()));
-        }
-        if !args.baseline.is_file() {
-            return Err(OptionsError::NoBaseline(args.baseline.clone()));
-        }
         let tolerance = args
             .tolerance
             .trim()
@@ -126,7 +97,7 @@ impl CheckOptions {
             .ok_or_else(|| OptionsError::Tolerance(args.tolerance.clone()))?
             / 100.0;
         Ok(CheckOptions {
-            current,
+            current: args.current.clone(),
             baseline: args.baseline.clone(),
             tolerance,
             gate_on: gate_on(&args.gate_on)?,
@@ -139,22 +110,14 @@ impl CheckOptions {
 /// Where the outputs go and how chatty to be.
 #[derive(Debug, Clone)]
 pub struct Output {
-    pub dir: PathBuf,
+    /// `--out`, or `None` for a fresh `reports/<timestamp>/`.
+    pub dir: Option<PathBuf>,
     pub quiet: bool,
 }
 
 #[derive(Debug, Clone)]
 pub struct RunOptions {
-    pub repeat: u32,
-    pub watch: Vec<u32>,
-    pub interval: Duration,
-    pub settle: Duration,
-    pub keep_survivors: bool,
-    /// The program resolved to a path, then its arguments.
-    pub program: PathBuf,
-    pub args: Vec<OsString>,
-    /// The command line as typed, for reports.
-    pub command_line: Vec<String>,
+    pub plan: RunPlan,
     pub fit: FitOptions,
     pub gate: GateSetup,
     pub output: Output,
@@ -162,19 +125,16 @@ pub struct RunOptions {
 
 #[derive(Debug, Clone)]
 pub struct AttachOptions {
-    pub pid: u32,
-    pub interval: Duration,
-    pub duration: Option<Duration>,
-    /// Fraction of wall time (0.001 = 0.1%) the deep reads may take.
-    pub deep_budget: f64,
+    pub plan: AttachPlan,
     pub fit: FitOptions,
     pub gate: GateSetup,
     pub output: Output,
 }
 
+/// `report`: the input as typed (a directory or its samples.csv).
 #[derive(Debug, Clone)]
 pub struct ReportOptions {
-    pub samples: PathBuf,
+    pub input: PathBuf,
     pub fit: FitOptions,
     pub gate: GateSetup,
     pub output: Output,
@@ -195,9 +155,9 @@ fn positive(flag: &'static str, value: &str) -> Result<Duration, OptionsError> {
     Ok(d)
 }
 
-/// A PID that names a running process.
-fn live_pid(what: &'static str, value: &str) -> Result<u32, OptionsError> {
-    let pid: u32 = value
+/// A PID as typed: a positive number.
+fn pid(what: &'static str, value: &str) -> Result<u32, OptionsError> {
+    value
         .trim()
         .parse()
         .ok()
@@ -205,64 +165,14 @@ fn live_pid(what: &'static str, value: &str) -> Result<u32, OptionsError> {
         .ok_or_else(|| OptionsError::NotAPid {
             what,
             value: value.to_string(),
-        })?;
-    if !ProcRoot::default().alive(pid) {
-        return Err(OptionsError::NoSuchProcess { what, pid });
-    }
-    Ok(pid)
+        })
 }
 
-/// Finds the program as `execvp` would, so "not found" is reported before
-/// any output directory exists.
-pub fn resolve_program(name: &str) -> Result<PathBuf, OptionsError> {
-    let is_executable = |p: &Path| {
-        p.metadata()
-            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    };
-    if name.contains('/') {
-        let path = PathBuf::from(name);
-        if !path.exists() {
-            return Err(OptionsError::CommandMissing(name.to_string()));
-        }
-        if !is_executable(&path) {
-            return Err(OptionsError::CommandNotExecutable(name.to_string()));
-        }
-        return Ok(path);
-    }
-    let path_var = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path_var)
-        .map(|dir| dir.join(name))
-        .find(|p| is_executable(p))
-        .ok_or_else(|| OptionsError::CommandNotFound(name.to_string()))
-}
-
-/// The output directory: `--out`, or `reports/<timestamp>/` (made unique).
-fn output(args: &OutputArgs) -> Result<Output, OptionsError> {
-    let dir = match &args.out {
-        Some(dir) => {
-            if dir.join("samples.csv").exists() {
-                return Err(OptionsError::OutExists(dir.clone()));
-            }
-            dir.clone()
-        }
-        None => default_out_dir(),
-    };
-    Ok(Output {
-        dir,
+fn output(args: &OutputArgs) -> Output {
+    Output {
+        dir: args.out.clone(),
         quiet: args.quiet,
-    })
-}
-
-fn default_out_dir() -> PathBuf {
-    let stamp = chrono::Local::now().format("%Y-%m-%dT%H-%M-%S").to_string();
-    let base = PathBuf::from("reports");
-    let mut dir = base.join(&stamp);
-    let mut n = 2;
-    while dir.exists() {
-        dir = base.join(format!("{stamp}-{n}"));
-        n += 1;
     }
-    dir
 }
 
 impl RunOptions {
@@ -271,35 +181,26 @@ impl RunOptions {
             return Err(OptionsError::Repeat(args.repeat));
         }
         let repeat = u32::try_from(args.repeat).map_err(|_| OptionsError::Repeat(args.repeat))?;
-        let interval = positive("interval", &args.interval)?;
-        let settle = duration("settle", &args.settle)?;
         let mut watch: Vec<u32> = Vec::new();
         for w in &args.watch {
-            let pid = live_pid("--watch", w)?;
+            let pid = pid("--watch", w)?;
             // The same pid twice would be summed twice into one series.
             if !watch.contains(&pid) {
                 watch.push(pid);
             }
         }
-        let command_line: Vec<String> = args
-            .command
-            .iter()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
-        let name = command_line.first().cloned().unwrap_or_default();
-        let program = resolve_program(&name)?;
         Ok(RunOptions {
-            repeat,
-            watch,
-            interval,
-            settle,
-            keep_survivors: args.keep_survivors,
-            program,
-            args: args.command.iter().skip(1).cloned().collect(),
-            command_line,
+            plan: RunPlan {
+                repeat,
+                watch,
+                interval: positive("interval", &args.interval)?,
+                settle: duration("settle", &args.settle)?,
+                keep_survivors: args.keep_survivors,
+                command: args.command.clone(),
+            },
             fit: fit_options(&args.analysis)?,
             gate: gate_setup(&args.gate, Some(XAxis::Run))?,
-            output: output(&args.output)?,
+            output: output(&args.output),
         })
     }
 }
@@ -314,50 +215,28 @@ impl AttachOptions {
             .transpose()?;
         let deep_budget = parse_fraction(&args.deep_budget)
             .ok_or_else(|| OptionsError::DeepBudget(args.deep_budget.clone()))?;
-        let pid = live_pid("PID", &args.pid)?;
-        if let Ok(status) = ProcRoot::default().status(pid)
-            && status.rss_bytes.is_none()
-        {
-            return Err(OptionsError::KernelThread {
-                pid,
-                name: status.name,
-            });
-        }
         Ok(AttachOptions {
-            pid,
-            interval,
-            duration,
-            deep_budget,
+            plan: AttachPlan {
+                pid: pid("PID", &args.pid)?,
+                interval,
+                duration,
+                deep_budget,
+            },
             fit: fit_options(&args.analysis)?,
             gate: gate_setup(&args.gate, Some(XAxis::Seconds))?,
-            output: output(&args.output)?,
+            output: output(&args.output),
         })
     }
 }
 
 impl ReportOptions {
     pub fn from_args(args: &ReportArgs) -> Result<Self, OptionsError> {
-        let samples = if args.input.is_dir() {
-            args.input.join("samples.csv")
-        } else {
-            args.input.clone()
-        };
-        if !samples.is_file() {
-            return Err(OptionsError::NoSamples(args.input.clone()));
-        }
-        let dir = match &args.out {
-            Some(d) => d.clone(),
-            None => samples
-                .parent()
-                .map(Path::to_path_buf)
-                .unwrap_or_else(|| PathBuf::from(".")),
-        };
         Ok(ReportOptions {
-            samples,
+            input: args.input.clone(),
             fit: fit_options(&args.analysis)?,
             gate: gate_setup(&args.gate, None)?,
             output: Output {
-                dir,
+                dir: args.out.clone(),
                 quiet: args.quiet,
             },
         })
@@ -398,18 +277,5 @@ mod tests {
         assert_eq!(parse_fraction("0.5"), Some(0.5));
         assert_eq!(parse_fraction("0%"), None);
         assert_eq!(parse_fraction("abc%"), None);
-    }
-
-    #[test]
-    fn programs_are_resolved_like_execvp() {
-        assert!(resolve_program("sh").is_ok());
-        assert!(matches!(
-            resolve_program("no-such-program-xyz"),
-            Err(OptionsError::CommandNotFound(_))
-        ));
-        assert!(matches!(
-            resolve_program("./no/such/file"),
-            Err(OptionsError::CommandMissing(_))
-        ));
     }
 }

@@ -13,7 +13,7 @@ mod common;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use leakwatch::series::store::{Row, SampleWriter, Tier};
+use leakwatch::store::{Row, SampleWriter, Scope, Tier};
 
 const MIB: u64 = 1 << 20;
 
@@ -141,7 +141,6 @@ fn pool_row(sample: u64, pid: u32, start: u64, comm: &str, anon: u64, file: u64,
             sample * 5 / 60,
             sample * 5 % 60
         ),
-        scope: "target".into(),
         pid,
         ppid: if pid == 100 { 1 } else { 100 },
         start_time: start,
@@ -163,7 +162,7 @@ fn pool_row(sample: u64, pid: u32, start: u64, comm: &str, anon: u64, file: u64,
         uss_bytes: Some(private_dirty),
         shared_bytes: Some(shared),
         swap_pss_bytes: Some(0),
-        ..Row::default()
+        ..Row::new(Scope::Target)
     }
 }
 
@@ -171,13 +170,12 @@ fn mapping_row(sample: u64, pid: u32, start: u64, mapping: &str, rss: u64) -> Ro
     Row {
         sample,
         t_seconds: sample as f64 * 300.0,
-        scope: "target".into(),
         pid,
         start_time: start,
         comm: mapping.into(),
         tier: Tier::Mapping,
         rss_bytes: Some(rss),
-        ..Row::default()
+        ..Row::new(Scope::Target)
     }
 }
 

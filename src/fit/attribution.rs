@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::{SeriesFit, stats};
-use crate::series::store::{Row, Tier};
 use crate::series::{self, Metric};
+use crate::store::{Row, Scope, Tier};
 use crate::units::format_signed_bytes;
 
 /// Kinds a scope's growth can be split into (they add up to RSS).
@@ -49,7 +49,7 @@ pub struct MappingGrowth {
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Attribution {
-    pub series: String,
+    pub series: Scope,
     pub metric: Metric,
     /// Slopes of anon/file/shmem/swap, largest first.
     pub kinds: Vec<KindGrowth>,
@@ -68,7 +68,7 @@ pub struct Attribution {
 pub fn attribute(main: &SeriesFit, fits: &[SeriesFit], rows: &[Row]) -> Attribution {
     let scope_slope = |m: Metric| {
         fits.iter()
-            .find(|f| f.name == main.name && f.metric == m)
+            .find(|f| f.scope == main.scope && f.metric == m)
             .and_then(|f| f.slope)
     };
     let mut kinds: Vec<KindGrowth> = KINDS
@@ -77,7 +77,7 @@ pub fn attribute(main: &SeriesFit, fits: &[SeriesFit], rows: &[Row]) -> Attribut
         .collect();
     kinds.sort_by(|a, b| b.slope.total_cmp(&a.slope));
     let processes = processes(main, rows);
-    let mappings = mappings(&main.name, rows);
+    let mappings = mappings(main.scope, rows);
 
     let mut parts = Vec::new();
     if let Some(top) = kinds.first().filter(|k| k.slope > 0.0) {
@@ -96,7 +96,7 @@ pub fn attribute(main: &SeriesFit, fits: &[SeriesFit], rows: &[Row]) -> Attribut
         parts.push(format!("mostly pid {} ({})", p.pid, p.comm));
     }
     Attribution {
-        series: main.name.clone(),
+        series: main.scope,
         metric: main.metric,
         kinds,
         private_dirty_slope: scope_slope(Metric::PrivateDirtyBytes),
@@ -110,10 +110,10 @@ pub fn attribute(main: &SeriesFit, fits: &[SeriesFit], rows: &[Row]) -> Attribut
 /// Per-process series within the scope (the scope's metric, or RSS where a
 /// sample lacks it), fastest growing first.
 fn processes(main: &SeriesFit, rows: &[Row]) -> Vec<ProcessGrowth> {
-    let mut out: Vec<ProcessGrowth> = series::processes(rows, &main.name)
+    let mut out: Vec<ProcessGrowth> = series::processes(rows, main.scope)
         .iter()
         .map(|life| {
-            let points = life.points(&main.name, main.x, |r| main.metric.value(r).or(r.rss_bytes));
+            let points = life.points(main.scope, main.x, |r| main.metric.value(r).or(r.rss_bytes));
             let (xs, ys): (Vec<f64>, Vec<f64>) = points.into_iter().unzip();
             ProcessGrowth {
                 pid: life.pid,
@@ -135,7 +135,7 @@ fn processes(main: &SeriesFit, rows: &[Row]) -> Vec<ProcessGrowth> {
 }
 
 /// Mapping growth between the first and the last smaps snapshot of the scope.
-fn mappings(scope: &str, rows: &[Row]) -> Vec<MappingGrowth> {
+fn mappings(scope: Scope, rows: &[Row]) -> Vec<MappingGrowth> {
     let maps: Vec<&Row> = rows
         .iter()
         .filter(|r| r.scope == scope && r.tier == Tier::Mapping)

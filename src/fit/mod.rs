@@ -8,8 +8,8 @@ pub mod verdict;
 
 use serde::{Deserialize, Serialize};
 
-use crate::series::store::Row;
 use crate::series::{self, Metric, RunRecord, Series, XAxis};
+use crate::store::{Row, Scope};
 pub use attribution::Attribution;
 pub use verdict::Verdict;
 
@@ -59,9 +59,12 @@ fn thresholds(s: &Series) -> verdict::Thresholds {
 }
 
 /// What the fit says about one series. Slopes are per x (run or second).
-#[derive(Debug, Clone, Serialize)]
+/// Serialised as it is in summary.json's `series` (the last three fields are
+/// for the charts and the gate, not the contract).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SeriesFit {
-    pub name: String,
+    #[serde(rename = "name")]
+    pub scope: Scope,
     pub metric: Metric,
     pub x: XAxis,
     pub n: usize,
@@ -86,10 +89,13 @@ pub struct SeriesFit {
     pub reason: String,
     pub processes: usize,
     /// Intercept of the least-squares line (for plots).
+    #[serde(skip)]
     pub intercept: Option<f64>,
     /// x distance from the first fitted point to the last (runs or seconds).
+    #[serde(skip)]
     pub x_span: f64,
     /// Mean of the fitted points: the level relative rates are taken of.
+    #[serde(skip)]
     pub mean_level: f64,
 }
 
@@ -125,7 +131,7 @@ pub fn fit(series: &Series, opts: &FitOptions) -> SeriesFit {
     let own_fit = c.fit.or_else(|| stats::ols(&xs[warm..], &ys[warm..]));
     let line = own_fit.as_ref();
     SeriesFit {
-        name: series.name.clone(),
+        scope: series.scope,
         metric: series.metric,
         x: series.x_axis,
         n: series.points.len(),
@@ -161,20 +167,10 @@ fn end_slope(xs: &[f64], ys: &[f64]) -> Option<f64> {
     stats::ols(&xs[half..], &ys[half..]).map(|l| l.slope)
 }
 
-/// How bad a verdict is, for picking the headline: leak first.
-pub fn severity(v: Verdict) -> u8 {
-    match v {
-        Verdict::Leak => 3,
-        Verdict::Inconclusive => 2,
-        Verdict::Plateau => 1,
-        Verdict::Stable => 0,
-    }
-}
-
 /// When the main series reaches `--limit`, and when to recycle under `--budget`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Projection {
-    pub series: String,
+    pub series: Scope,
     pub metric: Metric,
     pub x: XAxis,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -213,7 +209,7 @@ fn project(main: &SeriesFit, judged: Verdict, opts: &FitOptions) -> Option<Proje
         (None, v) => format!("no projection: the series is {}", v.as_str()),
     };
     Some(Projection {
-        series: main.name.clone(),
+        series: main.scope,
         metric: main.metric,
         x: main.x,
         limit_bytes: opts.limit_bytes,
@@ -247,8 +243,6 @@ pub struct Analysis {
     pub trees: Vec<findings::TreeTotal>,
     /// Recycle advice for worker pools under `--budget`.
     pub recycle: Vec<findings::RecycleAdvice>,
-    /// The CI gate's result, when limits were given (set after the fit).
-    pub gate: Option<crate::gate::GateResult>,
     pub interrupted: bool,
     pub notes: Vec<String>,
 }
@@ -262,10 +256,10 @@ impl Analysis {
         }
     }
 
-    pub fn fit_of(&self, name: &str, metric: Metric) -> Option<&SeriesFit> {
+    pub fn fit_of(&self, scope: Scope, metric: Metric) -> Option<&SeriesFit> {
         self.fits
             .iter()
-            .find(|f| f.name == name && f.metric == metric)
+            .find(|f| f.scope == scope && f.metric == metric)
     }
 
     /// The headline fits: one per scope, the main scope first.
@@ -284,10 +278,10 @@ impl Analysis {
 /// unsharing (a page counts in RSS whether shared or not), which is not a
 /// leak. Shared-memory leaks are caught by `shmem_bytes`, judged beside it.
 /// (`command` has only its RSS peak series: see `series::build`.)
-pub fn primary_metric(fits: &[SeriesFit], scope: &str) -> Metric {
+pub fn primary_metric(fits: &[SeriesFit], scope: Scope) -> Metric {
     let has_anon = fits
         .iter()
-        .any(|f| f.name == scope && f.metric == Metric::AnonBytes && f.n >= 2);
+        .any(|f| f.scope == scope && f.metric == Metric::AnonBytes && f.n >= 2);
     if has_anon {
         Metric::AnonBytes
     } else {
@@ -306,7 +300,7 @@ fn survivor_exits(rows: &[Row]) -> Vec<String> {
         .iter()
         .filter_map(|r| {
             let how = r.event.as_deref()?.strip_prefix("exited ")?;
-            (r.scope == "survivors").then(|| {
+            (r.scope == Scope::Survivors).then(|| {
                 format!(
                     "survivor {} exited ({how}) during run {}",
                     r.pid,
@@ -325,6 +319,64 @@ fn survivor_exits(rows: &[Row]) -> Vec<String> {
     notes
 }
 
+/// One headline per scope, in scope order (survivors, pid:…, target,
+/// command): indices into `fits` of each scope's primary metric.
+fn headlines(fits: &[SeriesFit], scopes: &[Scope]) -> Vec<usize> {
+    scopes
+        .iter()
+        .filter_map(|&scope| {
+            let metric = primary_metric(fits, scope);
+            fits.iter()
+                .position(|f| f.scope == scope && f.metric == metric)
+        })
+        .collect()
+}
+
+/// The overall verdict: the worst over the followed processes' private
+/// memory, shmem, fds and threads; the command's own peak only when nothing
+/// else is followed. Workers that leak while they live make the tree leak,
+/// even when recycling keeps the tree's total flat.
+fn overall_verdict(
+    fits: &[SeriesFit],
+    headline: &[usize],
+    tree: &findings::TreeFindings,
+) -> Verdict {
+    if tree
+        .findings
+        .iter()
+        .any(|f| matches!(f, findings::Finding::Leak { .. }))
+    {
+        return Verdict::Leak;
+    }
+    let judged = fits
+        .iter()
+        .filter(|f| f.scope != Scope::Command)
+        .filter(|f| f.metric == primary_metric(fits, f.scope) || ALSO_JUDGED.contains(&f.metric))
+        .map(|f| f.verdict)
+        .max();
+    judged
+        .or_else(|| {
+            headline
+                .iter()
+                .filter_map(|&i| fits.get(i))
+                .map(|f| f.verdict)
+                .max()
+        })
+        .unwrap_or(Verdict::Inconclusive)
+}
+
+/// Seconds from the first to the last sample (session rows carry no time).
+fn sampled_span(rows: &[Row]) -> f64 {
+    let timed = || {
+        rows.iter()
+            .filter(|r| r.scope != Scope::Session)
+            .map(|r| r.t_seconds)
+    };
+    let t0 = timed().fold(f64::INFINITY, f64::min);
+    let t1 = timed().fold(f64::NEG_INFINITY, f64::max);
+    if t1 >= t0 { t1 - t0 } else { 0.0 }
+}
+
 pub fn analyse(rows: &[Row], opts: &FitOptions) -> Analysis {
     let series = series::build(rows);
     let fits: Vec<SeriesFit> = series.iter().map(|s| fit(s, opts)).collect();
@@ -334,94 +386,38 @@ pub fn analyse(rows: &[Row], opts: &FitOptions) -> Analysis {
         .find(|r| r.event.as_deref() == Some("run_start"))
         .map(|r| r.comm.clone());
     let target_pid = if command_line.is_none() {
-        rows.iter().find(|r| r.scope == "target").map(|r| r.pid)
+        rows.iter()
+            .find(|r| r.scope == Scope::Target)
+            .map(|r| r.pid)
     } else {
         None
     };
-
-    // One headline per scope, in scope order (survivors, pid:…, target, command).
-    let mut headline = Vec::new();
-    for scope in series::scopes(rows) {
-        let metric = primary_metric(&fits, &scope);
-        if let Some(i) = fits
-            .iter()
-            .position(|f| f.name == scope && f.metric == metric)
-        {
-            headline.push(i);
-        }
-    }
-    // The overall verdict: the worst over the followed processes' private
-    // memory, shmem, fds and threads; the command's own peak only when
-    // nothing else is followed.
-    let judged: Vec<&SeriesFit> = fits
-        .iter()
-        .filter(|f| f.name != "command")
-        .filter(|f| f.metric == primary_metric(&fits, &f.name) || ALSO_JUDGED.contains(&f.metric))
-        .collect();
-    let verdict = if judged.is_empty() {
-        headline
-            .iter()
-            .filter_map(|&i| fits.get(i))
-            .map(|f| f.verdict)
-            .max_by_key(|v| severity(*v))
-    } else {
-        judged
-            .iter()
-            .map(|f| f.verdict)
-            .max_by_key(|v| severity(*v))
-    }
-    .unwrap_or(Verdict::Inconclusive);
-
+    let scopes = series::scopes(rows);
+    let headline = headlines(&fits, &scopes);
     let attribution = headline
         .iter()
         .filter_map(|&i| fits.get(i))
-        .filter(|f| f.name != "command")
+        .filter(|f| f.scope != Scope::Command)
         .map(|f| attribution::attribute(f, &fits, rows))
         .collect();
-    let scope_names = series::scopes(rows);
-    let (findings, trees, recycle) = findings::analyse(
-        rows,
-        &scope_names,
-        series::x_axis_of(rows),
-        opts.budget_bytes,
-    );
-    // Workers that leak while they live make the tree leak, even when
-    // recycling keeps the tree's total flat.
-    let verdict = if findings
-        .iter()
-        .any(|f| matches!(f, findings::Finding::Leak { .. }))
-    {
-        Verdict::Leak
-    } else {
-        verdict
-    };
+    let tree = findings::analyse(rows, &scopes, series::x_axis_of(rows), opts.budget_bytes);
+    let verdict = overall_verdict(&fits, &headline, &tree);
 
     // Recycle advice for a pool's workers supersedes the whole tree's.
     let project_opts = FitOptions {
-        budget_bytes: opts.budget_bytes.filter(|_| recycle.is_empty()),
+        budget_bytes: opts.budget_bytes.filter(|_| tree.recycle.is_empty()),
         ..*opts
     };
     let projection = headline.first().and_then(|&i| fits.get(i)).and_then(|f| {
         let rss = fits
             .iter()
-            .find(|r| r.name == f.name && r.metric == Metric::RssBytes)
+            .find(|r| r.scope == f.scope && r.metric == Metric::RssBytes)
             .unwrap_or(f);
         project(rss, f.verdict, &project_opts)
     });
-
-    // Session rows (notes) carry no time; the span is that of the samples.
-    let timed = || {
-        rows.iter()
-            .filter(|r| r.scope != "leakwatch")
-            .map(|r| r.t_seconds)
-    };
-    let (t0, t1) = (
-        timed().fold(f64::INFINITY, f64::min),
-        timed().fold(f64::NEG_INFINITY, f64::max),
-    );
     let session = |event: &'static str| {
         rows.iter()
-            .filter(move |r| r.scope == "leakwatch" && r.event.as_deref() == Some(event))
+            .filter(move |r| r.scope == Scope::Session && r.event.as_deref() == Some(event))
     };
     Analysis {
         options: *opts,
@@ -430,15 +426,14 @@ pub fn analyse(rows: &[Row], opts: &FitOptions) -> Analysis {
         runs,
         command_line,
         target_pid,
-        duration_s: if t1 >= t0 { t1 - t0 } else { 0.0 },
+        duration_s: sampled_span(rows),
         verdict,
         headline,
         attribution,
         projection,
-        findings,
-        trees,
-        recycle,
-        gate: None,
+        findings: tree.findings,
+        trees: tree.trees,
+        recycle: tree.recycle,
         interrupted: session("interrupted").next().is_some(),
         notes: session("note")
             .map(|r| r.comm.clone())

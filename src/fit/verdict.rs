@@ -30,10 +30,11 @@
 //! estimates are positively correlated, so ignoring it changes little.
 
 use super::stats::{self, LinearFit};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-/// What a memory series shows.
-#[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq)]
+/// What a memory series shows. Ordered by severity (`Stable` < `Plateau` <
+/// `Inconclusive` < `Leak`), so the worst of several is their `max`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum Verdict {
     /// Significant, relevant growth that is still going at the end of the series.
@@ -46,7 +47,28 @@ pub enum Verdict {
     Inconclusive,
 }
 
+impl Ord for Verdict {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.severity().cmp(&other.severity())
+    }
+}
+
+impl PartialOrd for Verdict {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
 impl Verdict {
+    fn severity(self) -> u8 {
+        match self {
+            Verdict::Stable => 0,
+            Verdict::Plateau => 1,
+            Verdict::Inconclusive => 2,
+            Verdict::Leak => 3,
+        }
+    }
+
     /// Lower-case name, as serialised.
     pub fn as_str(self) -> &'static str {
         match self {

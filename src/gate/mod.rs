@@ -7,13 +7,11 @@
 //! instead (stricter, and flakier). A total limit (`40%`) fails when the
 //! growth over the whole run, at the CI's lower slope, exceeds it.
 
-pub mod baseline;
-pub mod junit;
-
 use serde::{Deserialize, Serialize};
 
 use crate::fit::{Analysis, SeriesFit, Verdict};
 use crate::series::{Metric, XAxis};
+use crate::store::Scope;
 use crate::units::{format_bytes, parse_size};
 
 const FORMS: &str =
@@ -119,23 +117,48 @@ pub fn parse_max_growth(text: &str) -> Result<GrowthLimit, GateError> {
 }
 
 /// Which series to gate: `survivors:pss_bytes`, `pid:4242:rss_bytes`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GateOn {
-    pub series: String,
+    pub series: Scope,
     pub metric: Metric,
+}
+
+impl std::fmt::Display for GateOn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.series, self.metric.name())
+    }
 }
 
 pub fn parse_gate_on(text: &str) -> Result<GateOn, GateError> {
     let err = || GateError::GateOn(text.to_string());
     let (series, metric) = text.trim().rsplit_once(':').ok_or_else(err)?;
     let metric = Metric::from_name(metric).ok_or_else(err)?;
-    if series.is_empty() {
-        return Err(err());
-    }
-    Ok(GateOn {
-        series: series.to_string(),
-        metric,
-    })
+    let series = series.parse().map_err(|_| err())?;
+    Ok(GateOn { series, metric })
+}
+
+/// The default gated series: the first followed scope's PSS, else its RSS
+/// (with at least two points to judge), else the command's RSS peak.
+/// `available` is every (scope, metric, points) there is, in any order.
+pub fn default_gate_on(available: &[(Scope, Metric, usize)]) -> GateOn {
+    let has = |scope: Scope, metric: Metric| {
+        available
+            .iter()
+            .any(|&(s, m, n)| s == scope && m == metric && n >= 2)
+    };
+    let mut scopes: Vec<Scope> = available.iter().map(|a| a.0).collect();
+    scopes.sort();
+    scopes.dedup();
+    scopes
+        .into_iter()
+        .filter(|&s| s != Scope::Command && s != Scope::Session)
+        .flat_map(|s| [Metric::PssBytes, Metric::RssBytes].map(|m| (s, m)))
+        .find(|&(s, m)| has(s, m))
+        .map(|(series, metric)| GateOn { series, metric })
+        .unwrap_or(GateOn {
+            series: Scope::Command,
+            metric: Metric::RssBytes,
+        })
 }
 
 /// The CI-interval rule (default) or the point-estimate rule.
@@ -174,7 +197,7 @@ impl GateOptions {
 pub struct Check {
     /// `survivors pss_bytes ≤ 512KiB/run`, `peak RSS ≤ 2GiB`.
     pub name: String,
-    pub series: String,
+    pub series: Scope,
     pub metric: String,
     pub limit: String,
     pub passed: bool,
@@ -208,40 +231,6 @@ impl GateResult {
     }
 }
 
-/// The default gated series: the followed processes' PSS (survivors, the
-/// first watched pid, or the attach target), else the command's RSS peak.
-pub fn default_gate_on(a: &Analysis) -> Vec<GateOn> {
-    let has = |name: &str, metric: Metric| a.fit_of(name, metric).is_some_and(|f| f.n >= 2);
-    for f in a.headlines().filter(|f| f.name != "command") {
-        for metric in [Metric::PssBytes, Metric::RssBytes] {
-            if has(&f.name, metric) {
-                return vec![GateOn {
-                    series: f.name.clone(),
-                    metric,
-                }];
-            }
-        }
-    }
-    vec![GateOn {
-        series: "command".into(),
-        metric: Metric::RssBytes,
-    }]
-}
-
-fn rate_text(x: XAxis, metric: Metric, v: f64) -> String {
-    let (v, per) = match x {
-        XAxis::Run => (v, "run"),
-        XAxis::Seconds => (v * 3600.0, "h"),
-    };
-    if metric.is_bytes() {
-        format!("{}/{per}", format_bytes(v))
-    } else {
-        format!("{v:.2}/{per}")
-    }
-}
-
-/// Judges one series against one limit. Errors when the limit's unit does
-/// not fit the series' x axis.
 /// Whether a limit can judge a series on this x axis: per-run limits need
 /// runs, per-time limits need time; totals fit both. Checked before
 /// sampling starts for `run` and `attach`.
@@ -260,27 +249,48 @@ pub fn check_axis(limit: &GrowthLimit, x: XAxis) -> Result<(), GateError> {
     })
 }
 
+impl Check {
+    fn new(name: String, series: Scope, metric: Metric, limit: String) -> Check {
+        Check {
+            name,
+            series,
+            metric: metric.name().into(),
+            limit,
+            passed: true,
+            message: String::new(),
+        }
+    }
+
+    fn outcome(self, passed: bool, message: String) -> Check {
+        Check {
+            passed,
+            message,
+            ..self
+        }
+    }
+}
+
 fn check_growth(f: &SeriesFit, limit: &GrowthLimit, rule: Rule) -> Result<Check, GateError> {
     check_axis(limit, f.x)?;
-    let name = format!("{} {} ≤ {}", f.name, f.metric.name(), limit.text);
+    let what = format!("{} {}", f.scope, f.metric.name());
+    let check = Check::new(
+        format!("{what} ≤ {}", limit.text),
+        f.scope,
+        f.metric,
+        limit.text.clone(),
+    );
     // A gate that cannot judge must not pass quietly: a broken command in CI
     // would otherwise "pass" the leak gate.
     let (Some(slope), Some((lo, _))) = (f.slope, f.slope_ci95) else {
-        return Ok(Check {
-            name,
-            series: f.name.clone(),
-            metric: f.metric.name().into(),
-            limit: limit.text.clone(),
-            passed: false,
-            message: format!(
-                "{} {}: cannot be judged, {} point(s) ({} after warm-up) give no confidence \
+        return Ok(check.outcome(
+            false,
+            format!(
+                "{what}: cannot be judged, {} point(s) ({} after warm-up) give no confidence \
                  interval; run more (--repeat) or longer",
-                f.name,
-                f.metric.name(),
                 f.n,
                 f.n.saturating_sub(f.warmup)
             ),
-        });
+        ));
     };
     let tested = match rule {
         Rule::Ci => lo,
@@ -303,39 +313,100 @@ fn check_growth(f: &SeriesFit, limit: &GrowthLimit, rule: Rule) -> Result<Check,
     // Rate limits fail only on a leak: a plateau's early growth has stopped.
     let growing = total || f.verdict == Verdict::Leak;
     let passed = !(growing && value > threshold);
-    let what = match rule {
+    let judged_on = match rule {
         Rule::Ci => "95% CI lower end",
         Rule::Slope => "slope",
     };
+    let limit_rate = |v: f64| f.x.format_limit(v, f.metric.is_bytes());
     let message = if total {
         format!(
-            "{} {} grew {} over the series ({what}), limit {} ({})",
-            f.name,
-            f.metric.name(),
+            "{what} grew {} over the series ({judged_on}), limit {} ({})",
             format_bytes(value),
             format_bytes(threshold),
             limit.text
         )
     } else {
         format!(
-            "{} {}: {}, {} (95% CI lower end {}); limit {} ({}, judged on the {what})",
-            f.name,
-            f.metric.name(),
+            "{what}: {}, {} (95% CI lower end {}); limit {} ({}, judged on the {judged_on})",
             f.verdict.as_str(),
-            rate_text(f.x, f.metric, slope),
-            rate_text(f.x, f.metric, lo),
-            rate_text(f.x, f.metric, threshold),
+            limit_rate(slope),
+            limit_rate(lo),
+            limit_rate(threshold),
             limit.text
         )
     };
-    Ok(Check {
-        name,
-        series: f.name.clone(),
-        metric: f.metric.name().into(),
-        limit: limit.text.clone(),
-        passed,
-        message,
-    })
+    Ok(check.outcome(passed, message))
+}
+
+/// Memory of a command that never worked says nothing about the code
+/// under test: all runs failing is a failure, not a pass.
+fn check_ran(a: &Analysis) -> Option<Check> {
+    let first = a.runs.first()?;
+    if !a.runs.iter().all(|r| r.failed()) {
+        return None;
+    }
+    let check = Check::new(
+        "the command ran".into(),
+        Scope::Command,
+        Metric::RssBytes,
+        "exit 0".into(),
+    );
+    Some(check.outcome(
+        false,
+        format!(
+            "all {} runs failed ({}); fix the command before gating its memory",
+            a.runs.len(),
+            first.status
+        ),
+    ))
+}
+
+/// The largest RSS: of a run's command tree in `run` mode, of the target
+/// tree in any sample in `attach` mode.
+fn check_peak(a: &Analysis, max_peak: u64) -> Check {
+    let limit = format_bytes(max_peak as f64);
+    let series = if a.runs.is_empty() {
+        Scope::Target
+    } else {
+        Scope::Command
+    };
+    let check = Check::new(
+        format!("peak RSS ≤ {limit}"),
+        series,
+        Metric::RssBytes,
+        limit.clone(),
+    );
+    let run_peak = a
+        .runs
+        .iter()
+        .filter_map(|r| r.peak_rss_bytes.map(|p| (p, r.run)))
+        .max_by_key(|&(p, run)| (p, std::cmp::Reverse(run)));
+    if let Some((peak, run)) = run_peak {
+        return check.outcome(
+            peak <= max_peak,
+            format!(
+                "peak RSS of a run is {} (run {run}), limit {limit}",
+                format_bytes(peak as f64)
+            ),
+        );
+    }
+    let target = a
+        .series
+        .iter()
+        .find(|s| s.scope == Scope::Target && s.metric == Metric::RssBytes);
+    match target {
+        Some(s) => {
+            let peak = s.ys().into_iter().fold(0.0, f64::max);
+            check.outcome(
+                peak <= max_peak as f64,
+                format!(
+                    "peak RSS of the target tree is {}, limit {limit}",
+                    format_bytes(peak)
+                ),
+            )
+        }
+        None => check.outcome(true, "no peak recorded; --max-peak not gated".into()),
+    }
 }
 
 /// Evaluates the gate over an analysis. `Ok(None)` when no limit was given.
@@ -344,98 +415,41 @@ pub fn evaluate(a: &Analysis, opts: &GateOptions) -> Result<Option<GateResult>, 
         return Ok(None);
     }
     let targets = if opts.gate_on.is_empty() {
-        default_gate_on(a)
+        vec![default_gate_on(&available(a))]
     } else {
         opts.gate_on.clone()
     };
     let mut checks = Vec::new();
     for limit in &opts.max_growth {
         for target in &targets {
-            let Some(f) = a.fit_of(&target.series, target.metric) else {
+            let Some(f) = a.fit_of(target.series, target.metric) else {
                 return Err(GateError::NoSeries {
-                    target: format!("{}:{}", target.series, target.metric.name()),
+                    target: target.to_string(),
                     available: series_names(a),
                 });
             };
             checks.push(check_growth(f, limit, opts.rule)?);
         }
     }
-    // Memory of a command that never worked says nothing about the code
-    // under test: that is a failure, not a pass.
-    if !a.runs.is_empty() && a.runs.iter().all(|r| r.failed()) {
-        checks.push(Check {
-            name: "the command ran".into(),
-            series: "command".into(),
-            metric: "rss_bytes".into(),
-            limit: "exit 0".into(),
-            passed: false,
-            message: format!(
-                "all {} runs failed ({}); fix the command before gating its memory",
-                a.runs.len(),
-                a.runs[0].status
-            ),
-        });
-    }
+    checks.extend(check_ran(a));
     if let Some(max_peak) = opts.max_peak_bytes {
-        let peak = a.runs.iter().filter_map(|r| r.peak_rss_bytes).max();
-        let (passed, message) = match peak {
-            Some(p) => (
-                p <= max_peak,
-                format!(
-                    "peak RSS of a run is {} (run {}), limit {}",
-                    format_bytes(p as f64),
-                    a.runs
-                        .iter()
-                        .find(|r| r.peak_rss_bytes == Some(p))
-                        .map(|r| r.run)
-                        .unwrap_or(0),
-                    format_bytes(max_peak as f64)
-                ),
-            ),
-            // attach: the largest RSS of the target tree in any sample.
-            None => match a
-                .series
-                .iter()
-                .find(|s| s.name == "target" && s.metric == Metric::RssBytes)
-            {
-                Some(s) => {
-                    let p = s.ys().into_iter().fold(0.0, f64::max);
-                    (
-                        p <= max_peak as f64,
-                        format!(
-                            "peak RSS of the target tree is {}, limit {}",
-                            format_bytes(p),
-                            format_bytes(max_peak as f64)
-                        ),
-                    )
-                }
-                None => (true, "no peak recorded; --max-peak not gated".to_string()),
-            },
-        };
-        checks.push(Check {
-            name: format!("peak RSS ≤ {}", format_bytes(max_peak as f64)),
-            series: if a.runs.is_empty() {
-                "target"
-            } else {
-                "command"
-            }
-            .into(),
-            metric: "rss_bytes".into(),
-            limit: format_bytes(max_peak as f64),
-            passed,
-            message,
-        });
+        checks.push(check_peak(a, max_peak));
     }
     Ok(Some(GateResult::from_checks(opts.rule, checks)))
 }
 
+/// Every fitted (scope, metric, points) of an analysis.
+fn available(a: &Analysis) -> Vec<(Scope, Metric, usize)> {
+    a.fits.iter().map(|f| (f.scope, f.metric, f.n)).collect()
+}
+
 /// `survivors:{rss_bytes,pss_bytes,…}, command:{rss_bytes}`.
 fn series_names(a: &Analysis) -> String {
-    let mut scopes: Vec<(&str, Vec<&str>)> = Vec::new();
+    let mut scopes: Vec<(Scope, Vec<&str>)> = Vec::new();
     for f in &a.fits {
-        match scopes.iter_mut().find(|(s, _)| *s == f.name) {
+        match scopes.iter_mut().find(|(s, _)| *s == f.scope) {
             Some((_, metrics)) => metrics.push(f.metric.name()),
-            None => scopes.push((&f.name, vec![f.metric.name()])),
+            None => scopes.push((f.scope, vec![f.metric.name()])),
         }
     }
     scopes

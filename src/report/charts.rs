@@ -4,10 +4,10 @@
 use std::path::Path;
 
 use crate::Analysis;
-use crate::fit::SeriesFit;
+use crate::fit::{SeriesFit, thin};
 use crate::plot::{self, BarChart, FitOverlay, Line, LineChart, PlotError, YUnit};
-use crate::series::store::Row;
 use crate::series::{self, Metric, Series, XAxis};
+use crate::store::{Row, Scope};
 
 /// At most this many processes get a line of their own; the fastest growing are kept.
 const MAX_PROCESS_LINES: usize = 20;
@@ -16,8 +16,8 @@ const MAX_PROCESS_LINES: usize = 20;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Plot {
     pub kind: Kind,
-    /// The scope (series name) the chart is about.
-    pub scope: String,
+    /// The scope the chart is about.
+    pub scope: Scope,
     /// File name without extension, e.g. `survivors-pss`: `.svg` and `.png` are added.
     pub stem: String,
     /// A sentence saying what the chart shows (alt text and caption).
@@ -60,9 +60,11 @@ impl Plot {
     }
 }
 
-/// A scope name as a file name part: `pid:4242` → `pid-4242`.
-pub fn file_safe(name: &str) -> String {
-    name.chars()
+/// A scope as a file name part: `pid:4242` → `pid-4242`.
+pub fn file_safe(scope: Scope) -> String {
+    scope
+        .to_string()
+        .chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '_' {
                 c
@@ -117,11 +119,6 @@ impl XScale {
     }
 }
 
-/// The fit's own thinning, so that "the first fitted point" below is the fit's.
-fn thin(points: &[(f64, f64)]) -> Vec<(f64, f64)> {
-    crate::fit::thin(points)
-}
-
 fn y_unit(m: Metric) -> YUnit {
     if m.is_bytes() {
         YUnit::Bytes
@@ -149,7 +146,7 @@ pub fn build(a: &Analysis, rows: &[Row]) -> Vec<Plot> {
         let stem = if i == 0 {
             "mappings".to_string()
         } else {
-            format!("mappings-{}", file_safe(&at.series))
+            format!("mappings-{}", file_safe(at.series))
         };
         let several_pids = at.mappings.iter().any(|m| m.pid != at.mappings[0].pid);
         let bars = at
@@ -166,7 +163,7 @@ pub fn build(a: &Analysis, rows: &[Row]) -> Vec<Plot> {
             .collect();
         plots.push(Plot {
             kind: Kind::Mappings,
-            scope: at.series.clone(),
+            scope: at.series,
             stem,
             caption: format!(
                 "{}: RSS growth per mapping, first to last smaps snapshot",
@@ -182,15 +179,15 @@ pub fn build(a: &Analysis, rows: &[Row]) -> Vec<Plot> {
     plots
 }
 
-fn series_of<'a>(a: &'a Analysis, name: &str, metric: Metric) -> Option<&'a Series> {
+fn series_of(a: &Analysis, scope: Scope, metric: Metric) -> Option<&Series> {
     a.series
         .iter()
-        .find(|s| s.name == name && s.metric == metric)
+        .find(|s| s.scope == scope && s.metric == metric)
 }
 
 /// The headline series with its fitted line, 95% CI band and warm-up.
 fn headline(a: &Analysis, f: &SeriesFit) -> Option<Plot> {
-    let s = series_of(a, &f.name, f.metric)?;
+    let s = series_of(a, f.scope, f.metric)?;
     let scale = x_scale(f.x, a.duration_s);
     let points = thin(&s.points);
     // The fit used the points after warm-up; its line starts at the first of them.
@@ -224,11 +221,11 @@ fn headline(a: &Analysis, f: &SeriesFit) -> Option<Plot> {
     };
     Some(Plot {
         kind: Kind::Headline,
-        scope: f.name.clone(),
-        stem: format!("{}-{}", file_safe(&f.name), metric_stem(f.metric)),
+        scope: f.scope,
+        stem: format!("{}-{}", file_safe(f.scope), metric_stem(f.metric)),
         caption: format!(
             "{} {} {per}{} ({})",
-            f.name,
+            f.scope,
             f.metric.label(),
             if plateau {
                 ""
@@ -240,7 +237,7 @@ fn headline(a: &Analysis, f: &SeriesFit) -> Option<Plot> {
         chart: Chart::Line(LineChart {
             title: format!(
                 "{} {} {per}: {}",
-                f.name,
+                f.scope,
                 f.metric.label(),
                 f.verdict.as_str()
             ),
@@ -248,7 +245,7 @@ fn headline(a: &Analysis, f: &SeriesFit) -> Option<Plot> {
             y_label: f.metric.label().to_string(),
             y_unit: y_unit(f.metric),
             lines: vec![Line {
-                name: format!("{} {}", f.name, f.metric.label()),
+                name: format!("{} {}", f.scope, f.metric.label()),
                 points: scale.points(&points),
             }],
             fit: overlay,
@@ -269,7 +266,7 @@ fn memory_kinds(a: &Analysis, main: &SeriesFit) -> Option<Plot> {
     let scale = x_scale(main.x, a.duration_s);
     let lines: Vec<Line> = kinds
         .iter()
-        .filter_map(|&m| series_of(a, &main.name, m))
+        .filter_map(|&m| series_of(a, main.scope, m))
         .map(|s| Line {
             name: s.metric.label().to_string(),
             points: scale.points(&thin(&s.points)),
@@ -286,11 +283,11 @@ fn memory_kinds(a: &Analysis, main: &SeriesFit) -> Option<Plot> {
     };
     Some(Plot {
         kind: Kind::MemoryKinds,
-        scope: main.name.clone(),
+        scope: main.scope,
         stem: "memory-kinds".to_string(),
-        caption: format!("{}: RSS, PSS, USS and shared memory {per}", main.name),
+        caption: format!("{}: RSS, PSS, USS and shared memory {per}", main.scope),
         chart: Chart::Line(LineChart {
-            title: format!("{}: RSS vs PSS vs USS vs shared", main.name),
+            title: format!("{}: RSS vs PSS vs USS vs shared", main.scope),
             x_label: scale.label.to_string(),
             y_label: "memory".to_string(),
             y_unit: YUnit::Bytes,
@@ -305,12 +302,12 @@ fn memory_kinds(a: &Analysis, main: &SeriesFit) -> Option<Plot> {
 fn processes(a: &Analysis, f: &SeriesFit, rows: &[Row]) -> Option<Plot> {
     // A point per run (the last sample of it, or the peak for `command`), as
     // in the scope's own series; per sample over time.
-    let lives: Vec<(String, Vec<(f64, f64)>)> = series::processes(rows, &f.name)
+    let lives: Vec<(String, Vec<(f64, f64)>)> = series::processes(rows, f.scope)
         .iter()
         .map(|life| {
             (
                 format!("{} {}", life.pid, life.comm),
-                life.points(&f.name, f.x, |r| f.metric.value(r)),
+                life.points(f.scope, f.x, |r| f.metric.value(r)),
             )
         })
         .filter(|(_, points)| !points.is_empty())
@@ -341,15 +338,15 @@ fn processes(a: &Analysis, f: &SeriesFit, rows: &[Row]) -> Option<Plot> {
     };
     Some(Plot {
         kind: Kind::Processes,
-        scope: f.name.clone(),
-        stem: format!("processes-{}", file_safe(&f.name)),
+        scope: f.scope,
+        stem: format!("processes-{}", file_safe(f.scope)),
         caption: format!(
             "{}: {} per process{shown}, fastest growing first",
-            f.name,
+            f.scope,
             f.metric.label()
         ),
         chart: Chart::Line(LineChart {
-            title: format!("{}: {} per process{shown}", f.name, f.metric.label()),
+            title: format!("{}: {} per process{shown}", f.scope, f.metric.label()),
             x_label: scale.label.to_string(),
             y_label: f.metric.label().to_string(),
             y_unit: y_unit(f.metric),
@@ -372,9 +369,8 @@ mod tests {
 
     #[test]
     fn scope_names_become_file_names() {
-        assert_eq!(file_safe("pid:4242"), "pid-4242");
-        assert_eq!(file_safe("survivors"), "survivors");
-        assert_eq!(file_safe("a/b c"), "a-b-c");
+        assert_eq!(file_safe(Scope::Pid(4242)), "pid-4242");
+        assert_eq!(file_safe(Scope::Survivors), "survivors");
     }
 
     #[test]
@@ -383,14 +379,5 @@ mod tests {
         assert_eq!(x_scale(XAxis::Seconds, 1800.0).label, "time (min)");
         assert_eq!(x_scale(XAxis::Seconds, 90.0).label, "time (s)");
         assert_eq!(x_scale(XAxis::Run, 1e6).label, "run");
-    }
-
-    #[test]
-    fn thinning_matches_the_fit_buckets() {
-        let pts: Vec<(f64, f64)> = (0..2500).map(|i| (i as f64, 1.0)).collect();
-        let t = thin(&pts);
-        assert_eq!(t.len(), 834);
-        assert_eq!(t[0], (1.0, 1.0));
-        assert_eq!(thin(&pts[..10]), pts[..10].to_vec());
     }
 }

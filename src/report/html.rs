@@ -1,7 +1,7 @@
 //! report.html: the Markdown report's blocks as one self-contained page (charts inlined as
 //! SVG, inline CSS, a few lines of inline JS to sort tables, nothing fetched from the network).
 
-use super::markdown::{Block, Inline, Table};
+use super::doc::{Block, Inline, Table};
 
 /// Escapes text for HTML element content and quoted attribute values. Every string that
 /// comes from outside leakwatch (command lines, process names, mapping paths, notes) goes
@@ -164,6 +164,7 @@ pub fn render(doc: &[Block], svgs: &[(String, String)]) -> String {
                 out.push_str("</ul>\n");
             }
             Block::Table(t) => table(t, &mut out),
+            Block::Code(s) => out.push_str(&format!("<pre><code>{}</code></pre>\n", escape(s))),
             Block::Chart { stem, caption } => {
                 // The SVG comes from `plot`, which escapes every text it draws.
                 let svg = svgs

@@ -3,9 +3,12 @@
 //! `plot`) writes report files.
 
 pub mod charts;
+pub mod ci;
+pub mod doc;
 pub mod html;
-pub mod json;
+pub mod junit;
 pub mod markdown;
+pub mod sections;
 pub mod text;
 
 use std::fs;
@@ -13,8 +16,10 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::Analysis;
+use crate::gate::GateResult;
 use crate::plot::PlotError;
-use crate::series::store::Row;
+use crate::store::Row;
+use crate::summary;
 
 #[derive(Debug, thiserror::Error)]
 #[error("cannot write {path}: {source}")]
@@ -39,10 +44,15 @@ pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<PathBuf, Rep
 
 /// Writes every report file of the analysis into `dir`: summary.json, report.md,
 /// the charts as `<name>.svg` and `<name>.png`, and report.html with the charts
-/// inlined. `rows` are the samples the analysis came from (per-process lines).
+/// inlined, and the gate's result beside the analysis. `rows` are the samples the analysis came from (per-process lines).
 /// The text reports come first, so a chart that fails to render costs no text.
-pub fn write_all(a: &Analysis, rows: &[Row], dir: &Path) -> Result<Vec<PathBuf>, ReportError> {
-    let summary = json::summary(a);
+pub fn write_all(
+    a: &Analysis,
+    gate: Option<&GateResult>,
+    rows: &[Row],
+    dir: &Path,
+) -> Result<Vec<PathBuf>, ReportError> {
+    let summary = summary::summary(a, gate);
     let text = serde_json::to_vec_pretty(&summary).map_err(|e| ReportError {
         path: dir.join("summary.json"),
         source: io::Error::other(e),
@@ -50,7 +60,7 @@ pub fn write_all(a: &Analysis, rows: &[Row], dir: &Path) -> Result<Vec<PathBuf>,
     let mut written = vec![write_atomic(dir, "summary.json", &text)?];
 
     let plots = charts::build(a, rows);
-    let doc = markdown::document(a, &plots);
+    let doc = sections::document(a, gate, &plots);
     written.push(write_atomic(
         dir,
         "report.md",

@@ -6,19 +6,12 @@ use crate::Analysis;
 use crate::fit::findings::{Finding, RecycleAdvice, TreeTotal};
 use crate::fit::{Projection, SeriesFit, Verdict};
 use crate::series::{Metric, XAxis};
+use crate::store::Scope;
 use crate::units::{format_bytes, format_signed_bytes};
 
 /// A rate in the unit a person thinks in: per run, or per hour for time.
 pub fn rate(f: &SeriesFit, slope: f64) -> String {
-    let (value, per) = match f.x {
-        XAxis::Run => (slope, "run"),
-        XAxis::Seconds => (slope * 3600.0, "h"),
-    };
-    if f.metric.is_bytes() {
-        format!("{}/{per}", format_signed_bytes(value))
-    } else {
-        format!("{value:+.2}/{per}")
-    }
+    f.x.format_rate(slope, f.metric.is_bytes())
 }
 
 fn level(f: &SeriesFit, v: f64) -> String {
@@ -42,16 +35,12 @@ pub fn rate_with_ci(f: &SeriesFit) -> String {
 
 /// `3.7%/run` or `0.41%/h`.
 pub fn pct(f: &SeriesFit) -> Option<String> {
-    let p = f.growth_pct_per_x?;
-    Some(match f.x {
-        XAxis::Run => format!("{p:.2}%/run"),
-        XAxis::Seconds => format!("{:.2}%/h", p * 3600.0),
-    })
+    Some(f.x.format_pct(f.growth_pct_per_x?))
 }
 
 /// One line per series: `survivors: leak, +4.00 MiB/run (95% CI …), 3.7%/run, anon`.
 pub fn verdict_line(a: &Analysis, f: &SeriesFit) -> String {
-    let mut line = format!("{} {}: {}", f.name, f.metric.label(), f.verdict.as_str());
+    let mut line = format!("{} {}: {}", f.scope, f.metric.label(), f.verdict.as_str());
     if f.slope.is_some() {
         line.push_str(&format!(", {}", rate_with_ci(f)));
     }
@@ -59,7 +48,7 @@ pub fn verdict_line(a: &Analysis, f: &SeriesFit) -> String {
         line.push_str(&format!(", {p}"));
     }
     if f.verdict == Verdict::Leak
-        && let Some(at) = a.attribution.iter().find(|at| at.series == f.name)
+        && let Some(at) = a.attribution.iter().find(|at| at.series == f.scope)
         && !at.summary.is_empty()
     {
         line.push_str(&format!(", {}", at.summary));
@@ -73,8 +62,10 @@ pub fn verdict_line(a: &Analysis, f: &SeriesFit) -> String {
         Verdict::Inconclusive => {
             line.push_str(&format!("; {}", f.reason));
             if let Some(n) = f.runs_needed {
-                let unit = if f.x == XAxis::Run { "runs" } else { "samples" };
-                line.push_str(&format!("; about {n} {unit} would decide it"));
+                line.push_str(&format!(
+                    "; about {n} {} would decide it",
+                    f.x.points_name()
+                ));
             }
         }
         _ => {}
@@ -85,6 +76,20 @@ pub fn verdict_line(a: &Analysis, f: &SeriesFit) -> String {
     line
 }
 
+/// Leaks of other metrics than the headlines': shmem, fds and threads
+/// (judged beside the headline metric; an fd or thread leak is a leak too).
+pub fn other_leaks(a: &Analysis) -> impl Iterator<Item = &SeriesFit> {
+    a.fits.iter().filter(|f| {
+        f.verdict == Verdict::Leak
+            && f.scope != Scope::Command
+            && matches!(f.metric, Metric::ShmemBytes | Metric::Fds | Metric::Threads)
+            && !a
+                .headlines()
+                .any(|h| h.scope == f.scope && h.metric == f.metric)
+    })
+}
+
+/// The summary printed on stderr at the end of a session.
 pub fn render(a: &Analysis) -> String {
     let mut out = String::new();
     let failed: Vec<String> = a
@@ -119,15 +124,7 @@ pub fn render(a: &Analysis) -> String {
             f.processes
         );
     }
-    // Other metrics only when they leak (an fd or thread leak is a leak too).
-    for f in a.fits.iter().filter(|f| {
-        f.verdict == Verdict::Leak
-            && f.name != "command"
-            && !a
-                .headlines()
-                .any(|h| h.name == f.name && h.metric == f.metric)
-            && matches!(f.metric, Metric::ShmemBytes | Metric::Fds | Metric::Threads)
-    }) {
+    for f in other_leaks(a) {
         let _ = writeln!(out, "  {}", verdict_line(a, f));
     }
     if let Some(p) = &a.projection {
@@ -207,13 +204,6 @@ pub fn projection_line(p: &Projection) -> String {
     parts.join("; ")
 }
 
-fn per_x(x: XAxis, v: f64) -> String {
-    match x {
-        XAxis::Run => format!("{}/run", format_signed_bytes(v)),
-        XAxis::Seconds => format!("{}/h", format_signed_bytes(v * 3600.0)),
-    }
-}
-
 fn x_text(x: XAxis, v: f64) -> String {
     match x {
         XAxis::Run => format!("run {v:.0}"),
@@ -250,11 +240,17 @@ pub fn finding_line(f: &Finding) -> String {
             ..
         } => {
             let ci = bytes_per_x_ci95
-                .map(|(lo, hi)| format!(" (95% CI {} … {})", per_x(*x, lo), per_x(*x, hi)))
+                .map(|(lo, hi)| {
+                    format!(
+                        " (95% CI {} … {})",
+                        x.format_rate(lo, true),
+                        x.format_rate(hi, true)
+                    )
+                })
                 .unwrap_or_default();
             format!(
                 "workers of {scope} leak {}{ci} while they live ({} worker(s), fresh at {} RSS)",
-                per_x(*x, *bytes_per_x),
+                x.format_rate(*bytes_per_x, true),
                 pids.len(),
                 format_bytes(*fresh_rss_bytes)
             )

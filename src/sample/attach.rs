@@ -3,17 +3,50 @@
 //! walk under the target's mmap lock) only while its cost stays within a
 //! budget fraction of wall time.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use super::proc::ProcRoot;
+use super::proc::{ProcRoot, Stat};
 use super::reaper::Interrupt;
-use super::{Clock, Outcome, Progress, SampleError, event_row, mapping_rows, sample_scope};
-use crate::options::AttachOptions;
-use crate::series::store::{Row, SampleWriter};
+use super::{
+    Clock, Context, Outcome, Progress, ResolveError, SampleError, event_row, mapping_rows,
+    sample_scope,
+};
+use crate::store::{Row, SampleWriter, Scope};
 use crate::units::{format_bytes, format_duration};
 
-const SCOPE: &str = "target";
+const SCOPE: Scope = Scope::Target;
+
+/// What to attach to and how, as the user asked.
+#[derive(Debug, Clone)]
+pub struct AttachPlan {
+    pub pid: u32,
+    pub interval: Duration,
+    /// Stop after this long; `None`: when the target exits or on Ctrl-C.
+    pub duration: Option<Duration>,
+    /// Fraction of wall time (0.001 = 0.1%) the deep reads may take.
+    pub deep_budget: f64,
+}
+
+/// Checks that the target is a live user process, before any output exists.
+pub fn check_target(plan: &AttachPlan) -> Result<(), ResolveError> {
+    let root = ProcRoot::default();
+    if !root.alive(plan.pid) {
+        return Err(ResolveError::NoSuchProcess {
+            what: "PID",
+            pid: plan.pid,
+        });
+    }
+    if let Ok(status) = root.status(plan.pid)
+        && status.rss_bytes.is_none()
+    {
+        return Err(ResolveError::KernelThread {
+            pid: plan.pid,
+            name: status.name,
+        });
+    }
+    Ok(())
+}
 
 /// Decides when a deep read is affordable: after the first, only while the
 /// total time spent in deep reads stays under `budget` × elapsed time.
@@ -46,140 +79,182 @@ impl DeepBudget {
     }
 }
 
+/// One `attach` session and what it has seen so far.
+struct Session<'a> {
+    plan: &'a AttachPlan,
+    target: Stat,
+    writer: &'a mut SampleWriter,
+    progress: &'a Progress,
+    root: ProcRoot,
+    clock: Clock,
+    outcome: Outcome,
+    budget: DeepBudget,
+    started: Instant,
+    last_progress: Instant,
+    /// (pid, start time) → comm, for "started"/"exited" events of descendants.
+    known: BTreeMap<(u32, u64), String>,
+    denied_noted: bool,
+    unreadable_noted: BTreeSet<u32>,
+    /// The newest mapping snapshot, written only if the target exits before
+    /// the final one can be taken (so attribution still has an end point).
+    latest_maps: Vec<Row>,
+}
+
 pub fn attach(
-    opts: &AttachOptions,
+    plan: &AttachPlan,
     writer: &mut SampleWriter,
     interrupt: &Interrupt,
     progress: &Progress,
 ) -> Result<Outcome, SampleError> {
     let root = ProcRoot::default();
-    let target = root.stat(opts.pid).map_err(|source| SampleError::Target {
-        pid: opts.pid,
+    let target = root.stat(plan.pid).map_err(|source| SampleError::Target {
+        pid: plan.pid,
         source,
     })?;
-    let mut clock = Clock::new();
-    let mut outcome = Outcome::default();
-    let mut budget = DeepBudget::new(opts.deep_budget);
-    // (pid, start time) → comm, for "started"/"exited" events of descendants.
-    let mut known: BTreeMap<(u32, u64), String> = BTreeMap::new();
-    let started = Instant::now();
-    let mut last_progress = Instant::now();
-    let mut denied_noted = false;
-    let mut unreadable_noted = std::collections::BTreeSet::new();
-    // The newest mapping snapshot, written only if the target exits before
-    // the final one can be taken (so attribution still has an end point).
-    let mut latest_maps: Vec<Row> = Vec::new();
-
+    let mut session = Session {
+        plan,
+        target,
+        writer,
+        progress,
+        root,
+        clock: Clock::new(),
+        outcome: Outcome::default(),
+        budget: DeepBudget::new(plan.deep_budget),
+        started: Instant::now(),
+        last_progress: Instant::now(),
+        known: BTreeMap::new(),
+        denied_noted: false,
+        unreadable_noted: BTreeSet::new(),
+        latest_maps: Vec::new(),
+    };
     loop {
-        let done = opts.duration.is_some_and(|d| started.elapsed() >= d) || interrupt.is_set();
-        let ctx = clock.context(None);
-        match root.stat(opts.pid) {
-            Ok(s) if s.state != 'Z' && s.start_time == target.start_time => {}
-            Ok(s) if s.start_time != target.start_time => {
-                writer.write_batch(&[event_row(
-                    &ctx,
-                    SCOPE,
-                    opts.pid,
-                    &s.comm,
-                    "pid_reused",
-                    None,
-                )])?;
-                outcome.notes.push(format!(
-                    "target {} exited and its pid was reused by '{}'; sampling stopped",
-                    opts.pid, s.comm
-                ));
-                writer.write_batch(&latest_maps)?;
-                break;
+        let done = plan
+            .duration
+            .is_some_and(|d| session.started.elapsed() >= d)
+            || interrupt.is_set();
+        let ctx = session.clock.context(None);
+        if !session.target_alive(&ctx)? {
+            break;
+        }
+        session.tick(&ctx, done)?;
+        if done {
+            session.outcome.interrupted = interrupt.is_set();
+            break;
+        }
+        let wait = match plan.duration {
+            Some(d) => plan
+                .interval
+                .min(d.saturating_sub(session.started.elapsed())),
+            None => plan.interval,
+        };
+        interrupt.sleep(wait);
+    }
+    Ok(session.outcome)
+}
+
+impl Session<'_> {
+    /// Whether the target is still the process attached to; when it exited
+    /// or its pid was reused, records that (and the last mapping snapshot).
+    fn target_alive(&mut self, ctx: &Context) -> Result<bool, SampleError> {
+        let pid = self.plan.pid;
+        let (event, comm, note) = match self.root.stat(pid) {
+            Ok(s) if s.state != 'Z' && s.start_time == self.target.start_time => return Ok(true),
+            Ok(s) if s.start_time != self.target.start_time => {
+                let note = format!(
+                    "target {pid} exited and its pid was reused by '{}'; sampling stopped",
+                    s.comm
+                );
+                ("pid_reused", s.comm, note)
             }
             _ => {
-                writer.write_batch(&[event_row(
-                    &ctx,
-                    SCOPE,
-                    opts.pid,
-                    &target.comm,
-                    "exited",
-                    None,
-                )])?;
-                outcome.notes.push(format!(
-                    "target {} ({}) exited after {}; sampling stopped",
-                    opts.pid,
-                    target.comm,
-                    format_duration(started.elapsed())
-                ));
-                writer.write_batch(&latest_maps)?;
-                break;
+                let note = format!(
+                    "target {pid} ({}) exited after {}; sampling stopped",
+                    self.target.comm,
+                    format_duration(self.started.elapsed())
+                );
+                ("exited", self.target.comm.clone(), note)
             }
-        }
+        };
+        self.writer
+            .write_batch(&[event_row(ctx, SCOPE, pid, &comm, event, None)])?;
+        self.outcome.notes.push(note);
+        self.writer.write_batch(&self.latest_maps)?;
+        Ok(false)
+    }
 
-        // The last sample is always deep, so PSS/USS have an end point.
-        let deep = budget.allows() || done;
-        let tree = root.tree_without(opts.pid, Some(std::process::id()));
+    /// One sample of the tree: cheap, or deep when the budget allows (the
+    /// last sample is always deep, so PSS/USS have an end point).
+    fn tick(&mut self, ctx: &Context, done: bool) -> Result<(), SampleError> {
+        let deep = self.budget.allows() || done;
+        let tree = self
+            .root
+            .tree_without(self.plan.pid, Some(std::process::id()));
         let t0 = Instant::now();
-        let (mut rows, unreadable, denied) = sample_scope(&root, &ctx, SCOPE, &tree, deep);
-        for (pid, why) in unreadable {
-            if unreadable_noted.insert(pid) {
-                outcome.notes.push(format!(
-                    "process {pid} left out of the target's series: {why}"
-                ));
-            }
-        }
+        let (mut rows, unreadable, denied) = sample_scope(&self.root, ctx, SCOPE, &tree, deep);
+        self.note_unreadable(unreadable);
         // Mappings at the first and the last sample, for attribution; in
         // between, a snapshot with each deep sample, held back in case the
         // target exits (smaps costs the same walk: it counts in the budget).
         if ctx.sample == 0 || done {
-            rows.extend(mapping_rows(&root, &ctx, SCOPE, &tree));
+            rows.extend(mapping_rows(&self.root, ctx, SCOPE, &tree));
         } else if deep {
-            latest_maps = mapping_rows(&root, &ctx, SCOPE, &tree);
+            self.latest_maps = mapping_rows(&self.root, ctx, SCOPE, &tree);
         }
         if deep {
-            budget.record(t0.elapsed());
+            self.budget.record(t0.elapsed());
         }
-        if !denied.is_empty() && !denied_noted {
-            denied_noted = true;
-            outcome.notes.push(format!(
+        self.note_denied(&denied);
+        rows.extend(tree_events(ctx, &rows, &mut self.known));
+        self.writer.write_batch(&rows)?;
+        self.show_progress(&rows, tree.len());
+        Ok(())
+    }
+
+    fn note_unreadable(&mut self, unreadable: Vec<(u32, String)>) {
+        for (pid, why) in unreadable {
+            if self.unreadable_noted.insert(pid) {
+                self.outcome.notes.push(format!(
+                    "process {pid} left out of the target's series: {why}"
+                ));
+            }
+        }
+    }
+
+    fn note_denied(&mut self, denied: &[u32]) {
+        if !denied.is_empty() && !self.denied_noted {
+            self.denied_noted = true;
+            self.outcome.notes.push(format!(
                 "no PSS/USS for process(es) {denied:?}: smaps_rollup needs ptrace-read access \
                  (run leakwatch as the target's user or as root); RSS is still sampled"
             ));
         }
-        rows.extend(tree_events(&ctx, &rows, &mut known));
+    }
+
+    /// The bar's status every tick; a log line every 10 s without a terminal.
+    fn show_progress(&mut self, rows: &[Row], processes: usize) {
         let rss: u64 = rows
             .iter()
             .filter(|r| r.is_process_sample())
             .filter_map(|r| r.rss_bytes)
             .sum();
-        writer.write_batch(&rows)?;
-
         let status = format!(
-            "{}: {} process(es), RSS {}",
-            format_duration(started.elapsed()),
-            tree.len(),
+            "{}: {processes} process(es), RSS {}",
+            format_duration(self.started.elapsed()),
             format_bytes(rss as f64)
         );
-        progress.status(&status);
-        if !progress.is_interactive() && last_progress.elapsed() >= Duration::from_secs(10) {
-            last_progress = Instant::now();
-            progress.line(&status);
+        self.progress.status(&status);
+        if !self.progress.is_interactive()
+            && self.last_progress.elapsed() >= Duration::from_secs(10)
+        {
+            self.last_progress = Instant::now();
+            self.progress.line(&status);
         }
-        if done {
-            outcome.interrupted = interrupt.is_set();
-            break;
-        }
-        let wait = match opts.duration {
-            Some(d) => opts.interval.min(d.saturating_sub(started.elapsed())),
-            None => opts.interval,
-        };
-        interrupt.sleep(wait);
     }
-    Ok(outcome)
 }
 
 /// Events for descendants that appeared or disappeared since the last sample
 /// (worker recycling shows as one pid ending and another starting).
-fn tree_events(
-    ctx: &super::Context,
-    rows: &[Row],
-    known: &mut BTreeMap<(u32, u64), String>,
-) -> Vec<Row> {
+fn tree_events(ctx: &Context, rows: &[Row], known: &mut BTreeMap<(u32, u64), String>) -> Vec<Row> {
     let first = known.is_empty();
     let now: BTreeMap<(u32, u64), String> = rows
         .iter()

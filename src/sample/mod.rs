@@ -8,7 +8,7 @@ pub mod run;
 
 use std::time::Instant;
 
-use crate::series::store::{Row, Tier};
+use crate::store::{Row, Scope, Tier};
 use proc::{ProcError, ProcRoot};
 
 /// One process read once: the cheap tier always, the deep tier when asked.
@@ -63,14 +63,13 @@ pub struct Context {
 
 impl Context {
     /// A row of this batch for `scope`, with nothing measured yet.
-    pub fn row(&self, scope: &str) -> Row {
+    pub fn row(&self, scope: Scope) -> Row {
         Row {
             sample: self.sample,
             run: self.run,
             t_seconds: self.t_seconds,
             timestamp: self.timestamp.clone(),
-            scope: scope.to_string(),
-            ..Row::default()
+            ..Row::new(scope)
         }
     }
 }
@@ -113,7 +112,7 @@ impl Clock {
 }
 
 /// Turns a process sample into a CSV row for `scope`.
-pub fn to_row(ctx: &Context, scope: &str, s: &ProcSample) -> Row {
+pub fn to_row(ctx: &Context, scope: Scope, s: &ProcSample) -> Row {
     let r = s.rollup.as_ref();
     Row {
         pid: s.pid,
@@ -147,7 +146,7 @@ pub fn to_row(ctx: &Context, scope: &str, s: &ProcSample) -> Row {
 /// An event row: a run starting or ending, a process exiting, a pid reused.
 pub fn event_row(
     ctx: &Context,
-    scope: &str,
+    scope: Scope,
     pid: u32,
     comm: &str,
     event: &str,
@@ -172,7 +171,7 @@ pub fn event_row(
 pub fn sample_scope(
     root: &ProcRoot,
     ctx: &Context,
-    scope: &str,
+    scope: Scope,
     pids: &[u32],
     deep: bool,
 ) -> (Vec<Row>, Vec<(u32, String)>, Vec<u32>) {
@@ -198,7 +197,7 @@ pub fn sample_scope(
 /// Mapping rows (`smaps`, summed by mapping name) for each pid of a scope.
 /// Costs a page-table walk plus a few µs per mapping: taken at the first and
 /// last sample only, for attribution. Unreadable processes are skipped.
-pub fn mapping_rows(root: &ProcRoot, ctx: &Context, scope: &str, pids: &[u32]) -> Vec<Row> {
+pub fn mapping_rows(root: &ProcRoot, ctx: &Context, scope: Scope, pids: &[u32]) -> Vec<Row> {
     let mut rows = Vec::new();
     for &pid in pids {
         let (Ok(stat), Ok(maps)) = (root.stat(pid), root.mappings(pid)) else {
@@ -237,11 +236,27 @@ fn spawn_hint(e: &std::io::Error) -> &'static str {
     }
 }
 
+/// What the environment says about the targets the user named: checked
+/// before any output directory exists.
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    #[error("{what} {pid}: no such process; check the PID with `ps -p {pid}` or `pgrep NAME`")]
+    NoSuchProcess { what: &'static str, pid: u32 },
+    #[error("command '{0}' not found in PATH; give its path (e.g. ./{0}) or install it")]
+    CommandNotFound(String),
+    #[error("command '{0}' does not exist; check the path")]
+    CommandMissing(String),
+    #[error("command '{0}' is not executable; try `chmod +x {0}`")]
+    CommandNotExecutable(String),
+    #[error("PID {pid} ({name}) is a kernel thread: it has no user memory to sample")]
+    KernelThread { pid: u32, name: String },
+}
+
 /// Errors that end sampling early. Samples taken before stay on disk.
 #[derive(Debug, thiserror::Error)]
 pub enum SampleError {
     #[error(transparent)]
-    Store(#[from] crate::series::store::StoreError),
+    Store(#[from] crate::store::StoreError),
     #[error("cannot start '{program}': {}{}", .error, spawn_hint(.error))]
     Spawn {
         program: String,

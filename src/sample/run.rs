@@ -2,19 +2,93 @@
 //! the command tree for its peak, then, after a settle delay, deep-sample the
 //! survivors (what this and earlier runs left behind) and each watched PID.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
+use std::ffi::OsString;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::proc::ProcRoot;
-use super::reaper::{self, Interrupt, Reaped};
-use super::{Clock, Outcome, Progress, SampleError, event_row, mapping_rows, sample_scope};
-use crate::options::RunOptions;
-use crate::series::store::{Row, SampleWriter};
+use super::reaper::{self, Exit, Interrupt, Reaped};
+use super::{
+    Clock, Context, Outcome, Progress, ResolveError, SampleError, event_row, mapping_rows,
+    sample_scope,
+};
+use crate::store::{Row, SampleWriter, Scope, Tier};
 use crate::units::{format_bytes, format_duration};
 
 /// How long survivors get between TERM and KILL.
 const STOP_GRACE: Duration = Duration::from_secs(3);
+
+/// What to run and how, as the user asked (validated, not yet resolved).
+#[derive(Debug, Clone)]
+pub struct RunPlan {
+    pub repeat: u32,
+    /// `--watch` PIDs, each once.
+    pub watch: Vec<u32>,
+    /// How often to poll the command's tree for its peak.
+    pub interval: Duration,
+    /// Wait after the command exits before the deep sample.
+    pub settle: Duration,
+    pub keep_survivors: bool,
+    /// The command and its arguments, as typed.
+    pub command: Vec<OsString>,
+}
+
+/// A plan checked against the environment: the program found, the watched
+/// processes alive.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    plan: RunPlan,
+    program: PathBuf,
+}
+
+/// Finds the program and checks the watched PIDs, before any output exists.
+pub fn prepare(plan: &RunPlan) -> Result<Prepared, ResolveError> {
+    let root = ProcRoot::default();
+    for &pid in &plan.watch {
+        if !root.alive(pid) {
+            return Err(ResolveError::NoSuchProcess {
+                what: "--watch",
+                pid,
+            });
+        }
+    }
+    let name = plan
+        .command
+        .first()
+        .map(|a| a.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    Ok(Prepared {
+        plan: plan.clone(),
+        program: resolve_program(&name)?,
+    })
+}
+
+/// Finds the program as `execvp` would, so "not found" is reported before
+/// any output directory exists.
+pub fn resolve_program(name: &str) -> Result<PathBuf, ResolveError> {
+    let is_executable = |p: &Path| {
+        p.metadata()
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if name.contains('/') {
+        let path = PathBuf::from(name);
+        if !path.exists() {
+            return Err(ResolveError::CommandMissing(name.to_string()));
+        }
+        if !is_executable(&path) {
+            return Err(ResolveError::CommandNotExecutable(name.to_string()));
+        }
+        return Ok(path);
+    }
+    let path_var = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path_var)
+        .map(|dir| dir.join(name))
+        .find(|p| is_executable(p))
+        .ok_or_else(|| ResolveError::CommandNotFound(name.to_string()))
+}
 
 /// A `--watch` process, identified by pid and start time.
 struct Watched {
@@ -24,25 +98,39 @@ struct Watched {
 }
 
 impl Watched {
-    fn scope(&self) -> String {
-        format!("pid:{}", self.pid)
+    fn scope(&self) -> Scope {
+        Scope::Pid(self.pid)
     }
 }
 
+/// One `run` session: what it samples into, and what it has seen so far.
+struct Session<'a> {
+    plan: &'a RunPlan,
+    program: &'a Path,
+    /// The command line as a shell would show it, for event rows.
+    name: String,
+    writer: &'a mut SampleWriter,
+    interrupt: &'a Interrupt,
+    progress: &'a Progress,
+    root: ProcRoot,
+    me: u32,
+    clock: Clock,
+    watched: Vec<Watched>,
+    outcome: Outcome,
+    /// Processes already noted as unreadable or refused, noted only once.
+    noted: BTreeSet<u32>,
+}
+
 pub fn run(
-    opts: &RunOptions,
+    prepared: &Prepared,
     writer: &mut SampleWriter,
     interrupt: &Interrupt,
     progress: &Progress,
 ) -> Result<Outcome, SampleError> {
     reaper::become_subreaper().map_err(SampleError::Subreaper)?;
     let root = ProcRoot::default();
-    let me = std::process::id();
-    let mut clock = Clock::new();
-    let mut outcome = Outcome::default();
-    let mut noted = BTreeSet::new();
-
-    let mut watched: Vec<Watched> = opts
+    let watched = prepared
+        .plan
         .watch
         .iter()
         .map(|&pid| Watched {
@@ -51,72 +139,375 @@ pub fn run(
             alive: true,
         })
         .collect();
-
-    // Run 0: the watched processes before the first run, a baseline point.
-    if !watched.is_empty() {
-        let ctx = clock.context(Some(0));
-        let mut rows = sample_watched(&root, &ctx, &mut watched, &mut outcome, &mut noted);
-        rows.extend(watched_mappings(&root, &ctx, &watched));
-        writer.write_batch(&rows)?;
-    }
-
-    let result = run_loop(
-        opts,
+    let command_line: Vec<String> = prepared
+        .plan
+        .command
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let mut session = Session {
+        plan: &prepared.plan,
+        program: &prepared.program,
+        name: shell_words(&command_line),
         writer,
         interrupt,
         progress,
-        &root,
-        me,
-        &mut clock,
-        &mut watched,
-        &mut outcome,
-        &mut noted,
-    );
+        root,
+        me: std::process::id(),
+        clock: Clock::new(),
+        watched,
+        outcome: Outcome::default(),
+        noted: BTreeSet::new(),
+    };
+    // A write error is returned after the survivors are stopped.
+    let result = session.baseline().and_then(|()| session.runs());
+    let result = match result {
+        Ok(Some(last)) => session.final_mappings(last),
+        other => other.map(|_| ()),
+    };
+    session.stop_survivors();
+    result.map(|()| session.outcome)
+}
 
-    // Mappings at the end, for attribution: what grew since the first run.
-    // (A write error is returned after the survivors are stopped.)
-    let mut result = result;
-    if let Ok(Some(last)) = result {
-        let ctx = clock.context(Some(last));
-        let mut rows = mapping_rows(&root, &ctx, "survivors", &survivors(&root, me));
-        rows.extend(watched_mappings(&root, &ctx, &watched));
-        if let Err(e) = writer.write_batch(&rows) {
-            result = Err(e.into());
+impl Session<'_> {
+    /// Run 0: the watched processes before the first run, a baseline point.
+    fn baseline(&mut self) -> Result<(), SampleError> {
+        if self.watched.is_empty() {
+            return Ok(());
         }
+        let ctx = self.clock.context(Some(0));
+        let mut rows = self.sample_watched(&ctx);
+        rows.extend(self.watched_mappings(&ctx));
+        self.writer.write_batch(&rows)?;
+        Ok(())
     }
 
-    // Whatever happened, do not leave the command's daemons behind (a fresh
-    // walk: a survivor may have forked since the last one).
-    let survivors = survivors(&root, me);
-    if opts.keep_survivors {
-        if !survivors.is_empty() {
-            outcome.notes.push(format!(
+    /// Every run in turn; the last run completed, if any.
+    fn runs(&mut self) -> Result<Option<u32>, SampleError> {
+        let mut completed = None;
+        for run in 1..=self.plan.repeat {
+            if self.interrupt.is_set() {
+                self.outcome.interrupted = true;
+                break;
+            }
+            let (done, go_on) = self.one_run(run)?;
+            if done {
+                completed = Some(run);
+            }
+            if !go_on {
+                self.outcome.interrupted = true;
+                break;
+            }
+        }
+        Ok(completed)
+    }
+
+    /// One run: start the command, poll it until it exits, settle, sample
+    /// what it left behind. Returns (completed, go on).
+    fn one_run(&mut self, run: u32) -> Result<(bool, bool), SampleError> {
+        let started = Instant::now();
+        let child = Command::new(self.program)
+            .args(self.plan.command.iter().skip(1))
+            .stdin(Stdio::null())
+            .spawn()
+            .map_err(|error| SampleError::Spawn {
+                program: self.program.display().to_string(),
+                error,
+            })?;
+        let pid = child.id();
+        // `child` is never waited on through std: reap_all() collects its
+        // status together with the orphans'.
+        drop(child);
+        let ctx = self.clock.context(Some(run));
+        self.write(&[self.command_event(&ctx, pid, "run_start", None)])?;
+
+        let (reaped, polled_hwm) = self.poll_command(pid, run)?;
+        let ran_for = started.elapsed();
+        let ctx = self.clock.context(Some(run));
+        let Some(reaped) = reaped else {
+            self.write(&[self.command_event(&ctx, pid, "run_end interrupted", None)])?;
+            return Ok((false, false));
+        };
+        self.record_end(&ctx, pid, &reaped, polled_hwm)?;
+
+        // Let the daemon finish what the command asked of it.
+        let settled = self.interrupt.sleep(self.plan.settle);
+        self.record_exits(&reaper::reap_all(), run)?;
+        let rows = self.sample_after(run)?;
+        self.progress.step(
+            u64::from(run),
+            &format!(
+                "run {run}/{}: {} in {}{}",
+                self.plan.repeat,
+                reaped.exit.describe(),
+                format_duration(ran_for),
+                scope_rss(&rows)
+            ),
+        );
+        Ok((true, settled))
+    }
+
+    fn command_event(&self, ctx: &Context, pid: u32, event: &str, code: Option<i32>) -> Row {
+        event_row(ctx, Scope::Command, pid, &self.name, event, code)
+    }
+
+    fn write(&mut self, rows: &[Row]) -> Result<(), SampleError> {
+        Ok(self.writer.write_batch(rows)?)
+    }
+
+    /// The run's end event and the command's peak as one more command
+    /// sample: a short command can exit between two polls. The kernel's
+    /// ru_maxrss also counts the mm the child had before exec — leakwatch's
+    /// own, since spawn uses vfork — so it is only believed above
+    /// leakwatch's own peak; below that, the last polled VmHWM is the best
+    /// there is.
+    fn record_end(
+        &mut self,
+        ctx: &Context,
+        pid: u32,
+        reaped: &Reaped,
+        polled_hwm: u64,
+    ) -> Result<(), SampleError> {
+        let exit: Exit = reaped.exit;
+        let end = self.command_event(
+            ctx,
+            pid,
+            &format!("run_end {}", exit.describe()),
+            Some(exit.code()),
+        );
+        let own_hwm = self
+            .root
+            .status(self.me)
+            .ok()
+            .and_then(|s| s.hwm_bytes)
+            .unwrap_or(0);
+        let kernel_peak = Some(reaped.max_rss_bytes).filter(|&p| p > own_hwm);
+        let peak_bytes = kernel_peak.unwrap_or(0).max(polled_hwm);
+        let peak = (peak_bytes > 0).then(|| Row {
+            tier: Tier::Cheap,
+            event: Some("peak".into()),
+            exit_code: None,
+            rss_bytes: Some(peak_bytes),
+            hwm_bytes: Some(peak_bytes),
+            ..end.clone()
+        });
+        self.write(&[end])?;
+        self.write(peak.as_slice())
+    }
+
+    /// The deep sample after a run: survivors and watched processes (and
+    /// the survivors' mappings after the first run).
+    fn sample_after(&mut self, run: u32) -> Result<Vec<Row>, SampleError> {
+        let ctx = self.clock.context(Some(run));
+        let left_behind = survivors(&self.root, self.me);
+        let (mut rows, unreadable, denied) =
+            sample_scope(&self.root, &ctx, Scope::Survivors, &left_behind, true);
+        self.note_denied(&denied);
+        self.note_unreadable(&unreadable);
+        rows.extend(self.sample_watched(&ctx));
+        if run == 1 {
+            rows.extend(mapping_rows(
+                &self.root,
+                &ctx,
+                Scope::Survivors,
+                &left_behind,
+            ));
+        }
+        self.write(&rows)?;
+        Ok(rows)
+    }
+
+    /// Mappings at the end, for attribution: what grew since the first run.
+    fn final_mappings(&mut self, last: u32) -> Result<(), SampleError> {
+        let ctx = self.clock.context(Some(last));
+        let mut rows = mapping_rows(
+            &self.root,
+            &ctx,
+            Scope::Survivors,
+            &survivors(&self.root, self.me),
+        );
+        rows.extend(self.watched_mappings(&ctx));
+        self.write(&rows)
+    }
+
+    /// Whatever happened, do not leave the command's daemons behind (a
+    /// fresh walk: a survivor may have forked since the last one).
+    fn stop_survivors(&mut self) {
+        let survivors = survivors(&self.root, self.me);
+        if survivors.is_empty() {
+            return;
+        }
+        if self.plan.keep_survivors {
+            self.outcome.notes.push(format!(
                 "left {} survivor(s) running (--keep-survivors): {}",
                 survivors.len(),
                 pid_list(&survivors)
             ));
+            return;
         }
-    } else if !survivors.is_empty() {
+        let root = &self.root;
         let killed = reaper::stop(&survivors, STOP_GRACE, |p| root.alive(p));
         if !killed.is_empty() {
-            outcome.notes.push(format!(
+            self.outcome.notes.push(format!(
                 "survivor(s) {} ignored TERM for {}s and were killed",
                 pid_list(&killed),
                 STOP_GRACE.as_secs()
             ));
         }
     }
-    result.map(|_| outcome)
+
+    /// Mapping rows for every live watched process tree.
+    fn watched_mappings(&self, ctx: &Context) -> Vec<Row> {
+        self.watched
+            .iter()
+            .filter(|w| w.alive)
+            .flat_map(|w| {
+                mapping_rows(&self.root, ctx, w.scope(), &watched_tree(&self.root, w.pid))
+            })
+            .collect()
+    }
+
+    /// Polls the command's tree (cheap tier) every `interval` until the
+    /// command is reaped, checking for its exit every few milliseconds so a
+    /// short command is not charged a whole interval. Returns `None` when
+    /// interrupted (the command is then stopped), and the command's own
+    /// VmHWM as last polled: its peak up to that poll.
+    fn poll_command(&mut self, pid: u32, run: u32) -> Result<(Option<Reaped>, u64), SampleError> {
+        const EXIT_CHECK: Duration = Duration::from_millis(2);
+        // Most commands that talk to a daemon exit within milliseconds: poll
+        // at every exit check for the first 200 ms so their VmHWM is read
+        // shortly before they exit, then at the user's interval.
+        const FAST_START: Duration = Duration::from_millis(200);
+        let interval = self.plan.interval;
+        let started = Instant::now();
+        let mut next_sample = Instant::now();
+        let mut polled_hwm = 0;
+        loop {
+            let mut reaped = reaper::reap_all();
+            let ours = reaped.remove(&pid);
+            self.record_exits(&reaped, run)?;
+            if let Some(ours) = ours {
+                return Ok((Some(ours), polled_hwm));
+            }
+            if Instant::now() >= next_sample {
+                let ctx = self.clock.context(Some(run));
+                let tree = self.root.tree(pid);
+                let (rows, _, _) = sample_scope(&self.root, &ctx, Scope::Command, &tree, false);
+                if let Some(hwm) = rows.iter().find(|r| r.pid == pid).and_then(|r| r.hwm_bytes) {
+                    polled_hwm = polled_hwm.max(hwm);
+                }
+                self.write(&rows)?;
+                next_sample = if started.elapsed() < FAST_START {
+                    Instant::now() + EXIT_CHECK
+                } else {
+                    next_sample.max(started + FAST_START) + interval
+                };
+            }
+            if !self.interrupt.sleep(EXIT_CHECK.min(interval)) {
+                let root = &self.root;
+                reaper::stop(&[pid], STOP_GRACE, |p| root.alive(p));
+                return Ok((None, polled_hwm));
+            }
+        }
+    }
+
+    /// Event rows for reaped processes other than the command: a daemon that
+    /// crashed or exited between runs is part of the story, not noise.
+    fn record_exits(&mut self, reaped: &HashMap<u32, Reaped>, run: u32) -> Result<(), SampleError> {
+        if reaped.is_empty() {
+            return Ok(());
+        }
+        let ctx = self.clock.context(Some(run));
+        let rows: Vec<Row> = reaped
+            .iter()
+            .map(|(&pid, r)| {
+                event_row(
+                    &ctx,
+                    Scope::Survivors,
+                    pid,
+                    "",
+                    &format!("exited {}", r.exit.describe()),
+                    Some(r.exit.code()),
+                )
+            })
+            .collect();
+        self.write(&rows)
+    }
+
+    /// Deep-samples each live watched process with its descendants. A
+    /// watched process that exited or whose pid was reused is recorded once
+    /// and dropped.
+    fn sample_watched(&mut self, ctx: &Context) -> Vec<Row> {
+        let mut rows = Vec::new();
+        let mut unreadable = Vec::new();
+        let mut denied = Vec::new();
+        for w in self.watched.iter_mut().filter(|w| w.alive) {
+            let current = self.root.stat(w.pid).ok().filter(|s| s.state != 'Z');
+            let event = match current {
+                None => Some("exited"),
+                Some(s) if s.start_time != w.start_time => Some("pid_reused"),
+                Some(_) => None,
+            };
+            if let Some(event) = event {
+                w.alive = false;
+                rows.push(event_row(ctx, w.scope(), w.pid, "", event, None));
+                self.outcome.notes.push(format!(
+                    "watched process {} {} before run {}; its series stops there",
+                    w.pid,
+                    if event == "exited" {
+                        "exited"
+                    } else {
+                        "was replaced (pid reused)"
+                    },
+                    ctx.run.unwrap_or(0)
+                ));
+                continue;
+            }
+            let tree = watched_tree(&self.root, w.pid);
+            let (r, u, d) = sample_scope(&self.root, ctx, w.scope(), &tree, true);
+            rows.extend(r);
+            unreadable.extend(u);
+            denied.extend(d);
+        }
+        self.note_denied(&denied);
+        self.note_unreadable(&unreadable);
+        rows
+    }
+
+    /// Records once per process that it could not be read at all (it is then
+    /// missing from its scope's sums).
+    fn note_unreadable(&mut self, unreadable: &[(u32, String)]) {
+        for (pid, why) in unreadable {
+            if self.noted.insert(*pid) {
+                self.outcome
+                    .notes
+                    .push(format!("process {pid} left out of its series: {why}"));
+            }
+        }
+    }
+
+    /// Records once per process that its PSS/USS could not be read.
+    fn note_denied(&mut self, denied: &[u32]) {
+        for &pid in denied {
+            if self.noted.insert(pid) {
+                self.outcome.notes.push(format!(
+                    "no PSS/USS for process {pid}: /proc/{pid}/smaps_rollup needs ptrace-read \
+                     access (run leakwatch as that process's user or as root); RSS and the \
+                     other status fields are still sampled"
+                ));
+            }
+        }
+    }
 }
 
 /// `, survivors RSS 31.4 MiB, pid:4242 RSS 120 MiB` for the progress line.
 fn scope_rss(rows: &[Row]) -> String {
-    let mut totals: Vec<(&str, u64)> = Vec::new();
+    let mut totals: Vec<(Scope, u64)> = Vec::new();
     for row in rows.iter().filter(|r| r.is_process_sample()) {
         let rss = row.rss_bytes.unwrap_or(0);
         match totals.iter_mut().find(|(s, _)| *s == row.scope) {
             Some((_, total)) => *total += rss,
-            None => totals.push((&row.scope, rss)),
+            None => totals.push((row.scope, rss)),
         }
     }
     totals
@@ -143,281 +534,6 @@ fn pid_list(pids: &[u32]) -> String {
         .join(", ")
 }
 
-#[allow(clippy::too_many_arguments)]
-fn run_loop(
-    opts: &RunOptions,
-    writer: &mut SampleWriter,
-    interrupt: &Interrupt,
-    progress: &Progress,
-    root: &ProcRoot,
-    me: u32,
-    clock: &mut Clock,
-    watched: &mut [Watched],
-    outcome: &mut Outcome,
-    noted: &mut BTreeSet<u32>,
-) -> Result<Option<u32>, SampleError> {
-    let name = shell_words(&opts.command_line);
-    let mut completed = None;
-    for run in 1..=opts.repeat {
-        if interrupt.is_set() {
-            outcome.interrupted = true;
-            return Ok(completed);
-        }
-        let started = Instant::now();
-        let child = Command::new(&opts.program)
-            .args(&opts.args)
-            .stdin(Stdio::null())
-            .spawn()
-            .map_err(|error| SampleError::Spawn {
-                program: opts.program.display().to_string(),
-                error,
-            })?;
-        let pid = child.id();
-        // `child` is never waited on through std: reap_all() collects its
-        // status together with the orphans'.
-        drop(child);
-        writer.write_batch(&[event_row(
-            &clock.context(Some(run)),
-            "command",
-            pid,
-            &name,
-            "run_start",
-            None,
-        )])?;
-
-        let (reaped, polled_hwm) =
-            poll_command(pid, run, opts.interval, writer, interrupt, root, clock)?;
-        let ran_for = started.elapsed();
-        let ctx = clock.context(Some(run));
-        let Some(reaped) = reaped else {
-            writer.write_batch(&[event_row(
-                &ctx,
-                "command",
-                pid,
-                &name,
-                "run_end interrupted",
-                None,
-            )])?;
-            outcome.interrupted = true;
-            return Ok(completed);
-        };
-        let exit = reaped.exit;
-        let end = event_row(
-            &ctx,
-            "command",
-            pid,
-            &name,
-            &format!("run_end {}", exit.describe()),
-            Some(exit.code()),
-        );
-        // The command's peak as one more command sample: a short command can
-        // exit between two polls. The kernel's ru_maxrss also counts the mm
-        // the child had before exec — leakwatch's own, since spawn uses
-        // vfork — so it is only believed above leakwatch's own peak; below
-        // that, the last polled VmHWM is the best we have.
-        let own_hwm = root.status(me).ok().and_then(|s| s.hwm_bytes).unwrap_or(0);
-        let kernel_peak = Some(reaped.max_rss_bytes).filter(|&p| p > own_hwm);
-        let peak_bytes = kernel_peak.unwrap_or(0).max(polled_hwm);
-        let peak = (peak_bytes > 0).then(|| Row {
-            tier: crate::series::store::Tier::Cheap,
-            event: Some("peak".into()),
-            exit_code: None,
-            rss_bytes: Some(peak_bytes),
-            hwm_bytes: Some(peak_bytes),
-            ..end.clone()
-        });
-        writer.write_batch(&[end])?;
-        writer.write_batch(peak.as_slice())?;
-
-        // Let the daemon finish what the command asked of it.
-        let settled = interrupt.sleep(opts.settle);
-        record_exits(&reaper::reap_all(), run, writer, clock)?;
-
-        let ctx = clock.context(Some(run));
-        let left_behind = survivors(root, me);
-        let (mut rows, unreadable, denied) =
-            sample_scope(root, &ctx, "survivors", &left_behind, true);
-        note_denied(&denied, noted, outcome);
-        note_unreadable(&unreadable, noted, outcome);
-        rows.extend(sample_watched(root, &ctx, watched, outcome, noted));
-        if run == 1 {
-            rows.extend(mapping_rows(root, &ctx, "survivors", &left_behind));
-        }
-        writer.write_batch(&rows)?;
-        completed = Some(run);
-
-        progress.step(
-            u64::from(run),
-            &format!(
-                "run {run}/{}: {} in {}{}",
-                opts.repeat,
-                exit.describe(),
-                format_duration(ran_for),
-                scope_rss(&rows)
-            ),
-        );
-        if !settled {
-            outcome.interrupted = true;
-            return Ok(completed);
-        }
-    }
-    Ok(completed)
-}
-
-/// Mapping rows for every live watched process tree.
-fn watched_mappings(root: &ProcRoot, ctx: &super::Context, watched: &[Watched]) -> Vec<Row> {
-    watched
-        .iter()
-        .filter(|w| w.alive)
-        .flat_map(|w| mapping_rows(root, ctx, &w.scope(), &watched_tree(root, w.pid)))
-        .collect()
-}
-
-/// Polls the command's tree (cheap tier) every `interval` until the command
-/// is reaped, checking for its exit every few milliseconds so a short command
-/// is not charged a whole interval. Returns `None` when interrupted (the
-/// command is then stopped).
-fn poll_command(
-    pid: u32,
-    run: u32,
-    interval: Duration,
-    writer: &mut SampleWriter,
-    interrupt: &Interrupt,
-    root: &ProcRoot,
-    clock: &mut Clock,
-) -> Result<(Option<Reaped>, u64), SampleError> {
-    const EXIT_CHECK: Duration = Duration::from_millis(2);
-    // Most commands that talk to a daemon exit within milliseconds: poll at
-    // every exit check for the first 200 ms so their VmHWM is read shortly
-    // before they exit, then at the user's interval.
-    const FAST_START: Duration = Duration::from_millis(200);
-    let started = Instant::now();
-    let mut next_sample = Instant::now();
-    // The command's own VmHWM as last polled: its peak up to that poll.
-    let mut polled_hwm = 0;
-    loop {
-        let mut reaped = reaper::reap_all();
-        let ours = reaped.remove(&pid);
-        record_exits(&reaped, run, writer, clock)?;
-        if let Some(ours) = ours {
-            return Ok((Some(ours), polled_hwm));
-        }
-        if Instant::now() >= next_sample {
-            let ctx = clock.context(Some(run));
-            let (rows, _, _) = sample_scope(root, &ctx, "command", &root.tree(pid), false);
-            if let Some(hwm) = rows.iter().find(|r| r.pid == pid).and_then(|r| r.hwm_bytes) {
-                polled_hwm = polled_hwm.max(hwm);
-            }
-            writer.write_batch(&rows)?;
-            next_sample = if started.elapsed() < FAST_START {
-                Instant::now() + EXIT_CHECK
-            } else {
-                next_sample.max(started + FAST_START) + interval
-            };
-        }
-        if !interrupt.sleep(EXIT_CHECK.min(interval)) {
-            reaper::stop(&[pid], STOP_GRACE, |p| root.alive(p));
-            return Ok((None, polled_hwm));
-        }
-    }
-}
-
-/// Event rows for reaped processes other than the command: a daemon that
-/// crashed or exited between runs is part of the story, not noise.
-fn record_exits(
-    reaped: &std::collections::HashMap<u32, Reaped>,
-    run: u32,
-    writer: &mut SampleWriter,
-    clock: &mut Clock,
-) -> Result<(), SampleError> {
-    if reaped.is_empty() {
-        return Ok(());
-    }
-    let ctx = clock.context(Some(run));
-    let rows: Vec<Row> = reaped
-        .iter()
-        .map(|(&pid, r)| {
-            event_row(
-                &ctx,
-                "survivors",
-                pid,
-                "",
-                &format!("exited {}", r.exit.describe()),
-                Some(r.exit.code()),
-            )
-        })
-        .collect();
-    writer.write_batch(&rows)?;
-    Ok(())
-}
-
-/// Deep-samples each live watched process with its descendants. A watched
-/// process that exited or whose pid was reused is recorded once and dropped.
-fn sample_watched(
-    root: &ProcRoot,
-    ctx: &super::Context,
-    watched: &mut [Watched],
-    outcome: &mut Outcome,
-    noted: &mut BTreeSet<u32>,
-) -> Vec<Row> {
-    let mut rows = Vec::new();
-    for w in watched.iter_mut().filter(|w| w.alive) {
-        let scope = w.scope();
-        let current = root.stat(w.pid).ok().filter(|s| s.state != 'Z');
-        let event = match current {
-            None => Some("exited"),
-            Some(s) if s.start_time != w.start_time => Some("pid_reused"),
-            Some(_) => None,
-        };
-        if let Some(event) = event {
-            w.alive = false;
-            rows.push(event_row(ctx, &scope, w.pid, "", event, None));
-            outcome.notes.push(format!(
-                "watched process {} {} before run {}; its series stops there",
-                w.pid,
-                if event == "exited" {
-                    "exited"
-                } else {
-                    "was replaced (pid reused)"
-                },
-                ctx.run.unwrap_or(0)
-            ));
-            continue;
-        }
-        let (r, unreadable, denied) =
-            sample_scope(root, ctx, &scope, &watched_tree(root, w.pid), true);
-        note_denied(&denied, noted, outcome);
-        note_unreadable(&unreadable, noted, outcome);
-        rows.extend(r);
-    }
-    rows
-}
-
-/// Records once per process that it could not be read at all (it is then
-/// missing from its scope's sums).
-fn note_unreadable(unreadable: &[(u32, String)], noted: &mut BTreeSet<u32>, outcome: &mut Outcome) {
-    for (pid, why) in unreadable {
-        if noted.insert(*pid) {
-            outcome
-                .notes
-                .push(format!("process {pid} left out of its series: {why}"));
-        }
-    }
-}
-
-/// Records once per process that its PSS/USS could not be read.
-fn note_denied(denied: &[u32], noted: &mut BTreeSet<u32>, outcome: &mut Outcome) {
-    for &pid in denied {
-        if noted.insert(pid) {
-            outcome.notes.push(format!(
-                "no PSS/USS for process {pid}: /proc/{pid}/smaps_rollup needs ptrace-read \
-                 access (run leakwatch as that process's user or as root); RSS and the \
-                 other status fields are still sampled"
-            ));
-        }
-    }
-}
-
 /// The command line as a shell would show it: arguments with spaces or
 /// quotes single-quoted.
 fn shell_words(words: &[String]) -> String {
@@ -435,4 +551,28 @@ fn shell_words(words: &[String]) -> String {
         })
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn programs_are_resolved_like_execvp() {
+        assert!(resolve_program("sh").is_ok());
+        assert!(matches!(
+            resolve_program("no-such-program-xyz"),
+            Err(ResolveError::CommandNotFound(_))
+        ));
+        assert!(matches!(
+            resolve_program("./no/such/file"),
+            Err(ResolveError::CommandMissing(_))
+        ));
+    }
+
+    #[test]
+    fn command_lines_are_quoted_like_a_shell() {
+        let words = ["echo", "a b", "it's"].map(String::from);
+        assert_eq!(shell_words(&words), r"echo 'a b' 'it'\''s'");
+    }
 }

@@ -1,12 +1,11 @@
 //! From rows to series: per scope (`command`, `survivors`, `pid:<PID>`,
 //! `target`) and metric, one point per run or per sample.
 
-pub mod store;
-
 use std::collections::BTreeMap;
 
+use crate::store::{Row, Scope, Tier};
+use crate::units::{format_bytes, format_signed_bytes};
 use serde::{Deserialize, Serialize};
-use store::{Row, Tier};
 
 /// The metrics of the summary.json contract, in report order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -113,12 +112,73 @@ impl XAxis {
             XAxis::Seconds => "seconds",
         }
     }
+
+    pub fn from_name(name: &str) -> Option<XAxis> {
+        [XAxis::Run, XAxis::Seconds]
+            .into_iter()
+            .find(|x| x.name() == name)
+    }
+
+    /// The unit people read rates in: per run, or per hour over time.
+    pub fn rate_unit(self) -> &'static str {
+        match self {
+            XAxis::Run => "run",
+            XAxis::Seconds => "h",
+        }
+    }
+
+    /// x units in one rate unit: 1 run, or 3,600 seconds.
+    pub fn per_rate_unit(self) -> f64 {
+        match self {
+            XAxis::Run => 1.0,
+            XAxis::Seconds => 3600.0,
+        }
+    }
+
+    /// A per-x value in the rate unit: `+4.00 MiB/run`, `-1.20 KiB/h`, `+0.50/h`.
+    pub fn format_rate(self, per_x: f64, bytes: bool) -> String {
+        let v = per_x * self.per_rate_unit();
+        let unit = self.rate_unit();
+        if bytes {
+            format!("{}/{unit}", format_signed_bytes(v))
+        } else {
+            format!("{v:+.2}/{unit}")
+        }
+    }
+
+    /// A limit in the rate unit, without a sign: `1.00 MiB/run`, `0.50/h`.
+    pub fn format_limit(self, per_x: f64, bytes: bool) -> String {
+        let v = per_x * self.per_rate_unit();
+        let unit = self.rate_unit();
+        if bytes {
+            format!("{}/{unit}", format_bytes(v))
+        } else {
+            format!("{v:.2}/{unit}")
+        }
+    }
+
+    /// A growth in % per x, in the rate unit: `3.70%/run`, `0.41%/h`.
+    pub fn format_pct(self, pct_per_x: f64) -> String {
+        format!(
+            "{:.2}%/{}",
+            pct_per_x * self.per_rate_unit(),
+            self.rate_unit()
+        )
+    }
+
+    /// What a point is: `runs` or `samples`.
+    pub fn points_name(self) -> &'static str {
+        match self {
+            XAxis::Run => "runs",
+            XAxis::Seconds => "samples",
+        }
+    }
 }
 
 /// One series: a scope's metric, summed over its processes, per x.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Series {
-    pub name: String,
+    pub scope: Scope,
     pub metric: Metric,
     pub x_axis: XAxis,
     /// (x, y) in x order; y in the metric's unit.
@@ -152,26 +212,15 @@ pub fn x_axis_of(rows: &[Row]) -> XAxis {
     }
 }
 
-/// Scope names in report order: survivors, watched pids, target, command.
-pub fn scopes(rows: &[Row]) -> Vec<String> {
-    let mut names: Vec<String> = Vec::new();
-    for row in rows.iter().filter(|r| r.is_process_sample()) {
-        if !names.contains(&row.scope) {
-            names.push(row.scope.clone());
-        }
-    }
-    names.sort_by_key(|n| (scope_rank(n), n.clone()));
-    names
-}
-
-fn scope_rank(name: &str) -> u8 {
-    match name {
-        "survivors" => 0,
-        n if n.starts_with("pid:") => 1,
-        "target" => 2,
-        "command" => 3,
-        _ => 4,
-    }
+/// The scopes that have process samples, in report order: survivors,
+/// watched pids, target, command.
+pub fn scopes(rows: &[Row]) -> Vec<Scope> {
+    let set: std::collections::BTreeSet<Scope> = rows
+        .iter()
+        .filter(|r| r.is_process_sample())
+        .map(|r| r.scope)
+        .collect();
+    set.into_iter().collect()
 }
 
 /// Builds every (scope, metric) series that has at least one point.
@@ -196,7 +245,7 @@ pub fn build(rows: &[Row]) -> Vec<Series> {
             // The command's series is its peak per run: only RSS has a true
             // peak (ru_maxrss); the other fields come from polls that a short
             // command may miss or catch mid-exec.
-            if scope == "command" && metric != Metric::RssBytes {
+            if scope == Scope::Command && metric != Metric::RssBytes {
                 continue;
             }
             let mut points: BTreeMap<i64, (f64, f64)> = BTreeMap::new();
@@ -215,7 +264,7 @@ pub fn build(rows: &[Row]) -> Vec<Series> {
                         let Some(run) = group[0].run else { continue };
                         let x = f64::from(run);
                         let entry = points.entry(i64::from(run)).or_insert((x, y));
-                        entry.1 = if scope == "command" {
+                        entry.1 = if scope == Scope::Command {
                             entry.1.max(y)
                         } else {
                             y // later samples of a run replace earlier ones
@@ -225,7 +274,7 @@ pub fn build(rows: &[Row]) -> Vec<Series> {
             }
             if !points.is_empty() {
                 out.push(Series {
-                    name: scope.clone(),
+                    scope,
                     metric,
                     x_axis,
                     points: points.into_values().collect(),
@@ -262,7 +311,7 @@ impl ProcessLife<'_> {
     /// last sample — in time one point per sample.
     pub fn points(
         &self,
-        scope: &str,
+        scope: Scope,
         x: XAxis,
         value: impl Fn(&Row) -> Option<u64>,
     ) -> Vec<(f64, f64)> {
@@ -276,7 +325,7 @@ impl ProcessLife<'_> {
             };
             let y = y as f64;
             let point = by_key.entry(key).or_insert((row_x(row, x), y));
-            point.1 = if scope == "command" {
+            point.1 = if scope == Scope::Command {
                 point.1.max(y)
             } else {
                 y
@@ -287,7 +336,7 @@ impl ProcessLife<'_> {
 }
 
 /// Every process of a scope, ordered by pid and start time.
-pub fn processes<'a>(rows: &'a [Row], scope: &str) -> Vec<ProcessLife<'a>> {
+pub fn processes<'a>(rows: &'a [Row], scope: Scope) -> Vec<ProcessLife<'a>> {
     let mut by: BTreeMap<(u32, u64), ProcessLife<'a>> = BTreeMap::new();
     for row in rows
         .iter()
@@ -331,7 +380,7 @@ impl RunRecord {
 pub fn runs(rows: &[Row], series: &[Series]) -> Vec<RunRecord> {
     let peak: BTreeMap<u32, f64> = series
         .iter()
-        .find(|s| s.name == "command" && s.metric == Metric::RssBytes)
+        .find(|s| s.scope == Scope::Command && s.metric == Metric::RssBytes)
         .map(|s| s.points.iter().map(|&(x, y)| (x as u32, y)).collect())
         .unwrap_or_default();
     let mut out: BTreeMap<u32, RunRecord> = BTreeMap::new();
@@ -372,26 +421,25 @@ pub fn runs(rows: &[Row], series: &[Series]) -> Vec<RunRecord> {
 mod tests {
     use super::*;
 
-    fn deep(sample: u64, run: u32, scope: &str, pid: u32, rss: u64) -> Row {
+    fn deep(sample: u64, run: u32, scope: Scope, pid: u32, rss: u64) -> Row {
         Row {
             sample,
             run: Some(run),
-            scope: scope.into(),
             pid,
             tier: Tier::Deep,
             rss_bytes: Some(rss),
             pss_bytes: Some(rss),
-            ..Row::default()
+            ..Row::new(scope)
         }
     }
 
     #[test]
     fn run_series_sum_processes_and_keep_the_last_sample_of_a_run() {
         let rows = vec![
-            deep(0, 1, "survivors", 10, 100),
-            deep(0, 1, "survivors", 11, 50),
-            deep(1, 2, "survivors", 10, 300),
-            deep(2, 2, "survivors", 10, 200),
+            deep(0, 1, Scope::Survivors, 10, 100),
+            deep(0, 1, Scope::Survivors, 11, 50),
+            deep(1, 2, Scope::Survivors, 10, 300),
+            deep(2, 2, Scope::Survivors, 10, 200),
         ];
         let s = build(&rows);
         let rss = s
@@ -405,20 +453,20 @@ mod tests {
 
     #[test]
     fn command_series_is_the_peak_of_the_run() {
-        let mut a = deep(0, 1, "command", 10, 100);
+        let mut a = deep(0, 1, Scope::Command, 10, 100);
         a.tier = Tier::Cheap;
-        let mut b = deep(1, 1, "command", 10, 400);
+        let mut b = deep(1, 1, Scope::Command, 10, 400);
         b.tier = Tier::Cheap;
-        let c = deep(2, 1, "command", 10, 50);
+        let c = deep(2, 1, Scope::Command, 10, 50);
         let s = build(&[a, b, c]);
         assert_eq!(s[0].points, vec![(1.0, 400.0)]);
     }
 
     #[test]
     fn a_partial_sample_is_not_a_point() {
-        let mut denied = deep(0, 1, "survivors", 11, 50);
+        let mut denied = deep(0, 1, Scope::Survivors, 11, 50);
         denied.pss_bytes = None;
-        let rows = vec![deep(0, 1, "survivors", 10, 100), denied];
+        let rows = vec![deep(0, 1, Scope::Survivors, 10, 100), denied];
         let s = build(&rows);
         assert!(s.iter().any(|s| s.metric == Metric::RssBytes));
         assert!(!s.iter().any(|s| s.metric == Metric::PssBytes));

@@ -1,14 +1,7 @@
 //! JUnit XML for CI systems: one test case per gated check.
 
-use super::GateResult;
-
-fn escape(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-        .replace('\'', "&apos;")
-}
+use super::html::escape;
+use crate::gate::GateResult;
 
 /// Renders the gate as one `<testsuite>` named `leakwatch`.
 pub fn render(result: &GateResult) -> String {
@@ -43,8 +36,9 @@ pub fn render(result: &GateResult) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Check, GateResult, Rule};
     use super::*;
+    use crate::gate::{Check, Rule};
+    use crate::store::Scope;
 
     #[test]
     fn failures_carry_the_numbers_and_names_are_escaped() {
@@ -53,7 +47,7 @@ mod tests {
             vec![
                 Check {
                     name: "survivors pss_bytes ≤ 1MiB/run".into(),
-                    series: "survivors".into(),
+                    series: Scope::Survivors,
                     metric: "pss_bytes".into(),
                     limit: "1MiB/run".into(),
                     passed: false,
@@ -61,7 +55,7 @@ mod tests {
                 },
                 Check {
                     name: "peak".into(),
-                    series: "command".into(),
+                    series: Scope::Command,
                     metric: "rss_bytes".into(),
                     limit: "2GiB".into(),
                     passed: true,

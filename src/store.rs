@@ -1,11 +1,78 @@
 //! `samples.csv`: one tidy row per process per sample (plus event rows),
 //! appended and flushed as samples are taken, and read back for `report`.
+//! The contract every stage may read: the bottom layer of the pipeline.
 
+use std::fmt;
 use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::str::FromStr;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// Which processes a row (and a series) belongs to. Ordered as reports list
+/// them: survivors, watched pids, the attach target, the command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Scope {
+    /// Processes the runs left behind (`run` mode).
+    Survivors,
+    /// A `--watch` process with its descendants.
+    Pid(u32),
+    /// The attached process with its descendants (`attach` mode).
+    Target,
+    /// The command's own tree while it runs.
+    Command,
+    /// leakwatch itself: notes and the interruption, no process.
+    Session,
+}
+
+impl fmt::Display for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Scope::Survivors => f.write_str("survivors"),
+            Scope::Pid(pid) => write!(f, "pid:{pid}"),
+            Scope::Target => f.write_str("target"),
+            Scope::Command => f.write_str("command"),
+            Scope::Session => f.write_str("leakwatch"),
+        }
+    }
+}
+
+/// A scope name that is none of `survivors`, `pid:<PID>`, `target`, `command`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("'{0}' is not a scope; use survivors, pid:<PID>, target or command")]
+pub struct ScopeError(pub String);
+
+impl FromStr for Scope {
+    type Err = ScopeError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "survivors" => Ok(Scope::Survivors),
+            "target" => Ok(Scope::Target),
+            "command" => Ok(Scope::Command),
+            "leakwatch" => Ok(Scope::Session),
+            other => other
+                .strip_prefix("pid:")
+                .and_then(|p| p.parse().ok())
+                .map(Scope::Pid)
+                .ok_or_else(|| ScopeError(other.to_string())),
+        }
+    }
+}
+
+impl Serialize for Scope {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Scope {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
 
 /// What a row holds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -24,6 +91,43 @@ pub enum Tier {
 }
 
 impl Row {
+    /// A row of `scope` with nothing filled in.
+    pub fn new(scope: Scope) -> Row {
+        Row {
+            sample: 0,
+            run: None,
+            t_seconds: 0.0,
+            timestamp: String::new(),
+            scope,
+            pid: 0,
+            ppid: 0,
+            start_time: 0,
+            comm: String::new(),
+            tier: Tier::default(),
+            event: None,
+            exit_code: None,
+            rss_bytes: None,
+            anon_bytes: None,
+            file_bytes: None,
+            shmem_bytes: None,
+            swap_bytes: None,
+            hwm_bytes: None,
+            threads: None,
+            fds: None,
+            pss_bytes: None,
+            pss_anon_bytes: None,
+            pss_file_bytes: None,
+            pss_shmem_bytes: None,
+            shared_clean_bytes: None,
+            shared_dirty_bytes: None,
+            private_clean_bytes: None,
+            private_dirty_bytes: None,
+            uss_bytes: None,
+            shared_bytes: None,
+            swap_pss_bytes: None,
+        }
+    }
+
     /// A whole-process memory sample (not an event, not a mapping).
     pub fn is_process_sample(&self) -> bool {
         matches!(self.tier, Tier::Cheap | Tier::Deep)
@@ -32,7 +136,7 @@ impl Row {
 
 /// One row of `samples.csv`. Sizes in bytes; a field the kernel or the tier
 /// did not give is empty.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Row {
     /// Batch number: rows taken together share it.
     pub sample: u64,
@@ -41,8 +145,7 @@ pub struct Row {
     /// Seconds since leakwatch started.
     pub t_seconds: f64,
     pub timestamp: String,
-    /// `command`, `survivors`, `pid:<PID>` or `target`.
-    pub scope: String,
+    pub scope: Scope,
     pub pid: u32,
     pub ppid: u32,
     /// Clock ticks since boot; with `pid` it names one process.
@@ -75,11 +178,10 @@ pub struct Row {
 /// A session-level event row: `note` (its text in `comm`) or `interrupted`.
 pub fn note_row(event: &str, text: &str) -> Row {
     Row {
-        scope: "leakwatch".into(),
         comm: text.to_string(),
         tier: Tier::Event,
         event: Some(event.to_string()),
-        ..Row::default()
+        ..Row::new(Scope::Session)
     }
 }
 
@@ -208,13 +310,12 @@ mod tests {
         Row {
             sample,
             run: Some(sample as u32),
-            scope: "survivors".into(),
             pid: 42,
             comm: "daemon, with \"quotes\"".into(),
             tier: Tier::Deep,
             rss_bytes: Some(rss),
             pss_bytes: Some(rss / 2),
-            ..Row::default()
+            ..Row::new(Scope::Survivors)
         }
     }
 
@@ -257,6 +358,32 @@ mod tests {
         std::fs::write(&path, lines.join("\n")).unwrap();
         let err = read_samples(&path).unwrap_err().to_string();
         assert!(err.contains("line 3"), "{err}");
+    }
+
+    #[test]
+    fn scopes_read_back_as_written_and_sort_in_report_order() {
+        for text in ["survivors", "pid:4242", "target", "command", "leakwatch"] {
+            assert_eq!(text.parse::<Scope>().unwrap().to_string(), text);
+        }
+        for bad in ["pid:", "pid:x", "Target", ""] {
+            assert!(bad.parse::<Scope>().is_err(), "{bad}");
+        }
+        let mut scopes = vec![
+            Scope::Command,
+            Scope::Target,
+            Scope::Pid(9),
+            Scope::Survivors,
+        ];
+        scopes.sort();
+        assert_eq!(
+            scopes,
+            vec![
+                Scope::Survivors,
+                Scope::Pid(9),
+                Scope::Target,
+                Scope::Command
+            ]
+        );
     }
 
     #[test]

@@ -1,11 +1,12 @@
 //! The summary.json wire types (schema_version 1, see DESIGN.md), kept apart
-//! from the in-memory model so the contract changes only on purpose.
+//! from the in-memory model so the contract changes only on purpose. `report`
+//! writes them; `check` reads them back as baselines.
 
 use serde::{Deserialize, Serialize};
 
 use crate::Analysis;
 use crate::fit::findings::{Finding, RecycleAdvice, TreeTotal};
-use crate::fit::{Attribution, Projection};
+use crate::fit::{Attribution, Projection, SeriesFit};
 use crate::gate::GateResult;
 
 pub const SCHEMA_VERSION: u32 = 1;
@@ -32,7 +33,8 @@ pub struct Summary {
     pub verdict: String,
     /// Warm-up handling: `auto` (detected per series) or the `--warmup` given.
     pub warmup: WarmupJson,
-    pub series: Vec<SeriesJson>,
+    /// Every fitted series (scope `name`, `metric`, `x`, slope with its CI, verdict …).
+    pub series: Vec<SeriesFit>,
     /// Where the growth is, per followed scope.
     #[serde(default)]
     pub attribution: Vec<Attribution>,
@@ -62,36 +64,6 @@ pub struct Summary {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SeriesJson {
-    pub name: String,
-    pub metric: String,
-    /// `run` or `seconds`; slopes are per x.
-    pub x: String,
-    pub n: usize,
-    pub first: f64,
-    pub last: f64,
-    /// Least-squares slope per x after warm-up, with its 95% CI (Student t).
-    pub slope: Option<f64>,
-    pub slope_ci95: Option<(f64, f64)>,
-    /// Theil–Sen slope.
-    pub robust_slope: Option<f64>,
-    /// Mann–Kendall two-sided p-value.
-    pub trend_p: Option<f64>,
-    pub r2: Option<f64>,
-    pub growth_pct_per_x: Option<f64>,
-    /// Slope over the second half of the points.
-    pub tail_slope: Option<f64>,
-    pub verdict: String,
-    /// Leading points left out of the fit.
-    pub warmup: usize,
-    /// For `inconclusive`: about how many runs (points) would decide it.
-    pub runs_needed: Option<usize>,
-    pub reason: String,
-    /// Largest number of processes summed into one point.
-    pub processes: usize,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WarmupJson {
     /// `auto` or `fixed`.
     pub mode: String,
@@ -109,7 +81,8 @@ pub struct RunJson {
     pub peak_rss_bytes: Option<u64>,
 }
 
-pub fn summary(a: &Analysis) -> Summary {
+/// The summary of an analysis and, when a gate was given, its result.
+pub fn summary(a: &Analysis, gate: Option<&GateResult>) -> Summary {
     Summary {
         schema_version: SCHEMA_VERSION,
         mode: a.mode().to_string(),
@@ -133,30 +106,7 @@ pub fn summary(a: &Analysis) -> Summary {
         findings: a.findings.clone(),
         trees: a.trees.clone(),
         recycle: a.recycle.clone(),
-        series: a
-            .fits
-            .iter()
-            .map(|f| SeriesJson {
-                name: f.name.clone(),
-                metric: f.metric.name().to_string(),
-                x: f.x.name().to_string(),
-                n: f.n,
-                first: f.first,
-                last: f.last,
-                slope: f.slope,
-                slope_ci95: f.slope_ci95,
-                robust_slope: f.robust_slope,
-                trend_p: f.trend_p,
-                r2: f.r2,
-                growth_pct_per_x: f.growth_pct_per_x,
-                tail_slope: f.tail_slope,
-                verdict: f.verdict.as_str().to_string(),
-                warmup: f.warmup,
-                runs_needed: f.runs_needed,
-                reason: f.reason.clone(),
-                processes: f.processes,
-            })
-            .collect(),
+        series: a.fits.clone(),
         run_table: a
             .runs
             .iter()
@@ -176,6 +126,6 @@ pub fn summary(a: &Analysis) -> Summary {
             .map(|r| r.run)
             .collect(),
         notes: a.notes.clone(),
-        gate: a.gate.clone(),
+        gate: gate.cloned(),
     }
 }

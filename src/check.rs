@@ -1,0 +1,192 @@
+//! `leakwatch check`: compare a fresh summary.json against a committed one
+//! (a baseline): reading both, picking the series to compare, judging.
+//!
+//! A regression is significant when the current slope's 95% CI lies wholly
+//! above the baseline's CI widened by the tolerance and by the practical
+//! threshold (64 KiB per run or per hour): two noisy runs of the same code
+//! overlap and pass. Peaks regress when they exceed the baseline's by more
+//! than the tolerance; they are compared only for runs of at least 0.5 s
+//! (a shorter command is over before polls see its peak reliably).
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use crate::fit::{MIN_SLOPE_BYTES, SeriesFit};
+use crate::gate::{self, Check, GateOn, GateResult, Rule};
+use crate::store::Scope;
+use crate::summary::{SCHEMA_VERSION, Summary};
+use crate::units::format_bytes;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    #[error("cannot read {path}: {source}")]
+    Read { path: PathBuf, source: io::Error },
+    #[error(
+        "{path} is not a leakwatch summary.json (schema_version {SCHEMA_VERSION}): {why}; \
+         rebuild it with `leakwatch report`"
+    )]
+    NotSummary { path: PathBuf, why: String },
+}
+
+/// Reads a summary.json written by `leakwatch` (a run's or a baseline).
+pub fn read_summary(path: &Path) -> Result<Summary, CheckError> {
+    let text = fs::read_to_string(path).map_err(|source| CheckError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    serde_json::from_str(&text).map_err(|e| CheckError::NotSummary {
+        path: path.to_path_buf(),
+        why: e.to_string(),
+    })
+}
+
+/// What a baseline gated, else the default gated series of its summary.
+pub fn baseline_targets(base: &Summary) -> Vec<GateOn> {
+    let mut targets: Vec<GateOn> = Vec::new();
+    for c in base.gate.iter().flat_map(|g| g.checks.iter()) {
+        if let Some(metric) = crate::series::Metric::from_name(&c.metric)
+            && !c.name.starts_with("peak")
+        {
+            let on = GateOn {
+                series: c.series,
+                metric,
+            };
+            if !targets.contains(&on) {
+                targets.push(on);
+            }
+        }
+    }
+    if targets.is_empty() {
+        let available: Vec<(Scope, _, usize)> = base
+            .series
+            .iter()
+            .map(|s| (s.scope, s.metric, s.n))
+            .collect();
+        targets.push(gate::default_gate_on(&available));
+    }
+    targets
+}
+
+fn find<'a>(s: &'a Summary, on: &GateOn) -> Option<&'a SeriesFit> {
+    s.series
+        .iter()
+        .find(|x| x.scope == on.series && x.metric == on.metric)
+}
+
+/// Compares the series both summaries have (`targets`) and the runs' peaks.
+pub fn compare(
+    current: &Summary,
+    baseline: &Summary,
+    tolerance: f64,
+    targets: &[GateOn],
+) -> GateResult {
+    let mut checks: Vec<Check> = targets
+        .iter()
+        .map(|on| compare_series(current, baseline, tolerance, on))
+        .collect();
+    checks.extend(compare_peak(current, baseline, tolerance));
+    GateResult::from_checks(Rule::Ci, checks)
+}
+
+/// A regression when the current slope's CI lies wholly above the
+/// baseline's CI widened by the tolerance and the practical threshold.
+fn compare_series(current: &Summary, baseline: &Summary, tolerance: f64, on: &GateOn) -> Check {
+    let name = format!("{} {} vs baseline", on.series, on.metric.name());
+    let (Some(cur), Some(base)) = (find(current, on), find(baseline, on)) else {
+        return Check {
+            name,
+            series: on.series,
+            metric: on.metric.name().into(),
+            limit: format!("baseline +{:.0}%", tolerance * 100.0),
+            passed: false,
+            message: format!(
+                "{} {} is missing from the {}; compare runs of the same command",
+                on.series,
+                on.metric.name(),
+                if find(current, on).is_none() {
+                    "current run"
+                } else {
+                    "baseline"
+                }
+            ),
+        };
+    };
+    let abs = if on.metric.is_bytes() {
+        MIN_SLOPE_BYTES / cur.x.per_rate_unit()
+    } else {
+        0.0
+    };
+    let base_hi = base
+        .slope_ci95
+        .map(|c| c.1)
+        .or(base.slope)
+        .unwrap_or(0.0)
+        .max(0.0);
+    let allowed = base_hi * (1.0 + tolerance) + abs;
+    let cur_lo = cur.slope_ci95.map(|c| c.0).or(cur.slope).unwrap_or(0.0);
+    let fmt = |v: f64| cur.x.format_limit(v, on.metric.is_bytes());
+    Check {
+        name,
+        series: on.series,
+        metric: on.metric.name().into(),
+        limit: fmt(allowed),
+        passed: cur_lo <= allowed,
+        message: format!(
+            "{} {}: slope {} (95% CI from {}) vs baseline {} (CI up to {}); allowed up to {}",
+            on.series,
+            on.metric.name(),
+            fmt(cur.slope.unwrap_or(0.0)),
+            fmt(cur_lo),
+            fmt(base.slope.unwrap_or(0.0)),
+            fmt(base_hi),
+            fmt(allowed)
+        ),
+    }
+}
+
+/// Peaks regress when above the baseline's by more than the tolerance;
+/// compared only when runs last long enough for a reliable peak.
+fn compare_peak(current: &Summary, baseline: &Summary, tolerance: f64) -> Option<Check> {
+    // A run shorter than this is over before polling can see its peak
+    // reliably; comparing such peaks would make the gate flaky.
+    const MIN_RUN_S: f64 = 0.5;
+    let peak = |s: &Summary| s.run_table.iter().filter_map(|r| r.peak_rss_bytes).max();
+    let median_duration = |s: &Summary| {
+        let mut d: Vec<f64> = s.run_table.iter().filter_map(|r| r.duration_s).collect();
+        d.sort_by(f64::total_cmp);
+        d.get(d.len() / 2).copied().unwrap_or(0.0)
+    };
+    let check = |limit: String, passed: bool, message: String| Check {
+        name: "peak RSS vs baseline".into(),
+        series: Scope::Command,
+        metric: "rss_bytes".into(),
+        limit,
+        passed,
+        message,
+    };
+    let short = median_duration(current).min(median_duration(baseline));
+    if !current.run_table.is_empty() && short < MIN_RUN_S {
+        return Some(check(
+            "not compared".into(),
+            true,
+            format!(
+                "peak RSS not compared: runs last {:.0} ms (median), too short for a reliable \
+                 peak; gate it with --max-peak on the run if it matters",
+                short * 1000.0
+            ),
+        ));
+    }
+    let (cur, base) = (peak(current)?, peak(baseline)?);
+    let allowed = base as f64 * (1.0 + tolerance);
+    Some(check(
+        format_bytes(allowed),
+        cur as f64 <= allowed,
+        format!(
+            "peak RSS of a run {} vs baseline {}; allowed up to {}",
+            format_bytes(cur as f64),
+            format_bytes(base as f64),
+            format_bytes(allowed)
+        ),
+    ))
+}

@@ -1,0 +1,564 @@
+//! The report's content: the sections of report.md and report.html, in
+//! reading order, as document blocks.
+
+use std::time::Duration;
+
+use super::charts::{Kind, Plot};
+use super::doc::{Block, Inline, Table, heading, para, strong, text};
+use super::text;
+use crate::Analysis;
+use crate::fit::findings::Finding;
+use crate::fit::{Attribution, MIN_SLOPE_BYTES, SeriesFit};
+use crate::gate::GateResult;
+use crate::series::{Metric, XAxis};
+use crate::store::Scope;
+use crate::units::{format_bytes, format_duration, format_signed_bytes};
+
+/// The report's content, in reading order.
+pub fn document(a: &Analysis, gate: Option<&GateResult>, plots: &[Plot]) -> Vec<Block> {
+    let mut doc = vec![heading(1, "leakwatch report")];
+    doc.push(para(intro(a)));
+    if a.interrupted {
+        doc.push(para(vec![
+            strong("Interrupted:"),
+            text(" this report covers the samples taken so far."),
+        ]));
+    }
+    verdict(a, plots, &mut doc);
+    growth(a, &mut doc);
+    attribution(a, plots, &mut doc);
+    process_tree(a, &mut doc);
+    projection(a, &mut doc);
+    doc.extend(gate.map(gate_section).unwrap_or_default());
+    runs(a, &mut doc);
+    notes(a, &mut doc);
+    how_to_read(&mut doc);
+    doc
+}
+
+fn seconds(s: f64) -> String {
+    Duration::try_from_secs_f64(s)
+        .map(format_duration)
+        .unwrap_or_else(|_| "–".to_string())
+}
+
+fn failed_runs(a: &Analysis) -> Vec<String> {
+    a.runs
+        .iter()
+        .filter(|r| r.failed())
+        .map(|r| format!("run {} ({})", r.run, r.status))
+        .collect()
+}
+
+fn intro(a: &Analysis) -> Vec<Inline> {
+    match (&a.command_line, a.target_pid) {
+        (Some(cmd), _) => {
+            let failed = failed_runs(a);
+            let mut parts = vec![
+                text(format!("{} run(s) of ", a.runs.len())),
+                Inline::Code(cmd.clone()),
+                text(format!(" over {}", seconds(a.duration_s))),
+            ];
+            if failed.is_empty() {
+                parts.push(text(", all exited 0."));
+            } else {
+                parts.push(text("; "));
+                parts.push(strong(format!("FAILED: {}", failed.join(", "))));
+                parts.push(text("."));
+            }
+            parts
+        }
+        (None, Some(pid)) => vec![text(format!(
+            "Attached to PID {pid} and its descendants for {}.",
+            seconds(a.duration_s)
+        ))],
+        (None, None) => vec![text(format!("Samples over {}.", seconds(a.duration_s)))],
+    }
+}
+
+fn charts_of<'a>(plots: &'a [Plot], kind: Kind, scope: Scope) -> impl Iterator<Item = Block> + 'a {
+    plots
+        .iter()
+        .filter(move |p| p.kind == kind && p.scope == scope)
+        .map(|p| Block::Chart {
+            stem: p.stem.clone(),
+            caption: p.caption.clone(),
+        })
+}
+
+fn verdict(a: &Analysis, plots: &[Plot], doc: &mut Vec<Block>) {
+    doc.push(heading(2, "Verdict"));
+    doc.push(para(vec![
+        text("Overall: "),
+        strong(a.verdict.as_str().to_uppercase()),
+    ]));
+    let lines: Vec<Vec<Inline>> = a
+        .headlines()
+        .chain(text::other_leaks(a))
+        .map(|f| vec![text(text::verdict_line(a, f))])
+        .collect();
+    if !lines.is_empty() {
+        doc.push(Block::List(lines));
+    }
+    for f in a.headlines() {
+        doc.extend(charts_of(plots, Kind::Headline, f.scope));
+    }
+}
+
+fn growth(a: &Analysis, doc: &mut Vec<Block>) {
+    let Some(x) = a.headlines().next().map(|f| f.x) else {
+        return;
+    };
+    doc.push(heading(2, "Growth"));
+    doc.push(para(vec![text(format!(
+        "Least-squares slope per {} over the points after warm-up, with its 95% confidence \
+         interval; the growth in % is of the mean fitted level.",
+        if x == XAxis::Run { "run" } else { "hour" }
+    ))]));
+    let listed = [
+        Metric::RssBytes,
+        Metric::PssBytes,
+        Metric::UssBytes,
+        Metric::AnonBytes,
+        Metric::FileBytes,
+        Metric::ShmemBytes,
+        Metric::Fds,
+        Metric::Threads,
+    ];
+    let mut rows = Vec::new();
+    for h in a.headlines() {
+        // The scope's judged metric first, then the others in a fixed order.
+        let metrics =
+            std::iter::once(h.metric).chain(listed.into_iter().filter(|m| *m != h.metric));
+        for f in metrics.filter_map(|m| a.fit_of(h.scope, m)) {
+            let (slope, ci) = match (f.slope, f.slope_ci95) {
+                (Some(s), Some((lo, hi))) => (
+                    text::rate(f, s),
+                    format!("{} … {}", text::rate(f, lo), text::rate(f, hi)),
+                ),
+                (Some(s), None) => (text::rate(f, s), "–".to_string()),
+                _ => ("–".to_string(), "–".to_string()),
+            };
+            let pct = f
+                .growth_pct_per_x
+                .map(|p| format!("{:.2}", p * f.x.per_rate_unit()))
+                .unwrap_or_else(|| "–".to_string());
+            rows.push(vec![
+                f.scope.to_string(),
+                f.metric.label().to_string(),
+                f.n.to_string(),
+                slope,
+                ci,
+                pct,
+                f.verdict.as_str().to_string(),
+            ]);
+        }
+    }
+    doc.push(Block::Table(Table::new(
+        [
+            "series",
+            "metric",
+            "n",
+            "slope",
+            "95% CI",
+            &format!("%/{}", x.rate_unit()),
+            "verdict",
+        ],
+        rows,
+    )));
+}
+
+/// Private dirty rising while shared falls by about as much, with RSS flat: a forked child
+/// copying its parent's pages as it writes them.
+fn looks_like_cow(at: &Attribution, rss_slope: Option<f64>) -> bool {
+    match (at.private_dirty_slope, at.shared_slope) {
+        (Some(pd), Some(sh)) if pd > 0.0 && sh < 0.0 => {
+            (pd + sh).abs() < 0.5 * pd && rss_slope.is_some_and(|r| r.abs() < 0.5 * pd)
+        }
+        _ => false,
+    }
+}
+
+/// Growth by kind of memory (anon, file, shmem, swap; private dirty, shared).
+fn kinds_table(f: &SeriesFit, at: &Attribution, blocks: &mut Vec<Block>) {
+    let mut kinds: Vec<Vec<String>> = at
+        .kinds
+        .iter()
+        .map(|k| vec![k.metric.label().to_string(), text::rate(f, k.slope)])
+        .collect();
+    for (label, slope) in [
+        ("private dirty", at.private_dirty_slope),
+        ("shared", at.shared_slope),
+    ] {
+        if let Some(s) = slope {
+            kinds.push(vec![label.to_string(), text::rate(f, s)]);
+        }
+    }
+    if !kinds.is_empty() {
+        blocks.push(para(vec![text("By kind of memory:")]));
+        blocks.push(Block::Table(Table::new(["memory", "growth"], kinds)));
+    }
+}
+
+fn processes_table(f: &SeriesFit, at: &Attribution, blocks: &mut Vec<Block>) {
+    if at.processes.is_empty() {
+        return;
+    }
+    blocks.push(para(vec![text(format!(
+        "By process ({}), fastest growing first:",
+        at.metric.label()
+    ))]));
+    let rows = at
+        .processes
+        .iter()
+        .map(|p| {
+            vec![
+                p.pid.to_string(),
+                p.comm.clone(),
+                p.n.to_string(),
+                format_bytes(p.first_bytes),
+                format_bytes(p.last_bytes),
+                p.slope
+                    .map(|s| text::rate(f, s))
+                    .unwrap_or_else(|| "–".into()),
+            ]
+        })
+        .collect();
+    blocks.push(Block::Table(Table::new(
+        ["pid", "process", "points", "first", "last", "growth"],
+        rows,
+    )));
+}
+
+fn mappings_table(at: &Attribution, blocks: &mut Vec<Block>) {
+    if at.mappings.is_empty() {
+        return;
+    }
+    blocks.push(para(vec![text(
+        "Mappings that grew most between the first and the last smaps snapshot:",
+    )]));
+    let rows = at
+        .mappings
+        .iter()
+        .map(|m| {
+            vec![
+                m.pid.to_string(),
+                m.mapping.clone(),
+                format_bytes(m.first_rss_bytes as f64),
+                format_bytes(m.last_rss_bytes as f64),
+                format_signed_bytes(m.growth_bytes as f64),
+            ]
+        })
+        .collect();
+    blocks.push(Block::Table(Table::new(
+        ["pid", "mapping", "first RSS", "last RSS", "growth"],
+        rows,
+    )));
+}
+
+/// Where one headline scope grows: by kind, by process, by mapping, with charts.
+fn scope_attribution(a: &Analysis, plots: &[Plot], f: &SeriesFit, main: bool) -> Vec<Block> {
+    let mut blocks = Vec::new();
+    let at = a.attribution.iter().find(|at| at.series == f.scope);
+    if let Some(at) = at {
+        if !at.summary.is_empty() {
+            blocks.push(para(vec![text(format!("Mostly: {}.", at.summary))]));
+        }
+        kinds_table(f, at, &mut blocks);
+        let rss = a.fit_of(f.scope, Metric::RssBytes).and_then(|r| r.slope);
+        if looks_like_cow(at, rss) {
+            blocks.push(para(vec![
+                strong("Copy-on-write?"),
+                text(
+                    " Private dirty grows while shared shrinks by about as much and RSS \
+                     stays flat: a forked process unsharing its parent's pages, not \
+                     allocating (see How to read this).",
+                ),
+            ]));
+        }
+        if main {
+            blocks.extend(charts_of(plots, Kind::MemoryKinds, f.scope));
+        }
+        processes_table(f, at, &mut blocks);
+    }
+    blocks.extend(charts_of(plots, Kind::Processes, f.scope));
+    if let Some(at) = at {
+        mappings_table(at, &mut blocks);
+    }
+    blocks.extend(charts_of(plots, Kind::Mappings, f.scope));
+    blocks
+}
+
+fn attribution(a: &Analysis, plots: &[Plot], doc: &mut Vec<Block>) {
+    let mut section = Vec::new();
+    for (i, f) in a.headlines().enumerate() {
+        let blocks = scope_attribution(a, plots, f, i == 0);
+        if !blocks.is_empty() {
+            section.push(heading(3, format!("{} ({})", f.scope, f.metric.label())));
+            section.extend(blocks);
+        }
+    }
+    if !section.is_empty() {
+        doc.push(heading(2, "Where it grows"));
+        doc.extend(section);
+    }
+}
+
+fn process_tree(a: &Analysis, doc: &mut Vec<Block>) {
+    if a.findings.is_empty() && a.trees.is_empty() && a.recycle.is_empty() {
+        return;
+    }
+    doc.push(heading(2, "Process tree"));
+    let notable: Vec<Vec<Inline>> = a
+        .findings
+        .iter()
+        .filter(|f| !matches!(f, Finding::Recycled { .. }))
+        .map(|f| vec![text(text::finding_line(f))])
+        .collect();
+    if !notable.is_empty() {
+        doc.push(Block::List(notable));
+    }
+    if a.findings
+        .iter()
+        .any(|f| matches!(f, Finding::CowUnsharing { .. }))
+    {
+        doc.push(para(vec![
+            strong("Copy-on-write is not a leak."),
+            text(
+                " A forked worker shares its parent's pages until one of them writes to a page; \
+                 then the kernel copies it, and the page moves from the worker's Shared_Dirty to \
+                 its Private_Dirty while its RSS stays flat. In CPython the garbage collector \
+                 writes every object header it visits, so a full collection in a worker unshares \
+                 most of the parent's heap. Cures: call gc.freeze() in the parent before forking \
+                 (Python 3.7+), start workers with the forkserver or spawn method, or recycle \
+                 workers (max-tasks-per-child) if the unshared memory matters.",
+            ),
+        ]));
+    }
+    let recycled: Vec<Vec<String>> = a
+        .findings
+        .iter()
+        .filter_map(|f| match f {
+            Finding::Recycled {
+                pid,
+                comm,
+                first_x,
+                last_x,
+                last_rss_bytes,
+                x,
+                ..
+            } => Some(vec![
+                pid.to_string(),
+                comm.clone(),
+                match x {
+                    XAxis::Run => format!("runs {first_x:.0}–{last_x:.0}"),
+                    XAxis::Seconds => format!("{first_x:.0}s–{last_x:.0}s"),
+                },
+                format_bytes(*last_rss_bytes as f64),
+            ]),
+            _ => None,
+        })
+        .collect();
+    if !recycled.is_empty() {
+        doc.push(para(vec![text(
+            "Workers that ended while sampled (recycled or exited), with what they held:",
+        )]));
+        doc.push(Block::Table(Table::new(
+            ["pid", "process", "lived", "RSS at the end"],
+            recycled,
+        )));
+    }
+    for r in &a.recycle {
+        doc.push(para(vec![
+            strong("Recycle:"),
+            text(format!(" {}", text::recycle_line(r))),
+        ]));
+    }
+    for t in &a.trees {
+        doc.push(para(vec![text(format!("Tree {}.", text::tree_line(t)))]));
+    }
+}
+
+/// The gate's outcome and one row per check: report.md, report.html and
+/// the CI step summary.
+pub fn gate_section(g: &GateResult) -> Vec<Block> {
+    vec![
+        heading(2, "Gate"),
+        para(vec![strong(if g.passed { "Passed." } else { "FAILED." })]),
+        Block::Table(gate_table(g)),
+    ]
+}
+
+fn gate_table(g: &GateResult) -> Table {
+    let rows = g
+        .checks
+        .iter()
+        .map(|c| {
+            vec![
+                c.name.clone(),
+                if c.passed { "ok" } else { "FAIL" }.to_string(),
+                c.message.clone(),
+            ]
+        })
+        .collect();
+    Table::new(["check", "result", "numbers"], rows)
+}
+
+fn projection(a: &Analysis, doc: &mut Vec<Block>) {
+    doc.push(heading(2, "Projection"));
+    doc.push(para(vec![text(match &a.projection {
+        Some(p) => format!("{}.", text::projection_line(p)),
+        None => "Pass --limit SIZE to see when the main series reaches a limit, or \
+                 --budget SIZE for how often to recycle a process to stay under it."
+            .to_string(),
+    })]));
+}
+
+fn runs(a: &Analysis, doc: &mut Vec<Block>) {
+    if a.runs.is_empty() {
+        return;
+    }
+    doc.push(heading(2, "Runs"));
+    let failed = failed_runs(a);
+    if !failed.is_empty() {
+        doc.push(para(vec![
+            strong(format!("Failed: {}.", failed.join(", "))),
+            text(if failed.len() == 1 {
+                " Its points are kept (the memory left behind after it is real), but a \
+                 failing command may not have done the work that leaks."
+            } else {
+                " Their points are kept (the memory left behind after them is real), but a \
+                 failing command may not have done the work that leaks."
+            }),
+        ]));
+    }
+    let rows = a
+        .runs
+        .iter()
+        .map(|r| {
+            vec![
+                r.run.to_string(),
+                if r.failed() {
+                    format!("{} FAILED", r.status)
+                } else {
+                    r.status.clone()
+                },
+                r.duration_s.map(seconds).unwrap_or_else(|| "–".into()),
+                r.peak_rss_bytes
+                    .map(|b| format_bytes(b as f64))
+                    .unwrap_or_else(|| "–".into()),
+            ]
+        })
+        .collect();
+    doc.push(Block::Table(Table::new(
+        ["run", "status", "duration", "peak RSS"],
+        rows,
+    )));
+}
+
+fn notes(a: &Analysis, doc: &mut Vec<Block>) {
+    if a.notes.is_empty() {
+        return;
+    }
+    doc.push(heading(2, "Notes"));
+    doc.push(Block::List(
+        a.notes.iter().map(|n| vec![text(n.clone())]).collect(),
+    ));
+}
+
+fn how_to_read(doc: &mut Vec<Block>) {
+    doc.push(heading(2, "How to read this"));
+    doc.push(heading(3, "RSS, PSS, USS and shared"));
+    doc.push(Block::List(vec![
+        vec![
+            strong("RSS"),
+            text(
+                " (resident set size): the process's pages in RAM, counting every shared page \
+                 (libraries, memory still shared with a forked parent) in full. Summed over a \
+                 worker pool it counts shared pages once per worker.",
+            ),
+        ],
+        vec![
+            strong("PSS"),
+            text(
+                " (proportional set size): each shared page divided among the processes that \
+                 share it, so the PSS of a process tree adds up to the RAM it really uses. It \
+                 moves when other processes map or unmap the same files, even if this one \
+                 does nothing.",
+            ),
+        ],
+        vec![
+            strong("USS"),
+            text(
+                " (unique set size): private pages only (Private_Clean + Private_Dirty), what \
+                 exiting the process would free.",
+            ),
+        ],
+        vec![
+            strong("shared"),
+            text(
+                ": Shared_Clean + Shared_Dirty, pages another process maps too. \
+                 RSS = USS + shared.",
+            ),
+        ],
+        vec![
+            strong("anon / file / shmem"),
+            text(
+                ": RSS by what backs the pages: anonymous memory (heap, malloc arenas, \
+                 anonymous mmap), mapped files (code, data files), shared memory (tmpfs, \
+                 memfd). A heap leak grows anon, so a scope is judged by anon (RssAnon; RSS \
+                 on kernels without it), with shmem, fds and threads judged beside it: \
+                 unlike PSS and USS, anon ignores what other processes map and does not \
+                 move when a forked worker unshares its parent's pages.",
+            ),
+        ],
+    ]));
+    doc.push(heading(3, "Verdicts"));
+    doc.push(Block::List(vec![
+        vec![
+            strong("leak"),
+            text(format!(
+                ": significant growth (Mann–Kendall trend test and the slope's 95% CI above \
+                 zero) that is large enough to matter (more than {} or 0.1% of the level \
+                 per run, or per hour over time) and still going at the end: the second half \
+                 of the series grows at least half as fast as the whole.",
+                format_bytes(MIN_SLOPE_BYTES)
+            )),
+        ],
+        vec![
+            strong("plateau"),
+            text(
+                ": significant growth that has levelled off, the second half growing at less \
+                 than half the overall rate: a cache filling up, an allocator's high-water \
+                 mark.",
+            ),
+        ],
+        vec![
+            strong("stable"),
+            text(": no significant growth, or growth too small to matter."),
+        ],
+        vec![
+            strong("inconclusive"),
+            text(
+                ": too few points (fewer than 5 after warm-up) or too much noise to tell; the \
+                 verdict line says about how many more runs would decide it.",
+            ),
+        ],
+    ]));
+    doc.push(para(vec![text(
+        "Warm-up: leading points left out of the fit (a first run that loads code and fills \
+         caches); the charts shade them. The 95% CI is the range the true slope lies in with \
+         95% confidence; more runs narrow it.",
+    )]));
+    doc.push(heading(3, "Copy-on-write after fork"));
+    doc.push(para(vec![text(
+        "A forked worker (Celery prefork, gunicorn, multiprocessing, a process pool) starts \
+         out sharing all its pages with its parent. Each page it writes is copied for it \
+         alone: its Private_Dirty rises and its Shared_Dirty falls by the same amount while \
+         its RSS stays flat. That is unsharing, not a leak: the worker allocates nothing new, \
+         yet the pool's real memory (the PSS sum) grows until every touched page is copied. \
+         CPython writes reference counts and garbage-collector headers even when objects are \
+         only read, so its workers unshare the parent's heap steadily; calling gc.freeze() \
+         in the parent just before forking keeps the collector off those pages.",
+    )]));
+}
