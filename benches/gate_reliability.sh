@@ -8,9 +8,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-30}
-cargo build --release --quiet --bins
+cargo build --release --quiet --bins --examples
 LW=./target/release/leakwatch
-FX=./target/release/leakwatch-fixture
+FX=./target/release/examples/leakwatch-fixture
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 

@@ -18,8 +18,12 @@ use leakwatch::sample::proc::ProcRoot;
 use leakwatch::sample::read_process;
 
 fn target() -> Child {
-    let child = Command::new(env!("CARGO_BIN_EXE_leakwatch-fixture"))
-        .args(["steady", "--size", "256MiB"])
+    // 256 MiB written (so resident), then held.
+    let child = Command::new("python3")
+        .args([
+            "-c",
+            "import time; x = b'\\x01' * (256 << 20); time.sleep(3600)",
+        ])
         .stdout(Stdio::null())
         .spawn()
         .expect("start the fixture");

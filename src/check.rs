@@ -190,3 +190,93 @@ fn compare_peak(current: &Summary, baseline: &Summary, tolerance: f64) -> Option
         ),
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::series::Metric;
+
+    const MIB: f64 = 1024.0 * 1024.0;
+
+    /// A run summary with one survivors PSS series and runs of `run_s` seconds.
+    fn summary(slope_mib: f64, ci_mib: (f64, f64), peak: u64, run_s: f64) -> Summary {
+        let json = serde_json::json!({
+            "schema_version": 1, "mode": "run", "duration_s": 10.0, "interrupted": false,
+            "verdict": "leak", "warmup": {"mode": "auto", "trimmed": 0},
+            "series": [{
+                "name": "survivors", "metric": "pss_bytes", "x": "run", "n": 10,
+                "first": 1e8, "last": 1.4e8, "slope": slope_mib * MIB,
+                "slope_ci95": [ci_mib.0 * MIB, ci_mib.1 * MIB], "robust_slope": null,
+                "trend_p": null, "r2": null, "growth_pct_per_x": null, "tail_slope": null,
+                "verdict": "leak", "warmup": 0, "runs_needed": null, "reason": "",
+                "processes": 1
+            }],
+            "run_table": (1..=3).map(|run| serde_json::json!({
+                "run": run, "pid": 100 + run, "status": "exit:0", "exit_code": 0,
+                "duration_s": run_s, "peak_rss_bytes": peak
+            })).collect::<Vec<_>>()
+        });
+        serde_json::from_value(json).unwrap()
+    }
+
+    fn on() -> GateOn {
+        GateOn {
+            series: Scope::Survivors,
+            metric: Metric::PssBytes,
+        }
+    }
+
+    #[test]
+    fn a_regression_is_a_ci_wholly_above_the_baselines() {
+        let base = summary(1.0, (0.9, 1.1), 100 << 20, 1.0);
+        // (current slope, CI, passes) against CI up to 1.1 MiB/run, +10%, +64 KiB.
+        let cases = [
+            ((1.0, (0.9, 1.1)), true),
+            ((1.3, (1.2, 1.4)), true),
+            ((1.4, (1.3, 1.5)), false),
+            ((4.0, (3.9, 4.1)), false),
+            ((0.0, (-0.1, 0.1)), true),
+        ];
+        for ((slope, ci), passes) in cases {
+            let cur = summary(slope, ci, 100 << 20, 1.0);
+            let r = compare(&cur, &base, 0.10, &[on()]);
+            assert_eq!(
+                r.checks[0].passed, passes,
+                "{slope}: {}",
+                r.checks[0].message
+            );
+        }
+    }
+
+    #[test]
+    fn peaks_are_compared_only_for_runs_long_enough_to_see_them() {
+        let base = summary(1.0, (0.9, 1.1), 100 << 20, 1.0);
+        let bigger = summary(1.0, (0.9, 1.1), 120 << 20, 1.0);
+        let r = compare(&bigger, &base, 0.10, &[on()]);
+        assert!(!r.checks[1].passed, "{}", r.checks[1].message);
+        let short = summary(1.0, (0.9, 1.1), 120 << 20, 0.01);
+        let r = compare(&short, &base, 0.10, &[on()]);
+        assert!(r.checks[1].passed);
+        assert!(
+            r.checks[1].message.contains("not compared"),
+            "{}",
+            r.checks[1].message
+        );
+    }
+
+    #[test]
+    fn a_series_missing_on_either_side_fails_and_says_which() {
+        let base = summary(1.0, (0.9, 1.1), 100 << 20, 1.0);
+        let mut cur = base.clone();
+        cur.series.clear();
+        let r = compare(&cur, &base, 0.10, &[on()]);
+        assert!(!r.passed);
+        assert!(r.checks[0].message.contains("missing from the current run"));
+    }
+
+    #[test]
+    fn baseline_targets_default_to_the_followed_pss() {
+        let base = summary(1.0, (0.9, 1.1), 100 << 20, 1.0);
+        assert_eq!(baseline_targets(&base), vec![on()]);
+    }
+}

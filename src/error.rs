@@ -1,4 +1,4 @@
-//! How a leakwatch session ends, as an exit code (the contract in DESIGN.md).
+//! How a leakwatch session ends, as an exit code (a contract: see `leakwatch --help`).
 
 use std::process::ExitCode;
 

@@ -1,4 +1,4 @@
-//! The summary.json wire types (schema_version 1, see DESIGN.md), kept apart
+//! The summary.json wire types (schema_version 1, the contract in README.md), kept apart
 //! from the in-memory model so the contract changes only on purpose. `report`
 //! writes them; `check` reads them back as baselines.
 

@@ -441,3 +441,17 @@ pub fn analyse(rows: &[Row], opts: &FitOptions) -> Analysis {
             .collect(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_series_are_averaged_into_buckets_for_the_fit_and_the_charts() {
+        let pts: Vec<(f64, f64)> = (0..2500).map(|i| (i as f64, 1.0)).collect();
+        let t = thin(&pts);
+        assert_eq!(t.len(), 834);
+        assert_eq!(t[0], (1.0, 1.0));
+        assert_eq!(thin(&pts[..10]), pts[..10].to_vec());
+    }
+}

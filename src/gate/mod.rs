@@ -45,8 +45,7 @@ pub enum GateError {
 }
 
 /// What a growth limit measures.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case", tag = "kind", content = "value")]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Limit {
     /// Bytes per run.
     BytesPerRun(f64),
@@ -61,7 +60,7 @@ pub enum Limit {
 }
 
 /// A `--max-growth` as typed and as understood.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct GrowthLimit {
     pub text: String,
     pub limit: Limit,
@@ -457,4 +456,206 @@ fn series_names(a: &Analysis) -> String {
         .map(|(s, m)| format!("{s}:{{{}}}", m.join(",")))
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: f64 = 1024.0 * 1024.0;
+
+    #[test]
+    fn growth_limits_parse_in_every_accepted_form() {
+        let cases: &[(&str, Limit)] = &[
+            ("512KiB/run", Limit::BytesPerRun(512.0 * 1024.0)),
+            ("1%/run", Limit::FractionPerRun(0.01)),
+            ("2%/h", Limit::FractionPerSecond(0.02 / 3600.0)),
+            ("20MiB/h", Limit::BytesPerSecond(20.0 * MIB / 3600.0)),
+            ("1MiB/min", Limit::BytesPerSecond(MIB / 60.0)),
+            ("1GiB/d", Limit::BytesPerSecond(1024.0 * MIB / 86400.0)),
+            ("40%", Limit::Total(0.4)),
+            (" 4 MiB / run ", Limit::BytesPerRun(4.0 * MIB)),
+        ];
+        for (text, want) in cases {
+            let got = parse_max_growth(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+            assert_eq!(got.limit, *want, "{text}");
+            assert_eq!(got.text, text.trim());
+        }
+    }
+
+    #[test]
+    fn bad_growth_limits_name_the_value_and_the_forms() {
+        for bad in [
+            "5 MB",
+            "5",
+            "-1KiB/run",
+            "abc%",
+            "0%",
+            "1MiB/fortnight",
+            "%/run",
+            "",
+            "1%/",
+        ] {
+            let err = parse_max_growth(bad).unwrap_err().to_string();
+            assert!(err.contains(&format!("'{bad}'")), "{bad}: {err}");
+            assert!(err.contains("accepted forms"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn gate_on_parses_scopes_and_metrics() {
+        let on = parse_gate_on("pid:4242:rss_bytes").unwrap();
+        assert_eq!((on.series, on.metric), (Scope::Pid(4242), Metric::RssBytes));
+        assert_eq!(on.to_string(), "pid:4242:rss_bytes");
+        for bad in [
+            "survivors",
+            "survivors:rss",
+            "daemon:pss_bytes",
+            ":pss_bytes",
+        ] {
+            assert!(parse_gate_on(bad).is_err(), "{bad}");
+        }
+        assert_eq!(parse_rule("slope"), Ok(Rule::Slope));
+        assert!(parse_rule("strict").is_err());
+    }
+
+    #[test]
+    fn limits_must_match_the_axis() {
+        let per_run = parse_max_growth("1MiB/run").unwrap();
+        let per_hour = parse_max_growth("1MiB/h").unwrap();
+        let total = parse_max_growth("10%").unwrap();
+        assert!(check_axis(&per_run, XAxis::Run).is_ok());
+        assert!(check_axis(&per_hour, XAxis::Seconds).is_ok());
+        assert!(
+            check_axis(&total, XAxis::Run).is_ok() && check_axis(&total, XAxis::Seconds).is_ok()
+        );
+        let err = check_axis(&per_run, XAxis::Seconds)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("give the limit per hour (e.g. '512KiB/h')"),
+            "{err}"
+        );
+        assert!(check_axis(&per_hour, XAxis::Run).is_err());
+    }
+
+    /// A fitted series of 10 runs at 100 MiB with the given slope and CI.
+    fn fit(verdict: Verdict, slope: f64, ci: (f64, f64)) -> SeriesFit {
+        SeriesFit {
+            scope: Scope::Survivors,
+            metric: Metric::PssBytes,
+            x: XAxis::Run,
+            n: 10,
+            first: 100.0 * MIB,
+            last: 100.0 * MIB + 9.0 * slope,
+            slope: Some(slope),
+            slope_ci95: Some(ci),
+            robust_slope: Some(slope),
+            trend_p: Some(0.001),
+            r2: Some(0.99),
+            growth_pct_per_x: Some(slope / (100.0 * MIB) * 100.0),
+            tail_slope: Some(slope),
+            verdict,
+            warmup: 0,
+            runs_needed: None,
+            reason: String::new(),
+            processes: 1,
+            intercept: Some(100.0 * MIB),
+            x_span: 9.0,
+            mean_level: 100.0 * MIB + 4.5 * slope,
+        }
+    }
+
+    #[test]
+    fn growth_is_judged_on_the_ci_lower_end_of_a_leak() {
+        let limit = |t: &str| parse_max_growth(t).unwrap();
+        // (verdict, slope MiB/run, CI MiB/run, limit, rule, passes)
+        let cases = [
+            (Verdict::Leak, 4.0, (3.9, 4.1), "1MiB/run", Rule::Ci, false),
+            // The CI straddles the limit: not beyond reasonable doubt.
+            (Verdict::Leak, 1.2, (0.9, 1.5), "1MiB/run", Rule::Ci, true),
+            // …but the slope itself is above it.
+            (
+                Verdict::Leak,
+                1.2,
+                (0.9, 1.5),
+                "1MiB/run",
+                Rule::Slope,
+                false,
+            ),
+            // Exactly at the limit is within it.
+            (Verdict::Leak, 1.5, (1.0, 2.0), "1MiB/run", Rule::Ci, true),
+            // A plateau's early growth has stopped: rate limits pass.
+            (
+                Verdict::Plateau,
+                4.0,
+                (3.9, 4.1),
+                "1MiB/run",
+                Rule::Ci,
+                true,
+            ),
+            (
+                Verdict::Inconclusive,
+                4.0,
+                (3.0, 5.0),
+                "1MiB/run",
+                Rule::Ci,
+                true,
+            ),
+            // 1%/run of a ~100 MiB level is ~1 MiB/run.
+            (Verdict::Leak, 4.0, (3.9, 4.1), "1%/run", Rule::Ci, false),
+            (Verdict::Leak, 0.5, (0.45, 0.55), "1%/run", Rule::Ci, true),
+            // A total counts whatever the verdict: 9 runs × 3.9 MiB ≈ 35% of 100 MiB.
+            (Verdict::Plateau, 4.0, (3.9, 4.1), "30%", Rule::Ci, false),
+            (Verdict::Plateau, 4.0, (3.9, 4.1), "40%", Rule::Ci, true),
+        ];
+        for (verdict, slope, (lo, hi), text, rule, passes) in cases {
+            let f = fit(verdict, slope * MIB, (lo * MIB, hi * MIB));
+            let check = check_growth(&f, &limit(text), rule).unwrap();
+            assert_eq!(
+                check.passed, passes,
+                "{verdict:?} {slope} MiB/run [{lo}, {hi}] vs {text} ({rule:?}): {}",
+                check.message
+            );
+            assert_eq!(check.series, Scope::Survivors);
+        }
+    }
+
+    #[test]
+    fn a_series_without_a_ci_fails_rather_than_passing_quietly() {
+        let mut f = fit(Verdict::Inconclusive, 0.0, (0.0, 0.0));
+        f.slope_ci95 = None;
+        f.n = 2;
+        let check = check_growth(&f, &parse_max_growth("1MiB/run").unwrap(), Rule::Ci).unwrap();
+        assert!(!check.passed);
+        assert!(
+            check.message.contains("cannot be judged, 2 point(s)"),
+            "{}",
+            check.message
+        );
+    }
+
+    #[test]
+    fn the_default_gated_series_is_the_first_followed_pss() {
+        let pick = |available: &[(Scope, Metric, usize)]| default_gate_on(available).to_string();
+        let full = [
+            (Scope::Command, Metric::RssBytes, 10),
+            (Scope::Pid(7), Metric::PssBytes, 11),
+            (Scope::Survivors, Metric::RssBytes, 10),
+            (Scope::Survivors, Metric::PssBytes, 10),
+        ];
+        assert_eq!(pick(&full), "survivors:pss_bytes");
+        // Without deep samples: the first scope's RSS, before a later scope's PSS.
+        assert_eq!(pick(&full[..3]), "survivors:rss_bytes");
+        assert_eq!(pick(&full[..2]), "pid:7:pss_bytes");
+        assert_eq!(
+            pick(&[
+                (Scope::Target, Metric::PssBytes, 1),
+                (Scope::Target, Metric::RssBytes, 5)
+            ]),
+            "target:rss_bytes"
+        );
+        assert_eq!(pick(&full[..1]), "command:rss_bytes");
+        assert_eq!(pick(&[]), "command:rss_bytes");
+    }
 }

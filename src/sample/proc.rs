@@ -103,7 +103,7 @@ pub struct Stat {
     pub start_time: u64,
 }
 
-/// A view of /proc (or of a captured copy under `fixtures/`).
+/// A view of /proc, or of a fake /proc tree built by a test.
 #[derive(Debug, Clone)]
 pub struct ProcRoot {
     root: PathBuf,
@@ -463,5 +463,127 @@ Swap:                 12 kB\nSwapPss:               12 kB\nLocked:              
         assert_eq!(s.start_time, 987_654);
         assert_eq!(s.state, 'S');
         assert!(parse_stat("4242 (x) S").is_err());
+    }
+
+    /// A fake /proc in a temp dir (below's `procfs/src/test.rs` pattern):
+    /// one directory per process with the files the sampler reads.
+    struct FakeProc {
+        dir: tempfile::TempDir,
+    }
+
+    impl FakeProc {
+        fn new() -> Self {
+            FakeProc {
+                dir: tempfile::tempdir().unwrap(),
+            }
+        }
+
+        fn root(&self) -> ProcRoot {
+            ProcRoot::new(self.dir.path())
+        }
+
+        /// A process with `tasks`, each with the children it forked.
+        fn process(&self, pid: u32, ppid: u32, state: char, tasks: &[(u32, &[u32])]) -> &Self {
+            let p = self.dir.path().join(pid.to_string());
+            std::fs::create_dir_all(p.join("fd")).unwrap();
+            std::fs::write(
+                p.join("stat"),
+                format!(
+                    "{pid} (proc {pid}) {state} {ppid} 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 {} 0 0",
+                    1000 + pid
+                ),
+            )
+            .unwrap();
+            std::fs::write(p.join("status"), STATUS).unwrap();
+            std::fs::write(p.join("smaps_rollup"), ROLLUP).unwrap();
+            for (tid, children) in tasks {
+                let t = p.join("task").join(tid.to_string());
+                std::fs::create_dir_all(&t).unwrap();
+                let list: Vec<String> = children.iter().map(u32::to_string).collect();
+                std::fs::write(t.join("children"), list.join(" ") + " ").unwrap();
+            }
+            self
+        }
+
+        fn file(&self, pid: u32, name: &str, text: &str) -> &Self {
+            std::fs::write(self.dir.path().join(pid.to_string()).join(name), text).unwrap();
+            self
+        }
+    }
+
+    #[test]
+    fn the_tree_walk_reads_the_children_of_every_thread() {
+        let fake = FakeProc::new();
+        // 10 has two threads: its main thread forked 20, its second 21.
+        fake.process(10, 1, 'S', &[(10, &[20]), (11, &[21])])
+            .process(20, 10, 'S', &[(20, &[30])])
+            .process(21, 10, 'S', &[(21, &[])])
+            .process(30, 20, 'S', &[(30, &[])]);
+        let root = fake.root();
+        assert_eq!(root.children(10).unwrap(), vec![20, 21]);
+        assert_eq!(root.tree(10), vec![10, 20, 21, 30]);
+        // leakwatch (20 here) and its descendants are left out of a watched tree.
+        assert_eq!(root.tree_without(10, Some(20)), vec![10, 21]);
+        // A child listed but gone by the time it is read is still listed;
+        // reading it is where "gone" shows.
+        fake.process(40, 1, 'S', &[(40, &[41])]);
+        assert_eq!(root.tree(40), vec![40, 41]);
+        assert!(root.stat(41).unwrap_err().is_gone());
+    }
+
+    #[test]
+    fn zombies_are_not_alive_and_missing_processes_are_gone() {
+        let fake = FakeProc::new();
+        fake.process(10, 1, 'S', &[(10, &[])])
+            .process(11, 1, 'Z', &[(11, &[])]);
+        let root = fake.root();
+        assert!(root.alive(10));
+        assert!(!root.alive(11));
+        assert!(!root.alive(12));
+        assert_eq!(root.stat(10).unwrap().start_time, 1010);
+    }
+
+    #[test]
+    fn a_process_is_read_in_tiers_from_the_fake_root() {
+        let fake = FakeProc::new();
+        fake.process(10, 1, 'S', &[(10, &[])]);
+        for fd in 0..3 {
+            std::fs::write(fake.dir.path().join(format!("10/fd/{fd}")), "").unwrap();
+        }
+        let root = fake.root();
+        let cheap = crate::sample::read_process(&root, 10, false).unwrap();
+        assert_eq!(cheap.status.anon_bytes, Some(140_000 * 1024));
+        assert_eq!(cheap.fds, Some(3));
+        assert!(cheap.rollup.is_none());
+        let deep = crate::sample::read_process(&root, 10, true).unwrap();
+        assert_eq!(deep.rollup.map(|r| r.pss_bytes), Some(150_000 * 1024));
+        // An exited-but-unreaped process has an empty smaps_rollup: gone.
+        fake.file(10, "smaps_rollup", "");
+        let err = crate::sample::read_process(&root, 10, true).unwrap_err();
+        assert!(err.is_gone(), "{err}");
+    }
+
+    #[test]
+    fn mappings_are_summed_by_name() {
+        let fake = FakeProc::new();
+        fake.process(10, 1, 'S', &[(10, &[])]).file(
+            10,
+            "smaps",
+            "00400000-00401000 r-xp 00000000 08:01 1234 /usr/bin/daemon\n\
+             Size: 4 kB\nRss: 4 kB\nPss: 4 kB\nPrivate_Dirty: 0 kB\nAnonymous: 0 kB\nSwap: 0 kB\n\
+             01000000-01100000 rw-p 00000000 00:00 0 [heap]\n\
+             Size: 1024 kB\nRss: 1024 kB\nPss: 1024 kB\nPrivate_Dirty: 1024 kB\nAnonymous: 1024 kB\nSwap: 0 kB\n\
+             7f0000000000-7f0000100000 rw-p 00000000 00:00 0 \n\
+             Size: 1024 kB\nRss: 512 kB\nPss: 512 kB\nPrivate_Dirty: 512 kB\nAnonymous: 512 kB\nSwap: 0 kB\n\
+             7f0000200000-7f0000300000 rw-p 00000000 00:00 0 \n\
+             Size: 1024 kB\nRss: 256 kB\nPss: 256 kB\nPrivate_Dirty: 256 kB\nAnonymous: 256 kB\nSwap: 8 kB\n",
+        );
+        let maps = fake.root().mappings(10).unwrap();
+        let names: Vec<&str> = maps.iter().map(|m| m.name.as_str()).collect();
+        assert_eq!(names, vec!["/usr/bin/daemon", "[anon]", "[heap]"]);
+        let anon = &maps[1];
+        assert_eq!((anon.regions, anon.rss_bytes), (2, 768 * 1024));
+        assert_eq!(anon.swap_bytes, 8 * 1024);
+        assert_eq!(maps[2].anon_bytes, 1024 * 1024);
     }
 }

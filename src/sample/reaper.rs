@@ -41,14 +41,7 @@ impl Exit {
 
 /// Makes this process a child subreaper (Linux ≥ 3.4).
 pub fn become_subreaper() -> io::Result<()> {
-    // SAFETY: prctl with PR_SET_CHILD_SUBREAPER takes one integer argument and
-    // touches no memory of ours.
-    let rc = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    nix::sys::prctl::set_child_subreaper(true).map_err(io::Error::from)
 }
 
 /// A reaped child: how it ended and its peak RSS.
@@ -130,9 +123,15 @@ impl Interrupt {
     }
 }
 
-/// Sends `sig` to a pid; a process already gone is not an error.
+/// Sends `sig` to a pid; a process already gone is not an error. A pid that
+/// does not fit a positive `pid_t` is never signalled: cast, it would name a
+/// whole process group (or every process, for -1).
 pub fn send(pid: u32, sig: Signal) {
-    let _ = signal::kill(Pid::from_raw(pid as i32), sig);
+    if let Ok(pid) = i32::try_from(pid)
+        && pid > 0
+    {
+        let _ = signal::kill(Pid::from_raw(pid), sig);
+    }
 }
 
 /// Stops the given processes: TERM, then KILL whoever is left after `grace`.
@@ -164,4 +163,18 @@ pub fn stop(pids: &[u32], grace: Duration, alive: impl Fn(u32) -> bool) -> Vec<u
     }
     reap_all();
     killed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pids_that_would_wrap_negative_are_not_signalled() {
+        // u32::MAX as i32 is -1: kill(-1, …) signals every process we may.
+        // This must be a no-op, not the end of the test runner.
+        send(u32::MAX, Signal::SIGCONT);
+        send(0, Signal::SIGCONT);
+        send(1 << 31, Signal::SIGCONT);
+    }
 }

@@ -357,7 +357,7 @@ pub fn processes<'a>(rows: &'a [Row], scope: Scope) -> Vec<ProcessLife<'a>> {
 }
 
 /// One run of the command, from the event rows.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RunRecord {
     pub run: u32,
     pub pid: u32,

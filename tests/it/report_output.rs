@@ -3,12 +3,8 @@
 //! lines and process names, charts present and inlined, and `leakwatch report` reproducing a
 //! live session's files byte for byte.
 //!
-//! Snapshots live in tests/snapshots/; after an intended change, rewrite them with
-//! `LEAKWATCH_BLESS=1 cargo test --test report_output` and review the diff.
-
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
+//! Snapshots (insta) live in tests/it/snapshots/; after an intended change, review and
+//! accept them with `cargo insta review` (or `INSTA_UPDATE=always cargo test --test it`).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -21,39 +17,14 @@ fn manifest_path(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
 }
 
-/// Compares `actual` with tests/snapshots/`name`, or rewrites it under LEAKWATCH_BLESS=1.
+/// Compares `actual` with its insta snapshot, tests/it/snapshots/it__report_output__`name`.snap.
 fn snapshot(name: &str, actual: &str) {
-    let path = manifest_path("tests/snapshots").join(name);
-    if std::env::var("LEAKWATCH_BLESS").as_deref() == Ok("1") {
-        fs::create_dir_all(path.parent().unwrap()).unwrap();
-        fs::write(&path, actual).unwrap();
-        return;
-    }
-    let expected = fs::read_to_string(&path).unwrap_or_else(|_| {
-        panic!(
-            "{} is missing; create it with LEAKWATCH_BLESS=1",
-            path.display()
-        )
-    });
-    if expected != actual {
-        let line = expected
-            .lines()
-            .zip(actual.lines())
-            .position(|(e, a)| e != a)
-            .unwrap_or(expected.lines().count().min(actual.lines().count()));
-        panic!(
-            "{name} differs from its snapshot at line {}:\n  expected: {:?}\n  actual:   {:?}\n\
-             (LEAKWATCH_BLESS=1 rewrites the snapshot if the change is intended)",
-            line + 1,
-            expected.lines().nth(line),
-            actual.lines().nth(line)
-        );
-    }
+    insta::assert_snapshot!(name, actual);
 }
 
 /// `leakwatch report INPUT --out OUT --quiet ARGS…`, which must succeed.
 fn report(input: &Path, out: &Path, args: &[&str]) {
-    let status = common::leakwatch()
+    let status = crate::common::leakwatch()
         .arg("report")
         .arg(input)
         .args(args)
@@ -301,7 +272,7 @@ fn worker_pool_over_hours_matches_snapshots() {
 fn html_escapes_the_command_line() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("r");
-    let status = common::leakwatch()
+    let status = crate::common::leakwatch()
         .args(["run", "-n", "2", "--settle", "0s", "--quiet", "--out"])
         .arg(&out)
         .args(["--", "echo", "<script>alert(1)</script>"])
@@ -326,12 +297,12 @@ fn report_rebuilds_every_file_of_a_live_session() {
     let tmp = tempfile::tempdir().unwrap();
     let live = tmp.path().join("live");
     let socket = tmp.path().join("daemon.sock");
-    let status = common::leakwatch()
+    let status = crate::common::leakwatch()
         .args(["run", "-n", "6", "--settle", "0s", "--quiet", "--out"])
         .arg(&live)
         .args([
             "--",
-            common::fixture(),
+            crate::common::fixture(),
             "client",
             "--leak",
             "1MiB",

@@ -1,11 +1,7 @@
 //! Worker pools end to end, on real CPython pools (fixtures/*.py): copy-on-write
 //! unsharing told from a leak, and a per-task leak found across recycled workers.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::path::Path;

@@ -1,10 +1,6 @@
 //! The command line through the built binary: bad input gets exit 2, one
 //! line naming the input and the fix, and no report directory.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
-
 use assert_cmd::Command;
 use predicates::prelude::*;
 
@@ -115,7 +111,7 @@ fn a_failing_command_is_recorded_not_averaged_in_silently() {
         .assert()
         .success()
         .stderr(predicate::str::contains("FAILED: run 1 (exit:1)"));
-    let s = common::summary(&out);
+    let s = crate::common::summary(&out);
     assert_eq!(s["failed_runs"], serde_json::json!([1, 2, 3]));
     assert_eq!(s["run_table"][0]["exit_code"], 1);
 }
@@ -130,7 +126,7 @@ fn report_rebuilds_the_summary_from_samples_csv() {
         .args(["--", "true"])
         .assert()
         .success();
-    let live = common::summary(&out);
+    let live = crate::common::summary(&out);
     let again = tmp.path().join("again");
     leakwatch()
         .args(["report", "--quiet"])
@@ -139,7 +135,7 @@ fn report_rebuilds_the_summary_from_samples_csv() {
         .arg(&again)
         .assert()
         .success();
-    assert_eq!(common::summary(&again), live);
+    assert_eq!(crate::common::summary(&again), live);
 }
 
 #[test]
@@ -182,7 +178,7 @@ fn a_watched_process_that_exits_is_a_note_and_report_keeps_it() {
     let _ = watched.wait();
     let stderr = String::from_utf8_lossy(&assert.get_output().stderr).to_string();
     assert!(stderr.contains("exited before run"), "{stderr}");
-    let live = common::summary(&out);
+    let live = crate::common::summary(&out);
     assert_eq!(live["notes"].as_array().unwrap().len(), 1, "{live:#}");
     let again = tmp.path().join("again");
     leakwatch()
@@ -192,5 +188,5 @@ fn a_watched_process_that_exits_is_a_note_and_report_keeps_it() {
         .arg(&again)
         .assert()
         .success();
-    assert_eq!(common::summary(&again), live);
+    assert_eq!(crate::common::summary(&again), live);
 }

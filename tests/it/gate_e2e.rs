@@ -2,11 +2,7 @@
 //! a steady daemon and a leak below the limit — every time — and rejects
 //! malformed limits. (benches/gate_reliability.sh runs 30 of each.)
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::path::Path;
 use std::process::Stdio;
 

@@ -1,10 +1,6 @@
 //! End to end: `leakwatch run` on real fixture processes with a known leak.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
-
-use common::*;
+use crate::common::*;
 
 #[test]
 fn detached_daemon_leaking_4mib_per_request_is_measured_within_5_percent() {

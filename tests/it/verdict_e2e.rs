@@ -1,11 +1,7 @@
 //! Verdicts and attribution end to end: the recorded pantsd series, and real
 //! fixture processes (leak, plateau, steady), each judged in repeated runs.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::path::Path;
 use std::process::Stdio;
 

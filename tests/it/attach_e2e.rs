@@ -1,10 +1,6 @@
 //! End to end: `leakwatch attach` on a process growing at a known rate.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
-
-use common::*;
+use crate::common::*;
 
 #[test]
 fn attach_measures_growth_per_second_within_10_percent() {

@@ -1,6 +1,5 @@
 //! Shared helpers of the end-to-end tests: the built binaries and the
 //! summary.json they write.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -14,8 +13,29 @@ pub fn leakwatch() -> Command {
     Command::new(env!("CARGO_BIN_EXE_leakwatch"))
 }
 
+/// The fixture binary (an example of this crate, built by `cargo test`; a
+/// filtered `cargo test --test it` may not have built it, so build it then).
 pub fn fixture() -> &'static str {
-    env!("CARGO_BIN_EXE_leakwatch-fixture")
+    static PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| {
+        // target/<profile>/deps/it-<hash> → target/<profile>/examples/
+        let exe = std::env::current_exe().unwrap();
+        let profile = exe.parent().and_then(Path::parent).unwrap();
+        let path = profile.join("examples").join("leakwatch-fixture");
+        if !path.exists() {
+            let mut build = Command::new(env!("CARGO"));
+            build.args(["build", "--example", "leakwatch-fixture"]);
+            if profile.ends_with("release") {
+                build.arg("--release");
+            }
+            let status = build
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .status()
+                .unwrap();
+            assert!(status.success(), "cannot build the fixture: {status}");
+        }
+        path.to_string_lossy().into_owned()
+    })
 }
 
 pub fn summary(dir: &Path) -> Value {

@@ -1,0 +1,15 @@
+//! The integration tests, one binary (one link instead of one per file):
+//! the CLI, run and attach end to end on real fixture processes, verdicts,
+//! the CI gate, worker pools, and the report files.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
+
+mod common;
+
+mod attach_e2e;
+mod cli;
+mod gate_e2e;
+mod pool_e2e;
+mod report_output;
+mod run_e2e;
+mod verdict_e2e;
