@@ -237,23 +237,36 @@ pub fn finding_line(f: &Finding) -> String {
             bytes_per_x_ci95,
             x,
             fresh_rss_bytes,
+            bytes_per_task,
+            bytes_per_task_ci95,
+            tasks_seen,
             ..
         } => {
-            let ci = bytes_per_x_ci95
-                .map(|(lo, hi)| {
-                    format!(
-                        " (95% CI {} … {})",
-                        x.format_rate(lo, true),
-                        x.format_rate(hi, true)
-                    )
-                })
-                .unwrap_or_default();
-            format!(
-                "workers of {scope} leak {}{ci} while they live ({} worker(s), fresh at {} RSS)",
-                x.format_rate(*bytes_per_x, true),
+            let ci = |ci: &Option<(f64, f64)>, unit: &dyn Fn(f64) -> String| {
+                ci.map(|(lo, hi)| format!(" (95% CI {} … {})", unit(lo), unit(hi)))
+                    .unwrap_or_default()
+            };
+            let per_run = |v: f64| x.format_rate(v, true);
+            let per_task = |v: f64| format!("{} per task", format_signed_bytes(v));
+            let workers = format!(
+                "{} worker(s), fresh at {} RSS",
                 pids.len(),
                 format_bytes(*fresh_rss_bytes)
-            )
+            );
+            match bytes_per_task {
+                Some(t) => format!(
+                    "workers of {scope} leak {}{} handled ({tasks_seen} tasks seen; {} of the \
+                     whole pool); {workers}",
+                    per_task(*t),
+                    ci(bytes_per_task_ci95, &per_task),
+                    per_run(*bytes_per_x),
+                ),
+                None => format!(
+                    "workers of {scope} leak {}{} while they live ({workers})",
+                    per_run(*bytes_per_x),
+                    ci(bytes_per_x_ci95, &per_run),
+                ),
+            }
         }
         Finding::Recycled {
             pid,
@@ -275,10 +288,12 @@ pub fn finding_line(f: &Finding) -> String {
 /// `recycle workers of target after 5 runs to stay under 30 MiB (20 restarts per 100 runs)`.
 pub fn recycle_line(r: &RecycleAdvice) -> String {
     let after = match r.x {
+        XAxis::Run if r.per_task => format!("{:.0} tasks", r.recycle_after_x),
         XAxis::Run => format!("{:.0} runs (tasks)", r.recycle_after_x),
         XAxis::Seconds => human_seconds(r.recycle_after_x),
     };
     let cost = match r.x {
+        XAxis::Run if r.per_task => format!("{:.1} restarts per 100 tasks", r.restarts_per_100_x),
         XAxis::Run => format!("{:.1} restarts per 100 runs", r.restarts_per_100_x),
         XAxis::Seconds => format!("{:.1} restarts per hour", r.restarts_per_100_x * 36.0),
     };

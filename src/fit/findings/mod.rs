@@ -44,12 +44,22 @@ pub enum Finding {
         pid: u32,
         pids: Vec<u32>,
         comm: String,
-        /// RSS growth per x (run/task or second) within a worker's life.
+        /// RSS growth per x (run or second) within a worker's life, pooled
+        /// over workers: per run of the whole pool, idle runs included.
         bytes_per_x: f64,
         bytes_per_x_ci95: Option<(f64, f64)>,
         x: XAxis,
         /// RSS of a fresh worker (median of the workers' first samples).
         fresh_rss_bytes: f64,
+        /// Run mode: growth per task a worker handled (a run in which it
+        /// grew), the mean over every such step of every worker.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        bytes_per_task: Option<f64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        bytes_per_task_ci95: Option<(f64, f64)>,
+        /// How many such steps (tasks handled) the workers showed.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        tasks_seen: usize,
     },
     /// A worker that ended while the tree was sampled (and maybe was replaced).
     Recycled {
@@ -81,12 +91,20 @@ pub struct TreeTotal {
 pub struct RecycleAdvice {
     pub scope: Scope,
     pub budget_bytes: u64,
-    /// Recycle a worker after this many runs/tasks (x = run) or seconds
-    /// (x = seconds): max-tasks-per-child, maximum_uses, max_requests.
+    /// Recycle a worker after this many tasks (`per_task`), runs (x = run)
+    /// or seconds (x = seconds): max-tasks-per-child, maximum_uses,
+    /// max_requests.
     pub recycle_after_x: f64,
     pub x: XAxis,
-    /// The cost side: worker restarts per 100 x (runs, tasks or seconds).
+    /// Whether `recycle_after_x` counts tasks a worker handled.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub per_task: bool,
+    /// The cost side: worker restarts per 100 x (tasks, runs or seconds).
     pub restarts_per_100_x: f64,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// What the process-tree analysis found, over every followed scope.

@@ -66,27 +66,100 @@ pub(super) fn pooled_slope(workers: &[Vec<(f64, f64)>]) -> Option<(f64, (f64, f6
     Some((slope, (slope - t * se, slope + t * se)))
 }
 
-/// A leak in the workers: RSS growth within each worker's life, pooled over
+/// Growth steps of workers, one per task handled: in run mode a worker that
+/// handled a task in a run grows in that run, one that sat idle does not.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct TaskSteps {
+    /// Mean step, bytes per task, with its 95% CI (Student t).
+    pub per_task: f64,
+    pub ci: (f64, f64),
+    /// Steps seen, and how many of them came in the later half of their
+    /// worker's observed life.
+    pub steps: usize,
+    pub late: usize,
+}
+
+/// The steps up between consecutive runs of each worker that stand clear
+/// of the noise: more than `floor` and than 5 robust sd of the idle runs'
+/// changes. None unless at least three steps
+/// are seen and the workers' net growth accounts for at least half of them
+/// (steps that fall back again are churn, not tasks leaving memory behind).
+pub(super) fn task_steps(lives: &[Vec<(f64, f64)>], floor: f64) -> Option<TaskSteps> {
+    let mut deltas: Vec<(f64, bool)> = Vec::new();
+    let mut net = 0.0;
+    for pts in lives.iter().filter(|p| p.len() >= 2) {
+        let n = pts.len() - 1;
+        for (i, w) in pts.windows(2).enumerate() {
+            // Later half of the changes this worker showed.
+            deltas.push((w[1].1 - w[0].1, 2 * i >= n));
+        }
+        net += pts[n].1 - pts[0].1;
+    }
+    // The noise of idle runs, from the changes down (steps are all up; as
+    // many idle changes go up as down): half-normal median → sd.
+    let mut down: Vec<f64> = deltas.iter().filter(|d| d.0 < 0.0).map(|d| -d.0).collect();
+    let noise = 1.4826 * stats::median(&mut down).unwrap_or(0.0);
+    let clear = floor.max(5.0 * noise);
+    let steps: Vec<(f64, bool)> = deltas.into_iter().filter(|d| d.0 > clear).collect();
+    let total: f64 = steps.iter().map(|d| d.0).sum();
+    if steps.len() < 3 || net < 0.5 * total {
+        return None;
+    }
+    let ys: Vec<f64> = steps.iter().map(|d| d.0).collect();
+    let mean = stats::mean(&ys)?;
+    let k = ys.len() as f64;
+    let sd = (ys.iter().map(|y| (y - mean).powi(2)).sum::<f64>() / (k - 1.0)).sqrt();
+    let half = stats::student_t_quantile(0.975, k - 1.0) * sd / k.sqrt();
+    Some(TaskSteps {
+        per_task: mean,
+        ci: (mean - half, mean + half),
+        steps: steps.len(),
+        late: steps.iter().filter(|d| d.1).count(),
+    })
+}
+
+/// A leak in the workers: growth within each worker's life, pooled over
 /// workers (recycled ones included), significant and above the practical
-/// threshold, and still growing late in each worker's life — a one-off step
-/// (a task's first allocation, a cache) is not a leak. Same "second half at
-/// least half as fast" rule as the verdicts.
+/// threshold, and still going late in the workers' lives — a one-off step
+/// (a task's first allocation, a cache) is not a leak.
+///
+/// Run mode judges the steps a worker takes when it handles a task (see
+/// `task_steps`): idle runs in between, and the last task a recycled worker
+/// runs before it exits unsampled, neither dilute nor cancel it. Over time
+/// the pooled slope must also hold in the later half of each life.
+/// Growth is RssAnon (what a heap leak grows; blind to copy-on-write), RSS
+/// where a kernel lacks it.
 pub(super) fn leak(scope: Scope, workers: &[&ProcessLife], x: XAxis) -> Option<Finding> {
     let series: Vec<Vec<(f64, f64)>> = workers
         .iter()
-        .map(|w| w.points(scope, x, |r| r.rss_bytes))
+        .map(|w| w.points(scope, x, |r| r.anon_bytes.or(r.rss_bytes)))
         .collect();
     let threshold = MIN_SLOPE_BYTES / x.per_rate_unit();
-    let tails: Vec<Vec<(f64, f64)>> = series.iter().map(|p| p[p.len() / 2..].to_vec()).collect();
-    let still_growing =
-        |slope: f64| pooled_slope(&tails).is_some_and(|(_, tail_ci)| tail_ci.0 > slope / 2.0);
     let (slope, ci) = pooled_slope(&series)?;
-    if !(ci.0 > threshold && still_growing(slope)) {
-        return None;
-    }
-    let mut fresh: Vec<f64> = series
+    let steps = match x {
+        XAxis::Run => {
+            let steps = task_steps(&series, threshold)?;
+            let keeps_growing = steps.late * 4 >= steps.steps && steps.late >= 1;
+            if !(steps.ci.0 > threshold && keeps_growing) {
+                return None;
+            }
+            Some(steps)
+        }
+        XAxis::Seconds => {
+            let tails: Vec<Vec<(f64, f64)>> =
+                series.iter().map(|p| p[p.len() / 2..].to_vec()).collect();
+            let still_growing =
+                pooled_slope(&tails).is_some_and(|(_, tail_ci)| tail_ci.0 > slope / 2.0);
+            if !(ci.0 > threshold && still_growing) {
+                return None;
+            }
+            None
+        }
+    };
+    let mut fresh: Vec<f64> = workers
         .iter()
-        .filter_map(|p| p.first().map(|q| q.1))
+        .filter_map(|w| w.rows.first().and_then(|r| r.rss_bytes))
+        .map(|b| b as f64)
         .collect();
     let fresh_rss = stats::median(&mut fresh).unwrap_or(0.0);
     let grew = |p: &Vec<(f64, f64)>| {
@@ -107,30 +180,34 @@ pub(super) fn leak(scope: Scope, workers: &[&ProcessLife], x: XAxis) -> Option<F
         bytes_per_x_ci95: Some(ci),
         x,
         fresh_rss_bytes: fresh_rss,
+        bytes_per_task: steps.map(|s| s.per_task),
+        bytes_per_task_ci95: steps.map(|s| s.ci),
+        tasks_seen: steps.map_or(0, |s| s.steps),
     })
 }
 
-/// After how many runs (or seconds) a fresh worker reaches `budget` at the
-/// leak's rate.
+/// After how many tasks (or runs, or seconds) a fresh worker reaches
+/// `budget` at the leak's rate.
 pub(super) fn recycle_advice(leak: &Finding, budget: u64) -> Option<RecycleAdvice> {
     let Finding::Leak {
         scope,
         bytes_per_x,
         x,
         fresh_rss_bytes,
+        bytes_per_task,
         ..
     } = leak
     else {
         return None;
     };
-    let after = ((budget as f64 - fresh_rss_bytes) / bytes_per_x)
-        .floor()
-        .max(0.0);
+    let rate = bytes_per_task.unwrap_or(*bytes_per_x);
+    let after = ((budget as f64 - fresh_rss_bytes) / rate).floor().max(0.0);
     Some(RecycleAdvice {
         scope: *scope,
         budget_bytes: budget,
         recycle_after_x: after,
         x: *x,
+        per_task: bytes_per_task.is_some(),
         restarts_per_100_x: if after > 0.0 { 100.0 / after } else { 100.0 },
     })
 }
@@ -150,5 +227,55 @@ mod tests {
         let (slope, ci) = pooled_slope(&[w1, w2]).unwrap();
         assert!((slope - 2.0).abs() < 1e-9);
         assert!((ci.0 - 2.0).abs() < 1e-6 && (ci.1 - 2.0).abs() < 1e-6);
+    }
+
+    const MIB: f64 = 1024.0 * 1024.0;
+
+    /// A worker life over runs `from..`: +`step` MiB in the runs where
+    /// `handled` says it ran a task, small noise otherwise.
+    fn life(from: u32, handled: &[bool], step: f64) -> Vec<(f64, f64)> {
+        let mut y = 50.0 * MIB;
+        let mut out = vec![(f64::from(from), y)];
+        for (i, &h) in handled.iter().enumerate() {
+            y += if h { step * MIB } else { [4096.0, -4096.0, 0.0][i % 3] };
+            out.push((f64::from(from) + i as f64 + 1.0, y));
+        }
+        out
+    }
+
+    #[test]
+    fn idle_runs_and_unsampled_last_tasks_do_not_hide_a_per_task_leak() {
+        // Two gunicorn-like workers taking turns, each recycled after 5 tasks
+        // (the 5th is never sampled): +1 MiB per task handled.
+        let turns = [true, false, true, false, true, false, true, false];
+        let lives = vec![
+            life(1, &turns, 1.0),
+            life(2, &turns, 1.0),
+            life(10, &turns, 1.0),
+            life(11, &turns, 1.0),
+        ];
+        let s = task_steps(&lives, 64.0 * 1024.0).unwrap();
+        assert!((s.per_task - MIB).abs() < 1.0, "{s:?}");
+        assert_eq!((s.steps, s.late), (16, 8));
+        // Per run of the pool it reads as about half that.
+        let (per_run, _) = pooled_slope(&lives).unwrap();
+        assert!(per_run < 0.6 * MIB, "{per_run}");
+    }
+
+    #[test]
+    fn growth_in_the_first_tasks_only_is_early_not_late() {
+        let warm = [true, true, false, false, false, false, false, false];
+        let lives = vec![life(1, &warm, 3.0), life(2, &warm, 3.0)];
+        let s = task_steps(&lives, 64.0 * 1024.0).unwrap();
+        assert_eq!(s.late, 0, "{s:?}");
+    }
+
+    #[test]
+    fn churn_that_falls_back_is_not_tasks() {
+        // Up 2 MiB, down 2 MiB, again and again: no net growth.
+        let pts: Vec<(f64, f64)> = (0..12)
+            .map(|i| (f64::from(i), if i % 2 == 0 { 50.0 } else { 52.0 } * MIB))
+            .collect();
+        assert_eq!(task_steps(&[pts], 64.0 * 1024.0), None);
     }
 }
