@@ -98,7 +98,8 @@ pub struct AttachArgs {
     #[arg(value_name = "PID")]
     pub pid: String,
 
-    /// Time between samples.
+    /// Time between samples, on average: each wait is drawn within ±30% of
+    /// it, so a workload that cycles with the same period cannot alias.
     #[arg(long, default_value = "1s", value_name = "DUR")]
     pub interval: String,
 

@@ -48,6 +48,17 @@ pub fn check_target(plan: &AttachPlan) -> Result<(), ResolveError> {
     Ok(())
 }
 
+/// Sampling intervals are drawn uniformly within ±30% of `--interval` (the
+/// mean stays the interval): a workload that cycles with the interval's
+/// period (a GC every second, sampled every second) would otherwise be seen
+/// at the same phase every time — always at its peak, or always at its
+/// trough — and its saw-tooth would alias into a false trend.
+const JITTER: f64 = 0.3;
+
+fn jittered(interval: Duration, rng: &mut fastrand::Rng) -> Duration {
+    interval.mul_f64(1.0 - JITTER + 2.0 * JITTER * rng.f64())
+}
+
 /// Decides when a deep read is affordable: after the first, only while the
 /// total time spent in deep reads stays under `budget` × elapsed time.
 pub struct DeepBudget {
@@ -127,6 +138,7 @@ pub fn attach(
         unreadable_noted: BTreeSet::new(),
         latest_maps: Vec::new(),
     };
+    let mut rng = fastrand::Rng::new();
     loop {
         let done = plan
             .duration
@@ -141,11 +153,10 @@ pub fn attach(
             session.outcome.interrupted = interrupt.is_set();
             break;
         }
+        let wait = jittered(plan.interval, &mut rng);
         let wait = match plan.duration {
-            Some(d) => plan
-                .interval
-                .min(d.saturating_sub(session.started.elapsed())),
-            None => plan.interval,
+            Some(d) => wait.min(d.saturating_sub(session.started.elapsed())),
+            None => wait,
         };
         interrupt.sleep(wait);
     }
@@ -272,4 +283,23 @@ fn tree_events(ctx: &Context, rows: &[Row], known: &mut BTreeMap<(u32, u64), Str
     }
     *known = now;
     events
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn intervals_are_jittered_around_the_asked_one() {
+        let mut rng = fastrand::Rng::with_seed(7);
+        let base = Duration::from_millis(500);
+        let waits: Vec<f64> = (0..2000)
+            .map(|_| jittered(base, &mut rng).as_secs_f64())
+            .collect();
+        assert!(waits.iter().all(|&w| (0.35..=0.65).contains(&w)));
+        let mean = waits.iter().sum::<f64>() / waits.len() as f64;
+        assert!((mean - 0.5).abs() < 0.01, "{mean}");
+        // Spread over the whole band, not a few values.
+        assert!(waits.iter().any(|&w| w < 0.37) && waits.iter().any(|&w| w > 0.63));
+    }
 }

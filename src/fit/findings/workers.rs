@@ -237,7 +237,11 @@ mod tests {
         let mut y = 50.0 * MIB;
         let mut out = vec![(f64::from(from), y)];
         for (i, &h) in handled.iter().enumerate() {
-            y += if h { step * MIB } else { [4096.0, -4096.0, 0.0][i % 3] };
+            y += if h {
+                step * MIB
+            } else {
+                [4096.0, -4096.0, 0.0][i % 3]
+            };
             out.push((f64::from(from) + i as f64 + 1.0, y));
         }
         out
