@@ -9,6 +9,7 @@ use anyhow::{Context, Result, bail};
 
 use crate::check;
 use crate::cli::{Cli, Command};
+use crate::console;
 use crate::error::Exit;
 use crate::fit::{self, Analysis, FitOptions};
 use crate::gate::{self, GateResult};
@@ -147,7 +148,7 @@ fn sample_then_report(
         }
         return match result {
             Err(e) => Err(e.into()),
-            Ok(o) if o.interrupted => Ok(Exit::Interrupted),
+            Ok(o) if o.interrupted => Ok(interrupted(&interrupt)),
             Ok(_) => bail!("no samples were taken; nothing to report"),
         };
     }
@@ -162,9 +163,14 @@ fn sample_then_report(
             rows.len(),
             samples.display()
         ))),
-        Ok(_) if analysis.interrupted => Ok(Exit::Interrupted),
+        Ok(_) if analysis.interrupted => Ok(interrupted(&interrupt)),
         Ok(_) => Ok(exit),
     }
+}
+
+/// 128 + the signal that stopped the session (130 for Ctrl-C).
+fn interrupted(interrupt: &Interrupt) -> Exit {
+    Exit::Interrupted(interrupt.signal().unwrap_or(libc::SIGINT))
 }
 
 /// Notes and the interruption go into samples.csv too, so that
@@ -204,11 +210,11 @@ fn finish(
     }
     let summary = report::text::render(analysis);
     if !quiet {
-        eprint!("{summary}");
+        console::say(&summary);
         if let Some(result) = &judged {
-            eprint!("{}", ci::gate_text(result));
+            console::say(&ci::gate_text(result));
         }
-        eprintln!("report: {}/", dir.display());
+        console::say_line(&format!("report: {}/", dir.display()));
     }
     let title = format!("leakwatch: {}", analysis.verdict.as_str());
     let step = ci::step_summary(&title, Some(&summary), judged.as_ref());
@@ -266,7 +272,7 @@ fn check_baseline(opts: &CheckOptions) -> Result<Exit> {
     };
     let result = check::compare(&current, &base, opts.tolerance, &targets);
     if !opts.quiet {
-        eprint!("{}", ci::gate_text(&result));
+        console::say(&ci::gate_text(&result));
     }
     let title = format!(
         "leakwatch check against {}: {}",

@@ -20,8 +20,8 @@ use crate::units::format_bytes;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CheckError {
-    #[error("cannot read {path}: {source}")]
-    Read { path: PathBuf, source: io::Error },
+    #[error("cannot read {path}: {error}")]
+    Read { path: PathBuf, error: io::Error },
     #[error(
         "{path} is not a leakwatch summary.json (schema_version {SCHEMA_VERSION}): {why}; \
          rebuild it with `leakwatch report`"
@@ -31,9 +31,9 @@ pub enum CheckError {
 
 /// Reads a summary.json written by `leakwatch` (a run's or a baseline).
 pub fn read_summary(path: &Path) -> Result<Summary, CheckError> {
-    let text = fs::read_to_string(path).map_err(|source| CheckError::Read {
+    let text = fs::read_to_string(path).map_err(|error| CheckError::Read {
         path: path.to_path_buf(),
-        source,
+        error,
     })?;
     serde_json::from_str(&text).map_err(|e| CheckError::NotSummary {
         path: path.to_path_buf(),

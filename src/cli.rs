@@ -16,7 +16,9 @@ use clap::{Args, Parser, Subcommand};
         threads), fits the growth per run or per hour, and says whether it is a leak, \
         a plateau or stable.\n\n\
         Exit status: 0 no leak / gate passed, 1 gate failed, 2 usage or runtime error, \
-        130 interrupted (reports of the samples so far are still written).",
+        128+N when stopped by signal N: 130 Ctrl-C, 129 SIGHUP (a dropped ssh session), \
+        131 SIGQUIT, 143 SIGTERM. Whatever stops it, the processes leakwatch started are \
+        stopped and the reports of the samples so far are written first.",
     after_help = "Examples:\n  \
         leakwatch run --repeat 10 -- ./pants filter ::\n  \
         leakwatch run --repeat 10 --watch 4242 -- ./client --ping\n  \
@@ -67,6 +69,11 @@ pub struct RunArgs {
         allow_hyphen_values = true
     )]
     pub settle: String,
+
+    /// Stop a run that takes longer than this (TERM, then KILL after 3s); it
+    /// is recorded as failed (timeout) and the session goes on.
+    #[arg(long, value_name = "DUR")]
+    pub timeout: Option<String>,
 
     /// Leave the processes the command left behind running at the end
     /// (by default they get TERM, then KILL after 3s).

@@ -6,6 +6,7 @@
 //! (samples.csv, read by every stage) at the bottom and `app` on top.
 
 pub mod cli;
+pub mod console;
 pub mod error;
 pub mod options;
 pub mod units;

@@ -11,7 +11,7 @@ fn main() -> ExitCode {
     match leakwatch::app::run(cli) {
         Ok(exit) => exit.into(),
         Err(err) => {
-            eprintln!("error: {err:#}");
+            leakwatch::console::say_line(&format!("error: {err:#}"));
             Exit::Error.into()
         }
     }

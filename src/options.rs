@@ -17,13 +17,24 @@ use crate::units::{UnitError, parse_duration, parse_size};
 
 #[derive(Debug, thiserror::Error)]
 pub enum OptionsError {
-    #[error("--{flag} {source}")]
+    #[error("--{flag} {error}")]
     Unit {
         flag: &'static str,
-        source: UnitError,
+        error: UnitError,
     },
     #[error("--repeat {0}: the command must run at least once; try --repeat 10")]
     Repeat(u64),
+    #[error("--repeat {0}: at most {max} runs; try --repeat 1000", max = MAX_REPEAT)]
+    TooManyRuns(u64),
+    #[error(
+        "--{flag} '{value}' is below {floor}: faster sampling costs a whole core and \
+         measures nothing new; try '100ms'"
+    )]
+    TooFast {
+        flag: &'static str,
+        value: String,
+        floor: &'static str,
+    },
     #[error("--{flag} '{value}' must be longer than zero; try '100ms'")]
     ZeroInterval { flag: &'static str, value: String },
     #[error("{what} '{value}' is not a PID; give the number `pgrep NAME` prints")]
@@ -141,7 +152,27 @@ pub struct ReportOptions {
 }
 
 fn duration(flag: &'static str, value: &str) -> Result<Duration, OptionsError> {
-    parse_duration(value).map_err(|source| OptionsError::Unit { flag, source })
+    parse_duration(value).map_err(|error| OptionsError::Unit { flag, error })
+}
+
+/// Most runs a session may ask for: a million runs already take days.
+const MAX_REPEAT: u32 = 1_000_000;
+
+/// The shortest sampling interval: 10 ms. Below it, reading /proc every tick
+/// of a tree takes a whole core, and memory does not move that fast.
+const MIN_INTERVAL: Duration = Duration::from_millis(10);
+
+/// A sampling interval: positive and not below `MIN_INTERVAL`.
+fn interval(flag: &'static str, value: &str) -> Result<Duration, OptionsError> {
+    let d = positive(flag, value)?;
+    if d < MIN_INTERVAL {
+        return Err(OptionsError::TooFast {
+            flag,
+            value: value.to_string(),
+            floor: "10ms",
+        });
+    }
+    Ok(d)
 }
 
 fn positive(flag: &'static str, value: &str) -> Result<Duration, OptionsError> {
@@ -180,7 +211,10 @@ impl RunOptions {
         if args.repeat == 0 {
             return Err(OptionsError::Repeat(args.repeat));
         }
-        let repeat = u32::try_from(args.repeat).map_err(|_| OptionsError::Repeat(args.repeat))?;
+        let repeat = u32::try_from(args.repeat)
+            .ok()
+            .filter(|&r| r <= MAX_REPEAT)
+            .ok_or(OptionsError::TooManyRuns(args.repeat))?;
         let mut watch: Vec<u32> = Vec::new();
         for w in &args.watch {
             let pid = pid("--watch", w)?;
@@ -193,8 +227,13 @@ impl RunOptions {
             plan: RunPlan {
                 repeat,
                 watch,
-                interval: positive("interval", &args.interval)?,
+                interval: interval("interval", &args.interval)?,
                 settle: duration("settle", &args.settle)?,
+                timeout: args
+                    .timeout
+                    .as_deref()
+                    .map(|t| positive("timeout", t))
+                    .transpose()?,
                 keep_survivors: args.keep_survivors,
                 command: args.command.clone(),
             },
@@ -207,7 +246,7 @@ impl RunOptions {
 
 impl AttachOptions {
     pub fn from_args(args: &AttachArgs) -> Result<Self, OptionsError> {
-        let interval = positive("interval", &args.interval)?;
+        let interval = interval("interval", &args.interval)?;
         let duration = args
             .duration
             .as_deref()
@@ -245,7 +284,7 @@ impl ReportOptions {
 
 fn size(flag: &'static str, value: Option<&str>) -> Result<Option<u64>, OptionsError> {
     value
-        .map(|v| parse_size(v).map_err(|source| OptionsError::Unit { flag, source }))
+        .map(|v| parse_size(v).map_err(|error| OptionsError::Unit { flag, error }))
         .transpose()
 }
 

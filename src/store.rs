@@ -187,10 +187,10 @@ pub fn note_row(event: &str, text: &str) -> Row {
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("cannot write {path}: {source}")]
-    Write { path: PathBuf, source: io::Error },
-    #[error("cannot read {path}: {source}")]
-    Read { path: PathBuf, source: io::Error },
+    #[error("cannot write {path}: {error}")]
+    Write { path: PathBuf, error: io::Error },
+    #[error("cannot read {path}: {error}")]
+    Read { path: PathBuf, error: io::Error },
     #[error(
         "{path} line {line} is corrupt ({what}); fix or delete that line and run \
          `leakwatch report` again (only a torn last line is skipped by itself)"
@@ -221,9 +221,9 @@ pub struct SampleWriter {
 
 impl SampleWriter {
     pub fn create(path: &Path) -> Result<Self, StoreError> {
-        let err = |source| StoreError::Write {
+        let err = |error| StoreError::Write {
             path: path.to_path_buf(),
-            source,
+            error,
         };
         let file = File::create(path).map_err(err)?;
         Ok(SampleWriter {
@@ -242,14 +242,14 @@ impl SampleWriter {
         for row in rows {
             self.writer.serialize(row).map_err(|e| StoreError::Write {
                 path: self.path.clone(),
-                source: io::Error::other(e),
+                error: io::Error::other(e),
             })?;
             self.rows += 1;
         }
         // csv's flush also flushes the file: the rows reach the kernel now.
-        self.writer.flush().map_err(|source| StoreError::Write {
+        self.writer.flush().map_err(|error| StoreError::Write {
             path: self.path.clone(),
-            source,
+            error,
         })?;
         Ok(())
     }
@@ -258,9 +258,9 @@ impl SampleWriter {
 /// Reads `samples.csv`. A truncated last line (leakwatch killed mid-write) is
 /// dropped silently; any other bad line is an error naming it.
 pub fn read_samples(path: &Path) -> Result<Vec<Row>, StoreError> {
-    let file = File::open(path).map_err(|source| StoreError::Read {
+    let file = File::open(path).map_err(|error| StoreError::Read {
         path: path.to_path_buf(),
-        source,
+        error,
     })?;
     let mut reader = csv::Reader::from_reader(file);
     if let Ok(headers) = reader.headers().cloned()

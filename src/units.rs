@@ -9,6 +9,10 @@ pub enum UnitError {
     Size(String),
     #[error("'{0}' is not a duration; try '500ms', '2s', '30m' or '1h'")]
     Duration(String),
+    #[error("'{0}' is too large: a size must be below 16 EiB (2^64 bytes)")]
+    SizeTooLarge(String),
+    #[error("'{0}' is too long: a duration must be at most a year (365d)")]
+    DurationTooLong(String),
 }
 
 /// Splits `1.5GiB` into the number and the rest (`1.5`, `GiB`).
@@ -41,8 +45,9 @@ pub fn parse_size(text: &str) -> Result<u64, UnitError> {
         _ => return Err(err()),
     };
     let bytes = value * multiplier;
-    if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 {
-        return Err(err());
+    // 2^64 itself does not fit (u64::MAX as f64 rounds up to it).
+    if !bytes.is_finite() || bytes < 0.0 || bytes >= 18_446_744_073_709_551_616.0 {
+        return Err(UnitError::SizeTooLarge(text.to_string()));
     }
     Ok(bytes.round() as u64)
 }
@@ -60,8 +65,16 @@ pub fn parse_duration(text: &str) -> Result<Duration, UnitError> {
         "d" => 86400.0,
         _ => return Err(err()),
     };
-    Duration::try_from_secs_f64(value * seconds_per_unit).map_err(|_| err())
+    let seconds = value * seconds_per_unit;
+    if seconds > MAX_DURATION.as_secs_f64() {
+        return Err(UnitError::DurationTooLong(text.to_string()));
+    }
+    Duration::try_from_secs_f64(seconds).map_err(|_| err())
 }
+
+/// The longest duration accepted anywhere: a year. Longer ones are typos,
+/// and a deadline that far ahead would overflow the clock.
+pub const MAX_DURATION: Duration = Duration::from_secs(365 * 86400);
 
 /// Formats bytes in binary units with three significant figures: `4.00 MiB`.
 pub fn format_bytes(bytes: f64) -> String {
@@ -128,6 +141,23 @@ mod tests {
             let err = parse_size(bad).unwrap_err();
             assert!(err.to_string().contains(&format!("'{bad}'")), "{err}");
         }
+    }
+
+    #[test]
+    fn sizes_and_durations_that_overflow_are_errors_not_wraps() {
+        assert_eq!(
+            parse_size("18446744073709551617"),
+            Err(UnitError::SizeTooLarge("18446744073709551617".into()))
+        );
+        assert!(parse_size("16384PiB").is_err());
+        assert!(parse_size("99999999999TiB").is_err());
+        assert_eq!(parse_size("1TiB"), Ok(1 << 40));
+        assert_eq!(
+            parse_duration("200000000000000d"),
+            Err(UnitError::DurationTooLong("200000000000000d".into()))
+        );
+        assert!(parse_duration("366d").is_err());
+        assert_eq!(parse_duration("365d"), Ok(MAX_DURATION));
     }
 
     #[test]

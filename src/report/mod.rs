@@ -22,10 +22,10 @@ use crate::store::Row;
 use crate::summary;
 
 #[derive(Debug, thiserror::Error)]
-#[error("cannot write {path}: {source}")]
+#[error("cannot write {path}: {error}")]
 pub struct ReportError {
     pub path: PathBuf,
-    pub source: io::Error,
+    pub error: io::Error,
 }
 
 /// Writes `bytes` to `dir/name` through a temporary file, so a reader never
@@ -33,9 +33,9 @@ pub struct ReportError {
 pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<PathBuf, ReportError> {
     let path = dir.join(name);
     let tmp = dir.join(format!(".{name}.tmp"));
-    let err = |source| ReportError {
+    let err = |error| ReportError {
         path: path.clone(),
-        source,
+        error,
     };
     fs::write(&tmp, bytes).map_err(err)?;
     fs::rename(&tmp, &path).map_err(err)?;
@@ -55,7 +55,7 @@ pub fn write_all(
     let summary = summary::summary(a, gate);
     let text = serde_json::to_vec_pretty(&summary).map_err(|e| ReportError {
         path: dir.join("summary.json"),
-        source: io::Error::other(e),
+        error: io::Error::other(e),
     })?;
     let mut written = vec![write_atomic(dir, "summary.json", &text)?];
 
@@ -70,7 +70,7 @@ pub fn write_all(
     let plot_err = |path: PathBuf| {
         move |e: PlotError| ReportError {
             path,
-            source: io::Error::other(e),
+            error: io::Error::other(e),
         }
     };
     let mut svgs = Vec::new();

@@ -118,9 +118,9 @@ pub fn attach(
     progress: &Progress,
 ) -> Result<Outcome, SampleError> {
     let root = ProcRoot::default();
-    let target = root.stat(plan.pid).map_err(|source| SampleError::Target {
+    let target = root.stat(plan.pid).map_err(|error| SampleError::Target {
         pid: plan.pid,
-        source,
+        error,
     })?;
     let mut session = Session {
         plan,

@@ -246,6 +246,8 @@ pub enum ResolveError {
     CommandNotFound(String),
     #[error("command '{0}' does not exist; check the path")]
     CommandMissing(String),
+    #[error("command '{0}' is a directory; give the program to run in it")]
+    CommandIsDirectory(String),
     #[error("command '{0}' is not executable; try `chmod +x {0}`")]
     CommandNotExecutable(String),
     #[error("PID {pid} ({name}) is a kernel thread: it has no user memory to sample")]
@@ -267,8 +269,8 @@ pub enum SampleError {
          to init — Linux 3.4 or later is needed"
     )]
     Subreaper(std::io::Error),
-    #[error("cannot read the target {pid}: {source}")]
-    Target { pid: u32, source: ProcError },
+    #[error("cannot read the target {pid}: {error}")]
+    Target { pid: u32, error: ProcError },
 }
 
 /// How sampling ended.
@@ -337,7 +339,7 @@ impl Progress {
     pub fn line(&self, text: &str) {
         match &self.bar {
             Some(bar) => bar.println(format!("leakwatch: {text}")),
-            None if !self.quiet => eprintln!("leakwatch: {text}"),
+            None if !self.quiet => crate::console::say_line(&format!("leakwatch: {text}")),
             None => {}
         }
     }

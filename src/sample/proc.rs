@@ -20,11 +20,11 @@ pub enum ProcError {
          ptrace-read access (run as that user or as root, or lower kernel.yama.ptrace_scope)"
     )]
     PermissionDenied { pid: u32, path: PathBuf },
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}: {error}")]
     Io {
         pid: u32,
         path: PathBuf,
-        source: io::Error,
+        error: io::Error,
     },
     #[error("cannot parse {path}: {what}")]
     Parse {
@@ -35,13 +35,13 @@ pub enum ProcError {
 }
 
 impl ProcError {
-    fn from_io(pid: u32, path: PathBuf, source: io::Error) -> Self {
-        match source.kind() {
+    fn from_io(pid: u32, path: PathBuf, error: io::Error) -> Self {
+        match error.kind() {
             // ESRCH shows up as an "other" error when the task dies mid-read.
             ErrorKind::NotFound => ProcError::Gone { pid, path },
-            _ if source.raw_os_error() == Some(libc::ESRCH) => ProcError::Gone { pid, path },
+            _ if error.raw_os_error() == Some(libc::ESRCH) => ProcError::Gone { pid, path },
             ErrorKind::PermissionDenied => ProcError::PermissionDenied { pid, path },
-            _ => ProcError::Io { pid, path, source },
+            _ => ProcError::Io { pid, path, error },
         }
     }
 

@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{self, Signal};
@@ -88,22 +88,46 @@ pub fn reap_all() -> HashMap<u32, Reaped> {
     }
 }
 
-/// Ctrl-C / SIGTERM, seen as a flag the loops poll.
+/// Ctrl-C and the other ways a session is ended from outside (SIGTERM, a
+/// dropped ssh session's SIGHUP, SIGQUIT), seen as a flag the loops poll.
+/// The first signal stops sampling; what was started is stopped and every
+/// report is written. A second signal ends leakwatch at once.
 #[derive(Clone)]
-pub struct Interrupt(Arc<AtomicBool>);
+pub struct Interrupt(Arc<AtomicUsize>);
+
+/// The signals that interrupt a session.
+const SIGNALS: [i32; 4] = [
+    signal_hook::consts::SIGINT,
+    signal_hook::consts::SIGTERM,
+    signal_hook::consts::SIGHUP,
+    signal_hook::consts::SIGQUIT,
+];
 
 impl Interrupt {
-    /// Registers SIGINT and SIGTERM. The first signal sets the flag; sampling
-    /// stops at the next tick and the reports are still written.
+    /// Registers the handlers; the flag holds the first signal's number.
     pub fn install() -> io::Result<Self> {
-        let flag = Arc::new(AtomicBool::new(false));
-        signal_hook::flag::register(signal_hook::consts::SIGINT, Arc::clone(&flag))?;
-        signal_hook::flag::register(signal_hook::consts::SIGTERM, Arc::clone(&flag))?;
+        let flag = Arc::new(AtomicUsize::new(0));
+        let seen = Arc::new(AtomicBool::new(false));
+        for sig in SIGNALS {
+            // Order matters: the shutdown check runs before the flag is set,
+            // so only a second signal exits (with the shell's 128 + signal).
+            signal_hook::flag::register_conditional_shutdown(sig, 128 + sig, Arc::clone(&seen))?;
+            signal_hook::flag::register(sig, Arc::clone(&seen))?;
+            signal_hook::flag::register_usize(sig, Arc::clone(&flag), sig as usize)?;
+        }
         Ok(Interrupt(flag))
     }
 
+    /// The number of the signal that interrupted the session, if one did.
+    pub fn signal(&self) -> Option<i32> {
+        match self.0.load(Ordering::Relaxed) {
+            0 => None,
+            sig => i32::try_from(sig).ok(),
+        }
+    }
+
     pub fn is_set(&self) -> bool {
-        self.0.load(Ordering::Relaxed)
+        self.signal().is_some()
     }
 
     /// Sleeps for `d`, waking early (in 20 ms steps) on interrupt.

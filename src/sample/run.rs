@@ -31,6 +31,8 @@ pub struct RunPlan {
     pub interval: Duration,
     /// Wait after the command exits before the deep sample.
     pub settle: Duration,
+    /// Stop a run that takes longer (its tree gets TERM, then KILL).
+    pub timeout: Option<Duration>,
     pub keep_survivors: bool,
     /// The command and its arguments, as typed.
     pub command: Vec<OsString>,
@@ -78,6 +80,9 @@ pub fn resolve_program(name: &str) -> Result<PathBuf, ResolveError> {
         if !path.exists() {
             return Err(ResolveError::CommandMissing(name.to_string()));
         }
+        if path.is_dir() {
+            return Err(ResolveError::CommandIsDirectory(name.to_string()));
+        }
         if !is_executable(&path) {
             return Err(ResolveError::CommandNotExecutable(name.to_string()));
         }
@@ -88,6 +93,14 @@ pub fn resolve_program(name: &str) -> Result<PathBuf, ResolveError> {
         .map(|dir| dir.join(name))
         .find(|p| is_executable(p))
         .ok_or_else(|| ResolveError::CommandNotFound(name.to_string()))
+}
+
+/// How polling a run's command ended.
+enum PollEnd {
+    Exited(Reaped),
+    Interrupted,
+    /// It ran longer than `--timeout` (this long) and was stopped.
+    TimedOut(Duration),
 }
 
 /// A `--watch` process, identified by pid and start time.
@@ -221,12 +234,28 @@ impl Session<'_> {
         let ctx = self.clock.context(Some(run));
         self.write(&[self.command_event(&ctx, pid, "run_start", None)])?;
 
-        let (reaped, polled_hwm) = self.poll_command(pid, run)?;
+        let (end, polled_hwm) = self.poll_command(pid, run)?;
         let ran_for = started.elapsed();
         let ctx = self.clock.context(Some(run));
-        let Some(reaped) = reaped else {
-            self.write(&[self.command_event(&ctx, pid, "run_end interrupted", None)])?;
-            return Ok((false, false));
+        let reaped = match end {
+            PollEnd::Exited(reaped) => reaped,
+            PollEnd::Interrupted => {
+                self.write(&[self.command_event(&ctx, pid, "run_end interrupted", None)])?;
+                return Ok((false, false));
+            }
+            PollEnd::TimedOut(limit) => {
+                let event = format!("run_end timeout:{}", format_duration(limit));
+                self.write(&[self.command_event(&ctx, pid, &event, None)])?;
+                self.outcome.notes.push(format!(
+                    "run {run} took longer than --timeout {} and was stopped",
+                    format_duration(limit)
+                ));
+                self.progress.step(
+                    u64::from(run),
+                    &format!("run {run}/{}: timed out", self.plan.repeat),
+                );
+                return Ok((false, !self.interrupt.is_set()));
+            }
         };
         self.record_end(&ctx, pid, &reaped, polled_hwm)?;
 
@@ -356,6 +385,13 @@ impl Session<'_> {
         }
     }
 
+    /// Stops the command and what it started (TERM, then KILL).
+    fn stop_tree(&self, pid: u32) {
+        let tree = self.root.tree(pid);
+        let root = &self.root;
+        reaper::stop(&tree, STOP_GRACE, |p| root.alive(p));
+    }
+
     /// Mapping rows for every live watched process tree.
     fn watched_mappings(&self, ctx: &Context) -> Vec<Row> {
         self.watched
@@ -369,10 +405,10 @@ impl Session<'_> {
 
     /// Polls the command's tree (cheap tier) every `interval` until the
     /// command is reaped, checking for its exit every few milliseconds so a
-    /// short command is not charged a whole interval. Returns `None` when
-    /// interrupted (the command is then stopped), and the command's own
-    /// VmHWM as last polled: its peak up to that poll.
-    fn poll_command(&mut self, pid: u32, run: u32) -> Result<(Option<Reaped>, u64), SampleError> {
+    /// short command is not charged a whole interval. An interrupted or
+    /// timed-out command is stopped with its tree. Also returns the
+    /// command's own VmHWM as last polled: its peak up to that poll.
+    fn poll_command(&mut self, pid: u32, run: u32) -> Result<(PollEnd, u64), SampleError> {
         const EXIT_CHECK: Duration = Duration::from_millis(2);
         // Most commands that talk to a daemon exit within milliseconds: poll
         // at every exit check for the first 200 ms so their VmHWM is read
@@ -387,7 +423,11 @@ impl Session<'_> {
             let ours = reaped.remove(&pid);
             self.record_exits(&reaped, run)?;
             if let Some(ours) = ours {
-                return Ok((Some(ours), polled_hwm));
+                return Ok((PollEnd::Exited(ours), polled_hwm));
+            }
+            if let Some(limit) = self.plan.timeout.filter(|&t| started.elapsed() >= t) {
+                self.stop_tree(pid);
+                return Ok((PollEnd::TimedOut(limit), polled_hwm));
             }
             if Instant::now() >= next_sample {
                 let ctx = self.clock.context(Some(run));
@@ -404,9 +444,8 @@ impl Session<'_> {
                 };
             }
             if !self.interrupt.sleep(EXIT_CHECK.min(interval)) {
-                let root = &self.root;
-                reaper::stop(&[pid], STOP_GRACE, |p| root.alive(p));
-                return Ok((None, polled_hwm));
+                self.stop_tree(pid);
+                return Ok((PollEnd::Interrupted, polled_hwm));
             }
         }
     }

@@ -362,7 +362,8 @@ pub struct RunRecord {
     pub run: u32,
     pub pid: u32,
     pub exit_code: Option<i32>,
-    /// `exit:N`, `signal:N`, or `interrupted` when leakwatch was stopped mid-run.
+    /// `exit:N`, `signal:N`, `timeout:DUR` when it ran past `--timeout`, or
+    /// `interrupted` when leakwatch was stopped mid-run.
     pub status: String,
     pub duration_s: Option<f64>,
     pub peak_rss_bytes: Option<u64>,

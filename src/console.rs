@@ -1,0 +1,18 @@
+//! Text for people on stderr. A closed pipe (`leakwatch … 2>&1 | head -1`)
+//! or a terminal gone with a dropped ssh session is not leakwatch's error:
+//! writes that fail are dropped, never a panic, and never a reason to skip
+//! the reports.
+
+use std::io::Write;
+
+/// Writes `text` to stderr as it is; a write that fails is ignored.
+pub fn say(text: &str) {
+    let _ = std::io::stderr().lock().write_all(text.as_bytes());
+}
+
+/// Writes `text` and a newline to stderr; a write that fails is ignored.
+pub fn say_line(text: &str) {
+    let mut err = std::io::stderr().lock();
+    let _ = err.write_all(text.as_bytes());
+    let _ = err.write_all(b"\n");
+}
