@@ -46,7 +46,7 @@ pub fn parse_size(text: &str) -> Result<u64, UnitError> {
     };
     let bytes = value * multiplier;
     // 2^64 itself does not fit (u64::MAX as f64 rounds up to it).
-    if !bytes.is_finite() || bytes < 0.0 || bytes >= 18_446_744_073_709_551_616.0 {
+    if !(0.0..18_446_744_073_709_551_616.0).contains(&bytes) {
         return Err(UnitError::SizeTooLarge(text.to_string()));
     }
     Ok(bytes.round() as u64)
