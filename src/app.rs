@@ -14,6 +14,7 @@ use crate::error::Exit;
 use crate::fit::{self, Analysis, FitOptions};
 use crate::gate::{self, GateResult};
 use crate::options::{AttachOptions, CheckOptions, GateSetup, Output, ReportOptions, RunOptions};
+use crate::output;
 use crate::report::{self, ci, junit};
 use crate::sample::reaper::Interrupt;
 use crate::sample::{self, Outcome, Progress, SampleError};
@@ -24,6 +25,7 @@ pub fn run(cli: Cli) -> Result<Exit> {
         Command::Run(args) => {
             let opts = RunOptions::from_args(&args)?;
             let prepared = sample::run::prepare(&opts.plan)?;
+            check_outputs(&opts.gate)?;
             let dir = new_out_dir(&opts.output)?;
             sample_then_report(
                 &dir,
@@ -39,6 +41,7 @@ pub fn run(cli: Cli) -> Result<Exit> {
         Command::Attach(args) => {
             let opts = AttachOptions::from_args(&args)?;
             sample::attach::check_target(&opts.plan)?;
+            check_outputs(&opts.gate)?;
             let dir = new_out_dir(&opts.output)?;
             sample_then_report(
                 &dir,
@@ -56,12 +59,27 @@ pub fn run(cli: Cli) -> Result<Exit> {
     }
 }
 
+/// Files written at the end of a session (`--junit`, `--save-baseline`)
+/// are checked before it starts: a typo must not cost a whole session.
+fn check_outputs(gate: &GateSetup) -> Result<()> {
+    for (flag, path) in [
+        ("--junit", &gate.junit),
+        ("--save-baseline", &gate.save_baseline),
+    ] {
+        if let Some(path) = path {
+            output::check_writable(path).with_context(|| format!("{flag} {}", path.display()))?;
+        }
+    }
+    Ok(())
+}
+
 /// The directory a new session writes to: `--out` (which must not hold a
-/// report already), or `reports/<timestamp>/` made unique.
+/// report already, nor be a link), or `reports/<timestamp>/` made unique.
 fn new_out_dir(output: &Output) -> Result<PathBuf> {
     let Some(dir) = &output.dir else {
         return Ok(default_out_dir());
     };
+    output::refuse_symlink(dir).context("--out")?;
     if dir.join("samples.csv").exists() {
         bail!(
             "--out {} already holds a leakwatch report (samples.csv); choose another \
@@ -110,9 +128,10 @@ fn report_again(opts: &ReportOptions) -> Result<Exit> {
             .map(Path::to_path_buf)
             .unwrap_or_else(|| PathBuf::from(".")),
     };
+    check_outputs(&opts.gate)?;
     let rows = store::read_samples(&samples)?;
     let analysis = fit::analyse(&rows, &opts.fit);
-    fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    output::create_dir(&dir)?;
     finish(&analysis, &rows, &dir, opts.output.quiet, &opts.gate)
 }
 
@@ -129,7 +148,7 @@ fn sample_then_report(
 ) -> Result<Exit> {
     let interrupt = Interrupt::install().context("cannot install the Ctrl-C handler")?;
     let created = !dir.exists();
-    fs::create_dir_all(dir).with_context(|| format!("cannot create --out {}", dir.display()))?;
+    output::create_dir(dir).context("--out")?;
     let samples = dir.join("samples.csv");
     let mut writer = SampleWriter::create(&samples)?;
     let progress = Progress::new(output.quiet, total_runs);
@@ -205,8 +224,8 @@ fn finish(
     )?;
     let judged = judged?;
     if let Some(path) = &setup.save_baseline {
-        fs::copy(dir.join("summary.json"), path)
-            .with_context(|| format!("cannot write --save-baseline {}", path.display()))?;
+        let summary = fs::read(dir.join("summary.json"))?;
+        output::write_atomic(path, &summary).context("--save-baseline")?;
     }
     let summary = report::text::render(analysis);
     if !quiet {
@@ -229,8 +248,8 @@ fn finish(
 fn ci_outputs(result: Option<&GateResult>, junit_path: Option<&Path>, step: &str) -> Result<()> {
     if let Some(path) = junit_path {
         let empty = GateResult::from_checks(gate::Rule::Ci, Vec::new());
-        fs::write(path, junit::render(result.unwrap_or(&empty)))
-            .with_context(|| format!("cannot write --junit {}", path.display()))?;
+        output::write_atomic(path, junit::render(result.unwrap_or(&empty)).as_bytes())
+            .context("--junit")?;
     }
     if let Some(path) = std::env::var_os("GITHUB_STEP_SUMMARY").filter(|p| !p.is_empty()) {
         use std::io::Write;
@@ -265,6 +284,7 @@ fn check_baseline(opts: &CheckOptions) -> Result<Exit> {
     }
     let current = check::read_summary(&current)?;
     let base = check::read_summary(&opts.baseline)?;
+    check::same_mode(&current, &base)?;
     let targets = if opts.gate_on.is_empty() {
         check::baseline_targets(&base)
     } else {

@@ -27,17 +27,42 @@ pub enum CheckError {
          rebuild it with `leakwatch report`"
     )]
     NotSummary { path: PathBuf, why: String },
+    #[error(
+        "the baseline comes from `leakwatch {baseline}`, this summary from `leakwatch {current}`; \
+         compare sessions of the same mode (save a baseline from a {current} session)"
+    )]
+    ModeMismatch { current: String, baseline: String },
 }
 
-/// Reads a summary.json written by `leakwatch` (a run's or a baseline).
+/// Reads a summary.json written by this version's `leakwatch` (a run's or a
+/// baseline).
 pub fn read_summary(path: &Path) -> Result<Summary, CheckError> {
     let text = fs::read_to_string(path).map_err(|error| CheckError::Read {
         path: path.to_path_buf(),
         error,
     })?;
-    serde_json::from_str(&text).map_err(|e| CheckError::NotSummary {
+    let summary: Summary = serde_json::from_str(&text).map_err(|e| CheckError::NotSummary {
         path: path.to_path_buf(),
         why: e.to_string(),
+    })?;
+    if summary.schema_version != SCHEMA_VERSION {
+        return Err(CheckError::NotSummary {
+            path: path.to_path_buf(),
+            why: format!("it has schema_version {}", summary.schema_version),
+        });
+    }
+    Ok(summary)
+}
+
+/// A baseline judges only a run of the same kind: per run against per run,
+/// over time against over time.
+pub fn same_mode(current: &Summary, baseline: &Summary) -> Result<(), CheckError> {
+    if current.mode == baseline.mode {
+        return Ok(());
+    }
+    Err(CheckError::ModeMismatch {
+        current: current.mode.clone(),
+        baseline: baseline.mode.clone(),
     })
 }
 
@@ -272,6 +297,23 @@ mod tests {
         let r = compare(&cur, &base, 0.10, &[on()]);
         assert!(!r.passed);
         assert!(r.checks[0].message.contains("missing from the current run"));
+    }
+
+    #[test]
+    fn baselines_of_another_schema_or_mode_are_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut future = summary(1.0, (0.9, 1.1), 100 << 20, 1.0);
+        future.schema_version = 2;
+        let path = dir.path().join("summary.json");
+        fs::write(&path, serde_json::to_string(&future).unwrap()).unwrap();
+        let err = read_summary(&path).unwrap_err().to_string();
+        assert!(err.contains("schema_version 2"), "{err}");
+        let run = summary(1.0, (0.9, 1.1), 100 << 20, 1.0);
+        let mut attach = run.clone();
+        attach.mode = "attach".into();
+        assert!(same_mode(&run, &run).is_ok());
+        let err = same_mode(&run, &attach).unwrap_err().to_string();
+        assert!(err.contains("`leakwatch attach`"), "{err}");
     }
 
     #[test]

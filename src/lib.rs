@@ -11,6 +11,7 @@ pub mod error;
 pub mod options;
 pub mod units;
 
+pub mod output;
 pub mod store;
 
 pub mod check;

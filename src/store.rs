@@ -187,6 +187,8 @@ pub fn note_row(event: &str, text: &str) -> Row {
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    #[error(transparent)]
+    Output(#[from] crate::output::OutputError),
     #[error("cannot write {path}: {error}")]
     Write { path: PathBuf, error: io::Error },
     #[error("cannot read {path}: {error}")]
@@ -220,12 +222,9 @@ pub struct SampleWriter {
 }
 
 impl SampleWriter {
+    /// Creates a new samples.csv (never over an existing file or a link).
     pub fn create(path: &Path) -> Result<Self, StoreError> {
-        let err = |error| StoreError::Write {
-            path: path.to_path_buf(),
-            error,
-        };
-        let file = File::create(path).map_err(err)?;
+        let file = crate::output::create_new(path)?;
         Ok(SampleWriter {
             path: path.to_path_buf(),
             writer: csv::Writer::from_writer(file),

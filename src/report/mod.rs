@@ -11,34 +11,28 @@ pub mod markdown;
 pub mod sections;
 pub mod text;
 
-use std::fs;
-use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::Analysis;
 use crate::gate::GateResult;
+use crate::output::{self, OutputError};
 use crate::plot::PlotError;
 use crate::store::Row;
 use crate::summary;
 
 #[derive(Debug, thiserror::Error)]
-#[error("cannot write {path}: {error}")]
-pub struct ReportError {
-    pub path: PathBuf,
-    pub error: io::Error,
+pub enum ReportError {
+    #[error(transparent)]
+    Output(#[from] OutputError),
+    #[error("cannot render {path}: {error}")]
+    Render { path: PathBuf, error: String },
 }
 
-/// Writes `bytes` to `dir/name` through a temporary file, so a reader never
-/// sees half a report.
+/// Writes `bytes` to `dir/name` whole (through a temporary file and a
+/// rename), never through a link planted at that name.
 pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<PathBuf, ReportError> {
     let path = dir.join(name);
-    let tmp = dir.join(format!(".{name}.tmp"));
-    let err = |error| ReportError {
-        path: path.clone(),
-        error,
-    };
-    fs::write(&tmp, bytes).map_err(err)?;
-    fs::rename(&tmp, &path).map_err(err)?;
+    output::write_atomic(&path, bytes)?;
     Ok(path)
 }
 
@@ -53,9 +47,9 @@ pub fn write_all(
     dir: &Path,
 ) -> Result<Vec<PathBuf>, ReportError> {
     let summary = summary::summary(a, gate);
-    let text = serde_json::to_vec_pretty(&summary).map_err(|e| ReportError {
+    let text = serde_json::to_vec_pretty(&summary).map_err(|e| ReportError::Render {
         path: dir.join("summary.json"),
-        error: io::Error::other(e),
+        error: e.to_string(),
     })?;
     let mut written = vec![write_atomic(dir, "summary.json", &text)?];
 
@@ -68,9 +62,9 @@ pub fn write_all(
     )?);
 
     let plot_err = |path: PathBuf| {
-        move |e: PlotError| ReportError {
+        move |e: PlotError| ReportError::Render {
             path,
-            error: io::Error::other(e),
+            error: e.to_string(),
         }
     };
     let mut svgs = Vec::new();

@@ -156,7 +156,8 @@ fn help_lists_the_subcommands_and_exit_codes() {
         .assert()
         .success()
         .stdout(predicate::str::contains("run").and(predicate::str::contains("attach")))
-        .stdout(predicate::str::contains("130 interrupted"));
+        .stdout(predicate::str::contains("130 Ctrl-C"))
+        .stdout(predicate::str::contains("129 SIGHUP"));
 }
 
 #[test]
