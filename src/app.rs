@@ -18,6 +18,7 @@ use crate::output;
 use crate::report::{self, ci, junit};
 use crate::sample::reaper::Interrupt;
 use crate::sample::{self, Outcome, Progress, SampleError};
+use crate::series::{self, Samples};
 use crate::store::{self, Row, SampleWriter};
 
 pub fn run(cli: Cli) -> Result<Exit> {
@@ -129,10 +130,9 @@ fn report_again(opts: &ReportOptions) -> Result<Exit> {
             .unwrap_or_else(|| PathBuf::from(".")),
     };
     check_outputs(&opts.gate)?;
-    let rows = store::read_samples(&samples)?;
-    let analysis = fit::analyse(&rows, &opts.fit);
+    let analysis = fit::analyse(read(&samples)?, &opts.fit);
     output::create_dir(&dir)?;
-    finish(&analysis, &rows, &dir, opts.output.quiet, &opts.gate)
+    finish(&analysis, &dir, opts.output.quiet, &opts.gate)
 }
 
 /// Creates the output directory, samples into it, then analyses what is on
@@ -172,19 +172,26 @@ fn sample_then_report(
         };
     }
 
-    let rows = store::read_samples(&samples)?;
-    let analysis = fit::analyse(&rows, fit_options);
+    let read = read(&samples)?;
+    let rows = read.rows;
+    let analysis = fit::analyse(read, fit_options);
     // Reports first, whatever happened; then the sampling error, if any.
-    let exit = finish(&analysis, &rows, dir, output.quiet, gate)?;
+    let exit = finish(&analysis, dir, output.quiet, gate)?;
     match result {
         Err(e) => Err(anyhow::Error::new(e).context(format!(
-            "sampling stopped early; the {} rows taken are in {}",
-            rows.len(),
+            "sampling stopped early; the {rows} rows taken are in {}",
             samples.display()
         ))),
         Ok(_) if analysis.interrupted => Ok(interrupted(&interrupt)),
         Ok(_) => Ok(exit),
     }
+}
+
+/// samples.csv, read in one pass in bounded memory.
+fn read(path: &Path) -> Result<Samples> {
+    let mut builder = series::Builder::new();
+    let scan = store::scan(path, |row| builder.push(row))?;
+    Ok(builder.finish(scan.torn_last_line))
 }
 
 /// 128 + the signal that stopped the session (130 for Ctrl-C).
@@ -208,20 +215,9 @@ fn session_rows(result: &Result<Outcome, SampleError>) -> Vec<Row> {
 
 /// Judges the gate, writes the reports (always, even when the gate cannot
 /// be judged) and the CI outputs, and prints the human summary.
-fn finish(
-    analysis: &Analysis,
-    rows: &[Row],
-    dir: &Path,
-    quiet: bool,
-    setup: &GateSetup,
-) -> Result<Exit> {
+fn finish(analysis: &Analysis, dir: &Path, quiet: bool, setup: &GateSetup) -> Result<Exit> {
     let judged = gate::evaluate(analysis, &setup.gate);
-    report::write_all(
-        analysis,
-        judged.as_ref().ok().and_then(Option::as_ref),
-        rows,
-        dir,
-    )?;
+    report::write_all(analysis, judged.as_ref().ok().and_then(Option::as_ref), dir)?;
     let judged = judged?;
     if let Some(path) = &setup.save_baseline {
         let summary = fs::read(dir.join("summary.json"))?;

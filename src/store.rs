@@ -75,7 +75,7 @@ impl<'de> Deserialize<'de> for Scope {
 }
 
 /// What a row holds.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Tier {
     /// `status` and fd count only.
@@ -150,6 +150,9 @@ pub struct Row {
     pub ppid: u32,
     /// Clock ticks since boot; with `pid` it names one process.
     pub start_time: u64,
+    /// Process name, mapping name, note or command line: text from outside,
+    /// made spreadsheet-safe in the file (see `cell`).
+    #[serde(with = "cell")]
     pub comm: String,
     pub tier: Tier,
     pub event: Option<String>,
@@ -173,6 +176,36 @@ pub struct Row {
     pub uss_bytes: Option<u64>,
     pub shared_bytes: Option<u64>,
     pub swap_pss_bytes: Option<u64>,
+}
+
+/// Spreadsheet-safe text cells, as OWASP's CSV-injection advice has it: a
+/// cell that begins with `=`, `+`, `-`, `@`, a tab or a carriage return is a
+/// formula to Excel and LibreOffice (`=cmd|'/C calc'!A0` in a process name),
+/// so it is written with a leading `'`, which spreadsheets show as text.
+/// A cell that begins with `'` gets one too, so reading strips exactly one
+/// and every name comes back as it was.
+mod cell {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    fn needs_quote(text: &str) -> bool {
+        text.starts_with(['=', '+', '-', '@', '\t', '\r', '\''])
+    }
+
+    pub fn serialize<S: Serializer>(text: &str, s: S) -> Result<S::Ok, S::Error> {
+        if needs_quote(text) {
+            s.collect_str(&format_args!("'{text}"))
+        } else {
+            s.serialize_str(text)
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+        let text = String::deserialize(d)?;
+        Ok(match text.strip_prefix('\'') {
+            Some(rest) => rest.to_string(),
+            None => text,
+        })
+    }
 }
 
 /// A session-level event row: `note` (its text in `comm`) or `interrupted`.
@@ -254,14 +287,92 @@ impl SampleWriter {
     }
 }
 
-/// Reads `samples.csv`. A truncated last line (leakwatch killed mid-write) is
-/// dropped silently; any other bad line is an error naming it.
-pub fn read_samples(path: &Path) -> Result<Vec<Row>, StoreError> {
-    let file = File::open(path).map_err(|error| StoreError::Read {
+/// What a scan of samples.csv saw besides its rows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ScanReport {
+    /// Rows read.
+    pub rows: u64,
+    /// The line number of a last line cut short (leakwatch killed mid-write),
+    /// which was left out.
+    pub torn_last_line: Option<u64>,
+}
+
+/// Whether the file's last byte is a newline: a last line without one was
+/// cut short, a bad last line with one is corrupt like any other.
+fn ends_with_newline(file: &mut File) -> bool {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut last = [0u8; 1];
+    let ok = file.seek(SeekFrom::End(-1)).is_ok() && file.read_exact(&mut last).is_ok();
+    let _ = file.seek(SeekFrom::Start(0));
+    ok && last[0] == b'\n'
+}
+
+/// Keys of the rows of one sample, to find a row written twice.
+#[derive(Default)]
+struct SampleKeys {
+    sample: Option<u64>,
+    keys: std::collections::HashSet<(Scope, u32, u64, Tier, String)>,
+}
+
+impl SampleKeys {
+    /// Why `row` cannot follow the rows before it, if it cannot.
+    fn check(&mut self, row: &Row) -> Result<(), String> {
+        if row.scope == Scope::Session || row.tier == Tier::Event {
+            return Ok(());
+        }
+        match self.sample {
+            Some(s) if row.sample < s => {
+                return Err(format!(
+                    "sample {} comes after sample {s}: rows out of order (two files joined?)",
+                    row.sample
+                ));
+            }
+            Some(s) if row.sample == s => {}
+            _ => {
+                self.sample = Some(row.sample);
+                self.keys.clear();
+            }
+        }
+        let mapping = if row.tier == Tier::Mapping {
+            row.comm.clone()
+        } else {
+            String::new()
+        };
+        if !self
+            .keys
+            .insert((row.scope, row.pid, row.start_time, row.tier, mapping))
+        {
+            return Err(format!(
+                "pid {} appears twice in sample {} of {}: a repeated row would count twice",
+                row.pid, row.sample, row.scope
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Why a parsed row is not a sample leakwatch could have written.
+fn invalid(row: &Row) -> Option<&'static str> {
+    (!(row.t_seconds.is_finite() && row.t_seconds >= 0.0))
+        .then_some("t_seconds is not a finite, non-negative number of seconds")
+}
+
+/// Reads `samples.csv` row by row, in bounded memory, handing each row to
+/// `each`. A last line cut short (leakwatch killed mid-write) is left out
+/// and reported; any other bad line — unparsable, out of order, a row
+/// repeated within its sample — is an error naming it.
+pub fn scan(path: &Path, mut each: impl FnMut(Row)) -> Result<ScanReport, StoreError> {
+    let corrupt = |line: u64, what: String| StoreError::Corrupt {
+        path: path.to_path_buf(),
+        line,
+        what,
+    };
+    let mut file = File::open(path).map_err(|error| StoreError::Read {
         path: path.to_path_buf(),
         error,
     })?;
-    let mut reader = csv::Reader::from_reader(file);
+    let complete = ends_with_newline(&mut file);
+    let mut reader = csv::Reader::from_reader(io::BufReader::new(file));
     if let Ok(headers) = reader.headers().cloned()
         && !headers.is_empty()
     {
@@ -274,30 +385,59 @@ pub fn read_samples(path: &Path) -> Result<Vec<Row>, StoreError> {
             }
         }
     }
-    let mut rows = Vec::new();
-    let mut pending: Option<StoreError> = None;
-    for result in reader.deserialize::<Row>() {
-        // Only the last line may be torn; an error followed by more rows is corruption.
-        if let Some(err) = pending.take() {
-            return Err(err);
-        }
-        match result {
-            Ok(row) => rows.push(row),
-            Err(e) => {
-                let line = e.position().map(|p| p.line()).unwrap_or(0);
-                pending = Some(StoreError::Corrupt {
-                    path: path.to_path_buf(),
-                    line,
-                    what: e.to_string(),
-                });
-            }
+    let mut report = ScanReport::default();
+    let mut keys = SampleKeys::default();
+    let mut record = csv::StringRecord::new();
+    let headers = reader.headers().cloned().unwrap_or_default();
+    // The last line read, held back until the next one shows it was whole:
+    // a last line without its newline was cut short, even if it parses.
+    let mut held: Option<(u64, Result<Row, String>)> = None;
+    loop {
+        let line = reader.position().line();
+        let next = match reader.read_record(&mut record) {
+            Ok(false) => None,
+            Ok(true) => Some(
+                record
+                    .deserialize::<Row>(Some(&headers))
+                    .map_err(|e| e.to_string())
+                    .and_then(|row| match invalid(&row) {
+                        Some(why) => Err(why.to_string()),
+                        None => Ok(row),
+                    }),
+            ),
+            Err(e) => Some(Err(e.to_string())),
+        };
+        let Some(next) = next else { break };
+        if let Some((held_line, row)) = held.replace((line, next)) {
+            let row = row.map_err(|what| corrupt(held_line, what))?;
+            keys.check(&row).map_err(|what| corrupt(held_line, what))?;
+            report.rows += 1;
+            each(row);
         }
     }
-    if rows.is_empty() {
-        return Err(pending.unwrap_or(StoreError::Empty {
+    match held {
+        Some((line, _)) if !complete => report.torn_last_line = Some(line),
+        Some((line, row)) => {
+            let row = row.map_err(|what| corrupt(line, what))?;
+            keys.check(&row).map_err(|what| corrupt(line, what))?;
+            report.rows += 1;
+            each(row);
+        }
+        None => {}
+    }
+    if report.rows == 0 {
+        return Err(StoreError::Empty {
             path: path.to_path_buf(),
-        }));
+        });
     }
+    Ok(report)
+}
+
+/// Reads every row of `samples.csv` into memory (small files and tests;
+/// the analysis uses `scan`).
+pub fn read_samples(path: &Path) -> Result<Vec<Row>, StoreError> {
+    let mut rows = Vec::new();
+    scan(path, |row| rows.push(row))?;
     Ok(rows)
 }
 
@@ -339,7 +479,14 @@ mod tests {
         let mut text = std::fs::read_to_string(&path).unwrap();
         text.push_str("2,2,0.5,ts,survivors,42,0,0,x,deep,,,12");
         std::fs::write(&path, text).unwrap();
-        assert_eq!(read_samples(&path).unwrap().len(), 2);
+        let mut n = 0;
+        let report = scan(&path, |_| n += 1).unwrap();
+        assert_eq!((n, report.torn_last_line), (2, Some(4)));
+        // A whole last row without its newline was cut short too: left out.
+        let text = std::fs::read_to_string(&path).unwrap();
+        let cut = text.rsplit_once('\n').unwrap().0;
+        std::fs::write(&path, cut).unwrap();
+        assert_eq!(read_samples(&path).unwrap().len(), 1);
     }
 
     #[test]
@@ -383,6 +530,85 @@ mod tests {
                 Scope::Command
             ]
         );
+    }
+
+    #[test]
+    fn a_complete_bad_last_line_is_corrupt_not_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("samples.csv");
+        let mut w = SampleWriter::create(&path).unwrap();
+        w.write_batch(&[row(0, 4096), row(1, 8192)]).unwrap();
+        drop(w);
+        let good = std::fs::read_to_string(&path).unwrap();
+        let last = good.lines().last().unwrap().to_string();
+        for bad in ["NaN", "inf", "-1", "abc"] {
+            // The last row again as sample 2, with t_seconds (or RSS) replaced.
+            let changed = last.replacen("1,1,", "2,1,", 1);
+            let changed = if bad == "NaN" || bad == "inf" {
+                changed.replacen(",0.0,", &format!(",{bad},"), 1)
+            } else {
+                changed.replacen(",8192,", &format!(",{bad},"), 1)
+            };
+            assert_ne!(changed, last);
+            std::fs::write(&path, format!("{good}{changed}\n")).unwrap();
+            let err = read_samples(&path).unwrap_err().to_string();
+            assert!(err.contains("line 4"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn repeated_rows_and_rows_out_of_order_are_corrupt() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("samples.csv");
+        let mut w = SampleWriter::create(&path).unwrap();
+        w.write_batch(&[row(0, 4096), row(0, 4096)]).unwrap();
+        drop(w);
+        let err = read_samples(&path).unwrap_err().to_string();
+        assert!(err.contains("appears twice in sample 0"), "{err}");
+        let mut w = SampleWriter::create(&dir.path().join("b.csv")).unwrap();
+        w.write_batch(&[row(1, 4096), row(0, 4096)]).unwrap();
+        drop(w);
+        let err = read_samples(&dir.path().join("b.csv"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("out of order"), "{err}");
+    }
+
+    #[test]
+    fn formulas_in_names_are_neutralised_in_the_file_and_read_back_as_they_were() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("samples.csv");
+        let names = [
+            "=cmd|'/C calc'!A0",
+            "+1",
+            "-x",
+            "@SUM(1)",
+            "\tx",
+            "'quoted",
+            "plain",
+        ];
+        let rows: Vec<Row> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| Row {
+                pid: i as u32,
+                comm: n.to_string(),
+                ..row(0, 4096)
+            })
+            .collect();
+        let mut w = SampleWriter::create(&path).unwrap();
+        w.write_batch(&rows).unwrap();
+        drop(w);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains(",'=cmd|'/C calc'!A0,"), "{text}");
+        assert!(!text.contains(",=cmd"));
+        assert!(text.contains(",''quoted,"));
+        let back: Vec<String> = read_samples(&path)
+            .unwrap()
+            .into_iter()
+            .map(|r| r.comm)
+            .collect();
+        assert_eq!(back, names);
     }
 
     #[test]

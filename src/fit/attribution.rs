@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::{SeriesFit, stats};
-use crate::series::{self, Metric};
-use crate::store::{Row, Scope, Tier};
+use crate::series::{Metric, Samples};
+use crate::store::Scope;
 use crate::units::format_signed_bytes;
 
 /// Kinds a scope's growth can be split into (they add up to RSS).
@@ -65,7 +65,7 @@ pub struct Attribution {
 }
 
 /// Attributes the growth of `main` (a headline fit) within its scope.
-pub fn attribute(main: &SeriesFit, fits: &[SeriesFit], rows: &[Row]) -> Attribution {
+pub fn attribute(main: &SeriesFit, fits: &[SeriesFit], samples: &Samples) -> Attribution {
     let scope_slope = |m: Metric| {
         fits.iter()
             .find(|f| f.scope == main.scope && f.metric == m)
@@ -76,8 +76,8 @@ pub fn attribute(main: &SeriesFit, fits: &[SeriesFit], rows: &[Row]) -> Attribut
         .filter_map(|&metric| scope_slope(metric).map(|slope| KindGrowth { metric, slope }))
         .collect();
     kinds.sort_by(|a, b| b.slope.total_cmp(&a.slope));
-    let processes = processes(main, rows);
-    let mappings = mappings(main.scope, rows);
+    let processes = processes(main, samples);
+    let mappings = mappings(main.scope, samples);
 
     let mut parts = Vec::new();
     if let Some(top) = kinds.first().filter(|k| k.slope > 0.0) {
@@ -108,12 +108,18 @@ pub fn attribute(main: &SeriesFit, fits: &[SeriesFit], rows: &[Row]) -> Attribut
 }
 
 /// Per-process series within the scope (the scope's metric, or RSS where a
-/// sample lacks it), fastest growing first.
-fn processes(main: &SeriesFit, rows: &[Row]) -> Vec<ProcessGrowth> {
-    let mut out: Vec<ProcessGrowth> = series::processes(rows, main.scope)
+/// process lacks it), fastest growing first.
+fn processes(main: &SeriesFit, samples: &Samples) -> Vec<ProcessGrowth> {
+    let mut out: Vec<ProcessGrowth> = samples
+        .lives
         .iter()
+        .filter(|life| life.scope == main.scope)
         .map(|life| {
-            let points = life.points(main.scope, main.x, |r| main.metric.value(r).or(r.rss_bytes));
+            let points = life
+                .points(main.metric)
+                .filter(|p| !p.is_empty())
+                .or_else(|| life.points(Metric::RssBytes))
+                .unwrap_or_default();
             let (xs, ys): (Vec<f64>, Vec<f64>) = points.into_iter().unzip();
             ProcessGrowth {
                 pid: life.pid,
@@ -135,32 +141,21 @@ fn processes(main: &SeriesFit, rows: &[Row]) -> Vec<ProcessGrowth> {
 }
 
 /// Mapping growth between the first and the last smaps snapshot of the scope.
-fn mappings(scope: Scope, rows: &[Row]) -> Vec<MappingGrowth> {
-    let maps: Vec<&Row> = rows
+fn mappings(scope: Scope, samples: &Samples) -> Vec<MappingGrowth> {
+    let Some(snap) = samples
+        .mappings
         .iter()
-        .filter(|r| r.scope == scope && r.tier == Tier::Mapping)
-        .collect();
-    let (Some(first), Some(last)) = (
-        maps.iter().map(|r| r.sample).min(),
-        maps.iter().map(|r| r.sample).max(),
-    ) else {
+        .find(|m| m.scope == Some(scope) && !m.last.is_empty())
+    else {
         return Vec::new();
     };
-    if first == last {
-        return Vec::new();
-    }
     // (pid, start time, mapping) → (rss at first, rss at last)
     let mut table: BTreeMap<(u32, u64, &str), (u64, u64)> = BTreeMap::new();
-    for r in &maps {
-        let rss = r.rss_bytes.unwrap_or(0);
-        let entry = table
-            .entry((r.pid, r.start_time, r.comm.as_str()))
-            .or_insert((0, 0));
-        if r.sample == first {
-            entry.0 = rss;
-        } else if r.sample == last {
-            entry.1 = rss;
-        }
+    for m in &snap.first {
+        table.entry((m.pid, m.start_time, &m.name)).or_default().0 = m.rss_bytes;
+    }
+    for m in &snap.last {
+        table.entry((m.pid, m.start_time, &m.name)).or_default().1 = m.rss_bytes;
     }
     let mut out: Vec<MappingGrowth> = table
         .into_iter()

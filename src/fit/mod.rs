@@ -8,8 +8,8 @@ pub mod verdict;
 
 use serde::{Deserialize, Serialize};
 
-use crate::series::{self, Metric, RunRecord, Series, XAxis};
-use crate::store::{Row, Scope};
+use crate::series::{Metric, ProcessLife, RunRecord, Samples, Series, XAxis};
+use crate::store::Scope;
 pub use attribution::Attribution;
 pub use verdict::Verdict;
 
@@ -226,6 +226,8 @@ fn project(main: &SeriesFit, judged: Verdict, opts: &FitOptions) -> Option<Proje
 pub struct Analysis {
     pub options: FitOptions,
     pub series: Vec<Series>,
+    /// Every process of every scope, for per-process tables and charts.
+    pub lives: Vec<ProcessLife>,
     pub fits: Vec<SeriesFit>,
     pub runs: Vec<RunRecord>,
     pub command_line: Option<String>,
@@ -292,33 +294,6 @@ pub fn primary_metric(fits: &[SeriesFit], scope: Scope) -> Metric {
 /// Metrics judged beside the primary one for the overall verdict.
 const ALSO_JUDGED: [Metric; 3] = [Metric::ShmemBytes, Metric::Fds, Metric::Threads];
 
-/// Notes for processes left behind that exited on their own (a daemon that
-/// crashed mid-way): the first five, then a count.
-fn survivor_exits(rows: &[Row]) -> Vec<String> {
-    const SHOWN: usize = 5;
-    let exits: Vec<String> = rows
-        .iter()
-        .filter_map(|r| {
-            let how = r.event.as_deref()?.strip_prefix("exited ")?;
-            (r.scope == Scope::Survivors).then(|| {
-                format!(
-                    "survivor {} exited ({how}) during run {}",
-                    r.pid,
-                    r.run.unwrap_or(0)
-                )
-            })
-        })
-        .collect();
-    let more = exits.len().saturating_sub(SHOWN);
-    let mut notes: Vec<String> = exits.into_iter().take(SHOWN).collect();
-    if more > 0 {
-        notes.push(format!(
-            "… and {more} more processes left behind exited on their own"
-        ));
-    }
-    notes
-}
-
 /// One headline per scope, in scope order (survivors, pid:…, target,
 /// command): indices into `fits` of each scope's primary metric.
 fn headlines(fits: &[SeriesFit], scopes: &[Scope]) -> Vec<usize> {
@@ -365,42 +340,19 @@ fn overall_verdict(
         .unwrap_or(Verdict::Inconclusive)
 }
 
-/// Seconds from the first to the last sample (session rows carry no time).
-fn sampled_span(rows: &[Row]) -> f64 {
-    let timed = || {
-        rows.iter()
-            .filter(|r| r.scope != Scope::Session)
-            .map(|r| r.t_seconds)
-    };
-    let t0 = timed().fold(f64::INFINITY, f64::min);
-    let t1 = timed().fold(f64::NEG_INFINITY, f64::max);
-    if t1 >= t0 { t1 - t0 } else { 0.0 }
-}
-
-pub fn analyse(rows: &[Row], opts: &FitOptions) -> Analysis {
-    let series = series::build(rows);
-    let fits: Vec<SeriesFit> = series.iter().map(|s| fit(s, opts)).collect();
-    let runs = series::runs(rows, &series);
-    let command_line = rows
-        .iter()
-        .find(|r| r.event.as_deref() == Some("run_start"))
-        .map(|r| r.comm.clone());
-    let target_pid = if command_line.is_none() {
-        rows.iter()
-            .find(|r| r.scope == Scope::Target)
-            .map(|r| r.pid)
-    } else {
-        None
-    };
-    let scopes = series::scopes(rows);
+/// The analysis of everything samples.csv held.
+pub fn analyse(samples: Samples, opts: &FitOptions) -> Analysis {
+    let fits: Vec<SeriesFit> = samples.series.iter().map(|s| fit(s, opts)).collect();
+    let mut scopes: Vec<Scope> = samples.series.iter().map(|s| s.scope).collect();
+    scopes.dedup();
     let headline = headlines(&fits, &scopes);
     let attribution = headline
         .iter()
         .filter_map(|&i| fits.get(i))
         .filter(|f| f.scope != Scope::Command)
-        .map(|f| attribution::attribute(f, &fits, rows))
+        .map(|f| attribution::attribute(f, &fits, &samples))
         .collect();
-    let tree = findings::analyse(rows, &scopes, series::x_axis_of(rows), opts.budget_bytes);
+    let tree = findings::analyse(&samples, &scopes, opts.budget_bytes);
     let verdict = overall_verdict(&fits, &headline, &tree);
 
     // Recycle advice for a pool's workers supersedes the whole tree's.
@@ -415,18 +367,15 @@ pub fn analyse(rows: &[Row], opts: &FitOptions) -> Analysis {
             .unwrap_or(f);
         project(rss, f.verdict, &project_opts)
     });
-    let session = |event: &'static str| {
-        rows.iter()
-            .filter(move |r| r.scope == Scope::Session && r.event.as_deref() == Some(event))
-    };
     Analysis {
         options: *opts,
-        series,
+        series: samples.series,
+        lives: samples.lives,
         fits,
-        runs,
-        command_line,
-        target_pid,
-        duration_s: sampled_span(rows),
+        runs: samples.runs,
+        command_line: samples.command_line,
+        target_pid: samples.target_pid,
+        duration_s: samples.span_s,
         verdict,
         headline,
         attribution,
@@ -434,11 +383,8 @@ pub fn analyse(rows: &[Row], opts: &FitOptions) -> Analysis {
         findings: tree.findings,
         trees: tree.trees,
         recycle: tree.recycle,
-        interrupted: session("interrupted").next().is_some(),
-        notes: session("note")
-            .map(|r| r.comm.clone())
-            .chain(survivor_exits(rows))
-            .collect(),
+        interrupted: samples.interrupted,
+        notes: samples.notes,
     }
 }
 

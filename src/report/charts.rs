@@ -6,8 +6,8 @@ use std::path::Path;
 use crate::Analysis;
 use crate::fit::{SeriesFit, thin};
 use crate::plot::{self, BarChart, FitOverlay, Line, LineChart, PlotError, YUnit};
-use crate::series::{self, Metric, Series, XAxis};
-use crate::store::{Row, Scope};
+use crate::series::{Metric, Series, XAxis};
+use crate::store::Scope;
 
 /// At most this many processes get a line of their own; the fastest growing are kept.
 const MAX_PROCESS_LINES: usize = 20;
@@ -129,13 +129,13 @@ fn y_unit(m: Metric) -> YUnit {
 
 /// Every chart of the report, in report order: one per headline series, then the memory
 /// kinds of the main scope, the processes of multi-process scopes, and the mappings.
-pub fn build(a: &Analysis, rows: &[Row]) -> Vec<Plot> {
+pub fn build(a: &Analysis) -> Vec<Plot> {
     let mut plots: Vec<Plot> = a.headlines().filter_map(|f| headline(a, f)).collect();
     if let Some(main) = a.headlines().next() {
         plots.extend(memory_kinds(a, main));
     }
     for f in a.headlines() {
-        plots.extend(processes(a, f, rows));
+        plots.extend(processes(a, f));
     }
     for (i, at) in a
         .attribution
@@ -299,15 +299,17 @@ fn memory_kinds(a: &Analysis, main: &SeriesFit) -> Option<Plot> {
 }
 
 /// One line per process (pid and start time) of a scope with more than one.
-fn processes(a: &Analysis, f: &SeriesFit, rows: &[Row]) -> Option<Plot> {
+fn processes(a: &Analysis, f: &SeriesFit) -> Option<Plot> {
     // A point per run (the last sample of it, or the peak for `command`), as
     // in the scope's own series; per sample over time.
-    let lives: Vec<(String, Vec<(f64, f64)>)> = series::processes(rows, f.scope)
+    let lives: Vec<(String, Vec<(f64, f64)>)> = a
+        .lives
         .iter()
+        .filter(|life| life.scope == f.scope)
         .map(|life| {
             (
                 format!("{} {}", life.pid, life.comm),
-                life.points(f.scope, f.x, |r| f.metric.value(r)),
+                life.points(f.metric).unwrap_or_default(),
             )
         })
         .filter(|(_, points)| !points.is_empty())

@@ -17,7 +17,6 @@ use crate::Analysis;
 use crate::gate::GateResult;
 use crate::output::{self, OutputError};
 use crate::plot::PlotError;
-use crate::store::Row;
 use crate::summary;
 
 #[derive(Debug, thiserror::Error)]
@@ -38,12 +37,11 @@ pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<PathBuf, Rep
 
 /// Writes every report file of the analysis into `dir`: summary.json, report.md,
 /// the charts as `<name>.svg` and `<name>.png`, and report.html with the charts
-/// inlined, and the gate's result beside the analysis. `rows` are the samples the analysis came from (per-process lines).
+/// inlined, and the gate's result beside the analysis.
 /// The text reports come first, so a chart that fails to render costs no text.
 pub fn write_all(
     a: &Analysis,
     gate: Option<&GateResult>,
-    rows: &[Row],
     dir: &Path,
 ) -> Result<Vec<PathBuf>, ReportError> {
     let summary = summary::summary(a, gate);
@@ -53,7 +51,7 @@ pub fn write_all(
     })?;
     let mut written = vec![write_atomic(dir, "summary.json", &text)?];
 
-    let plots = charts::build(a, rows);
+    let plots = charts::build(a);
     let doc = sections::document(a, gate, &plots);
     written.push(write_atomic(
         dir,

@@ -189,7 +189,18 @@ impl Session<'_> {
         self.writer
             .write_batch(&[event_row(ctx, SCOPE, pid, &comm, event, None)])?;
         self.outcome.notes.push(note);
-        self.writer.write_batch(&self.latest_maps)?;
+        // The last snapshot taken, filed now (samples.csv stays in order).
+        let maps: Vec<Row> = self
+            .latest_maps
+            .drain(..)
+            .map(|r| Row {
+                sample: ctx.sample,
+                t_seconds: ctx.t_seconds,
+                timestamp: ctx.timestamp.clone(),
+                ..r
+            })
+            .collect();
+        self.writer.write_batch(&maps)?;
         Ok(false)
     }
 

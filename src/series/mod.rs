@@ -1,9 +1,12 @@
 //! From rows to series: per scope (`command`, `survivors`, `pid:<PID>`,
-//! `target`) and metric, one point per run or per sample.
+//! `target`) and metric, one point per run or per sample; and per process.
 
-use std::collections::BTreeMap;
+pub mod build;
+pub mod thin;
 
-use crate::store::{Row, Scope, Tier};
+pub use build::{Builder, ProcessLife, Samples, from_rows};
+
+use crate::store::{Row, Scope};
 use crate::units::{format_bytes, format_signed_bytes};
 use serde::{Deserialize, Serialize};
 
@@ -193,169 +196,6 @@ impl Series {
     }
 }
 
-/// A scope's value at one sample: the sum over its processes, or `None` when
-/// any process lacks the metric (a partial sum would show as a false drop).
-fn sum_metric(rows: &[&Row], metric: Metric) -> Option<f64> {
-    let mut total = 0u64;
-    for row in rows {
-        total = total.saturating_add(metric.value(row)?);
-    }
-    Some(total as f64)
-}
-
-/// Whether the rows come from `run` mode (they carry run numbers).
-pub fn x_axis_of(rows: &[Row]) -> XAxis {
-    if rows.iter().any(|r| r.run.is_some()) {
-        XAxis::Run
-    } else {
-        XAxis::Seconds
-    }
-}
-
-/// The scopes that have process samples, in report order: survivors,
-/// watched pids, target, command.
-pub fn scopes(rows: &[Row]) -> Vec<Scope> {
-    let set: std::collections::BTreeSet<Scope> = rows
-        .iter()
-        .filter(|r| r.is_process_sample())
-        .map(|r| r.scope)
-        .collect();
-    set.into_iter().collect()
-}
-
-/// Builds every (scope, metric) series that has at least one point.
-///
-/// In run mode a point is one run: for `command` the peak of the tree during
-/// the run (max over the polled samples), for the others the sample taken
-/// after the run settled (the last one of that run). In attach mode a point
-/// is one sample, x in seconds since leakwatch started.
-pub fn build(rows: &[Row]) -> Vec<Series> {
-    let x_axis = x_axis_of(rows);
-    let mut out = Vec::new();
-    for scope in scopes(rows) {
-        // sample number -> rows of this scope in that sample
-        let mut by_sample: BTreeMap<u64, Vec<&Row>> = BTreeMap::new();
-        for row in rows
-            .iter()
-            .filter(|r| r.scope == scope && r.is_process_sample())
-        {
-            by_sample.entry(row.sample).or_default().push(row);
-        }
-        for metric in Metric::ALL {
-            // The command's series is its peak per run: only RSS has a true
-            // peak (ru_maxrss); the other fields come from polls that a short
-            // command may miss or catch mid-exec.
-            if scope == Scope::Command && metric != Metric::RssBytes {
-                continue;
-            }
-            let mut points: BTreeMap<i64, (f64, f64)> = BTreeMap::new();
-            let mut processes = 0;
-            for group in by_sample.values() {
-                let Some(y) = sum_metric(group, metric) else {
-                    continue;
-                };
-                processes = processes.max(group.len());
-                match x_axis {
-                    XAxis::Seconds => {
-                        let x = group[0].t_seconds;
-                        points.insert(points.len() as i64, (x, y));
-                    }
-                    XAxis::Run => {
-                        let Some(run) = group[0].run else { continue };
-                        let x = f64::from(run);
-                        let entry = points.entry(i64::from(run)).or_insert((x, y));
-                        entry.1 = if scope == Scope::Command {
-                            entry.1.max(y)
-                        } else {
-                            y // later samples of a run replace earlier ones
-                        };
-                    }
-                }
-            }
-            if !points.is_empty() {
-                out.push(Series {
-                    scope,
-                    metric,
-                    x_axis,
-                    points: points.into_values().collect(),
-                    processes,
-                });
-            }
-        }
-    }
-    out
-}
-
-/// The x of a row: its run number in run mode, else seconds.
-pub fn row_x(row: &Row, x: XAxis) -> f64 {
-    match (x, row.run) {
-        (XAxis::Run, Some(run)) => f64::from(run),
-        _ => row.t_seconds,
-    }
-}
-
-/// One process of a scope over its life: identity (pid and start time, so a
-/// reused pid is another process) and its process-sample rows in order.
-#[derive(Debug, Clone)]
-pub struct ProcessLife<'a> {
-    pub pid: u32,
-    pub ppid: u32,
-    pub start_time: u64,
-    pub comm: String,
-    pub rows: Vec<&'a Row>,
-}
-
-impl ProcessLife<'_> {
-    /// The process's own series, built like the scope's (see `build`): in
-    /// run mode one point per run — the peak for `command`, else the run's
-    /// last sample — in time one point per sample.
-    pub fn points(
-        &self,
-        scope: Scope,
-        x: XAxis,
-        value: impl Fn(&Row) -> Option<u64>,
-    ) -> Vec<(f64, f64)> {
-        let mut by_key: BTreeMap<i64, (f64, f64)> = BTreeMap::new();
-        for row in &self.rows {
-            let Some(y) = value(row) else { continue };
-            let key = match (x, row.run) {
-                (XAxis::Run, Some(run)) => i64::from(run),
-                (XAxis::Run, None) => continue,
-                (XAxis::Seconds, _) => row.sample as i64,
-            };
-            let y = y as f64;
-            let point = by_key.entry(key).or_insert((row_x(row, x), y));
-            point.1 = if scope == Scope::Command {
-                point.1.max(y)
-            } else {
-                y
-            };
-        }
-        by_key.into_values().collect()
-    }
-}
-
-/// Every process of a scope, ordered by pid and start time.
-pub fn processes<'a>(rows: &'a [Row], scope: Scope) -> Vec<ProcessLife<'a>> {
-    let mut by: BTreeMap<(u32, u64), ProcessLife<'a>> = BTreeMap::new();
-    for row in rows
-        .iter()
-        .filter(|r| r.scope == scope && r.is_process_sample())
-    {
-        by.entry((row.pid, row.start_time))
-            .or_insert_with(|| ProcessLife {
-                pid: row.pid,
-                ppid: row.ppid,
-                start_time: row.start_time,
-                comm: row.comm.clone(),
-                rows: Vec::new(),
-            })
-            .rows
-            .push(row);
-    }
-    by.into_values().collect()
-}
-
 /// One run of the command, from the event rows.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunRecord {
@@ -377,50 +217,11 @@ impl RunRecord {
     }
 }
 
-/// The run table: start/end events joined with the command's peak RSS.
-pub fn runs(rows: &[Row], series: &[Series]) -> Vec<RunRecord> {
-    let peak: BTreeMap<u32, f64> = series
-        .iter()
-        .find(|s| s.scope == Scope::Command && s.metric == Metric::RssBytes)
-        .map(|s| s.points.iter().map(|&(x, y)| (x as u32, y)).collect())
-        .unwrap_or_default();
-    let mut out: BTreeMap<u32, RunRecord> = BTreeMap::new();
-    let mut starts: BTreeMap<u32, f64> = BTreeMap::new();
-    for row in rows.iter().filter(|r| r.tier == Tier::Event) {
-        let (Some(run), Some(event)) = (row.run, row.event.as_deref()) else {
-            continue;
-        };
-        match event {
-            "run_start" => {
-                starts.insert(run, row.t_seconds);
-                out.insert(
-                    run,
-                    RunRecord {
-                        run,
-                        pid: row.pid,
-                        exit_code: None,
-                        status: "unknown".into(),
-                        duration_s: None,
-                        peak_rss_bytes: peak.get(&run).map(|&p| p as u64),
-                    },
-                );
-            }
-            e if e.starts_with("run_end") => {
-                if let Some(rec) = out.get_mut(&run) {
-                    rec.exit_code = row.exit_code;
-                    rec.status = e.trim_start_matches("run_end ").to_string();
-                    rec.duration_s = starts.get(&run).map(|s| row.t_seconds - s);
-                }
-            }
-            _ => {}
-        }
-    }
-    out.into_values().collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use crate::store::Tier;
 
     fn deep(sample: u64, run: u32, scope: Scope, pid: u32, rss: u64) -> Row {
         Row {
@@ -442,7 +243,7 @@ mod tests {
             deep(1, 2, Scope::Survivors, 10, 300),
             deep(2, 2, Scope::Survivors, 10, 200),
         ];
-        let s = build(&rows);
+        let s = from_rows(rows).series;
         let rss = s
             .iter()
             .find(|s| s.metric == Metric::RssBytes)
@@ -459,7 +260,7 @@ mod tests {
         let mut b = deep(1, 1, Scope::Command, 10, 400);
         b.tier = Tier::Cheap;
         let c = deep(2, 1, Scope::Command, 10, 50);
-        let s = build(&[a, b, c]);
+        let s = from_rows([a, b, c]).series;
         assert_eq!(s[0].points, vec![(1.0, 400.0)]);
     }
 
@@ -468,7 +269,7 @@ mod tests {
         let mut denied = deep(0, 1, Scope::Survivors, 11, 50);
         denied.pss_bytes = None;
         let rows = vec![deep(0, 1, Scope::Survivors, 10, 100), denied];
-        let s = build(&rows);
+        let s = from_rows(rows).series;
         assert!(s.iter().any(|s| s.metric == Metric::RssBytes));
         assert!(!s.iter().any(|s| s.metric == Metric::PssBytes));
     }

@@ -3,17 +3,17 @@
 
 use super::Finding;
 use crate::series::ProcessLife;
-use crate::store::{Row, Scope, Tier};
+use crate::series::build::Deep;
+use crate::store::Scope;
 
 /// Unsharing smaller than this (or than 2% of the process's RSS) is noise.
 const MIN_UNSHARED_BYTES: u64 = 1 << 20;
 
 /// The unsharing of one forked child between its first and last deep sample.
 pub(super) fn unsharing(scope: Scope, life: &ProcessLife) -> Option<Finding> {
-    let deep: Vec<&&Row> = life.rows.iter().filter(|r| r.tier == Tier::Deep).collect();
-    let (first, last) = (deep.first()?, deep.last()?);
+    let (first, last) = (life.first_deep?, life.last_deep?);
     let diff =
-        |f: fn(&Row) -> Option<u64>| -> Option<i64> { Some(f(last)? as i64 - f(first)? as i64) };
+        |f: fn(&Deep) -> Option<u64>| -> Option<i64> { Some(f(&last)? as i64 - f(&first)? as i64) };
     let d_private = diff(|r| r.private_dirty_bytes)?;
     let d_shared = diff(|r| r.shared_bytes)?;
     let d_rss = diff(|r| r.rss_bytes)?;

@@ -18,8 +18,8 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use crate::series::{self, ProcessLife, XAxis};
-use crate::store::{Row, Scope};
+use crate::series::{ProcessLife, Samples, XAxis};
+use crate::store::Scope;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -116,23 +116,23 @@ pub struct TreeFindings {
 }
 
 /// Findings, tree totals and recycle advice for every followed scope.
-pub fn analyse(
-    rows: &[Row],
-    scopes: &[Scope],
-    x: XAxis,
-    budget_bytes: Option<u64>,
-) -> TreeFindings {
+pub fn analyse(samples: &Samples, scopes: &[Scope], budget_bytes: Option<u64>) -> TreeFindings {
+    let x = samples.x_axis;
     let mut out = TreeFindings::default();
-    let last_x_overall = rows
+    let last_x_overall = samples
+        .lives
         .iter()
-        .filter(|r| r.is_process_sample())
-        .map(|r| series::row_x(r, x))
+        .map(|l| l.last_x)
         .fold(f64::MIN, f64::max);
     for &scope in scopes.iter().filter(|&&s| s != Scope::Command) {
-        let lives = series::processes(rows, scope);
+        let lives: Vec<&ProcessLife> = samples.lives.iter().filter(|l| l.scope == scope).collect();
         let pids: BTreeSet<u32> = lives.iter().map(|l| l.pid).collect();
         // Workers: processes whose parent is in the same tree.
-        let workers: Vec<&ProcessLife> = lives.iter().filter(|l| pids.contains(&l.ppid)).collect();
+        let workers: Vec<&ProcessLife> = lives
+            .iter()
+            .copied()
+            .filter(|l| pids.contains(&l.ppid))
+            .collect();
         out.findings
             .extend(workers.iter().filter_map(|l| cow::unsharing(scope, l)));
         out.findings
@@ -143,7 +143,7 @@ pub fn analyse(
             out.findings.push(leak);
         }
         if lives.len() > 1 {
-            out.trees.extend(tree::total(rows, scope));
+            out.trees.extend(tree::total(samples, scope));
         }
     }
     out
@@ -152,7 +152,7 @@ pub fn analyse(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::Tier;
+    use crate::store::{Row, Tier};
 
     fn deep(sample: u64, pid: u32, ppid: u32, rss: u64, private: u64, shared: u64) -> Row {
         Row {
@@ -172,17 +172,18 @@ mod tests {
     #[test]
     fn unsharing_is_told_from_allocation() {
         const M: u64 = 1 << 20;
+        // As samples.csv holds them: sample by sample.
         let rows = vec![
             deep(0, 1, 0, 100 * M, 40 * M, 60 * M),
-            // worker 2 unshares 50 MiB: RSS flat
             deep(0, 2, 1, 100 * M, 2 * M, 98 * M),
+            deep(0, 3, 1, 100 * M, 2 * M, 98 * M),
+            deep(1, 1, 0, 100 * M, 40 * M, 60 * M),
+            // worker 2 unshares 50 MiB: RSS flat
             deep(1, 2, 1, 101 * M, 52 * M, 49 * M),
             // worker 3 allocates 50 MiB: RSS up, shared unchanged
-            deep(0, 3, 1, 100 * M, 2 * M, 98 * M),
             deep(1, 3, 1, 150 * M, 52 * M, 98 * M),
-            deep(1, 1, 0, 100 * M, 40 * M, 60 * M),
         ];
-        let found = analyse(&rows, &[Scope::Target], XAxis::Seconds, None);
+        let found = analyse(&crate::series::from_rows(rows), &[Scope::Target], None);
         let totals = found.trees;
         let cow: Vec<_> = found
             .findings

@@ -2,23 +2,17 @@
 //! RSS sum counts every shared page once per process mapping it.
 
 use super::TreeTotal;
-use crate::store::{Row, Scope, Tier};
+use crate::series::Samples;
+use crate::store::Scope;
 
 /// PSS and RSS sums over the scope's last deep sample.
-pub(super) fn total(rows: &[Row], scope: Scope) -> Option<TreeTotal> {
-    let deep = || {
-        rows.iter()
-            .filter(move |r| r.scope == scope && r.tier == Tier::Deep)
-    };
-    let last_sample = deep().map(|r| r.sample).max()?;
-    let at_last: Vec<&Row> = deep().filter(|r| r.sample == last_sample).collect();
-    let pss: u64 = at_last.iter().filter_map(|r| r.pss_bytes).sum();
-    let rss: u64 = at_last.iter().filter_map(|r| r.rss_bytes).sum();
+pub(super) fn total(samples: &Samples, scope: Scope) -> Option<TreeTotal> {
+    let sums = samples.trees.iter().find(|t| t.scope == scope)?;
     Some(TreeTotal {
         scope,
-        processes: at_last.len(),
-        pss_sum_bytes: pss,
-        rss_sum_bytes: rss,
-        double_counted_bytes: rss.saturating_sub(pss),
+        processes: sums.processes,
+        pss_sum_bytes: sums.pss_bytes,
+        rss_sum_bytes: sums.rss_bytes,
+        double_counted_bytes: sums.rss_bytes.saturating_sub(sums.pss_bytes),
     })
 }

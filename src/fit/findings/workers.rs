@@ -3,7 +3,7 @@
 
 use super::{Finding, RecycleAdvice};
 use crate::fit::{MIN_SLOPE_BYTES, stats};
-use crate::series::{ProcessLife, XAxis, row_x};
+use crate::series::{Metric, ProcessLife, XAxis};
 use crate::store::Scope;
 
 /// Workers whose last sample came before the tree's last: they ended (and
@@ -15,19 +15,16 @@ pub(super) fn recycled(
     last_x_overall: f64,
 ) -> Vec<Finding> {
     let mut out = Vec::new();
-    for w in workers {
-        let last = w.rows.last().map(|r| row_x(r, x)).unwrap_or(0.0);
-        if last < last_x_overall {
-            out.push(Finding::Recycled {
-                scope,
-                pid: w.pid,
-                comm: w.comm.clone(),
-                first_x: w.rows.first().map(|r| row_x(r, x)).unwrap_or(0.0),
-                last_x: last,
-                last_rss_bytes: w.rows.last().and_then(|r| r.rss_bytes).unwrap_or(0),
-                x,
-            });
-        }
+    for w in workers.iter().filter(|w| w.last_x < last_x_overall) {
+        out.push(Finding::Recycled {
+            scope,
+            pid: w.pid,
+            comm: w.comm.clone(),
+            first_x: w.first_x,
+            last_x: w.last_x,
+            last_rss_bytes: w.last_rss_bytes,
+            x,
+        });
     }
     out
 }
@@ -130,10 +127,7 @@ pub(super) fn task_steps(lives: &[Vec<(f64, f64)>], floor: f64) -> Option<TaskSt
 /// Growth is RssAnon (what a heap leak grows; blind to copy-on-write), RSS
 /// where a kernel lacks it.
 pub(super) fn leak(scope: Scope, workers: &[&ProcessLife], x: XAxis) -> Option<Finding> {
-    let series: Vec<Vec<(f64, f64)>> = workers
-        .iter()
-        .map(|w| w.points(scope, x, |r| r.anon_bytes.or(r.rss_bytes)))
-        .collect();
+    let series: Vec<Vec<(f64, f64)>> = workers.iter().map(|w| w.heap_points()).collect();
     let threshold = MIN_SLOPE_BYTES / x.per_rate_unit();
     let (slope, ci) = pooled_slope(&series)?;
     let steps = match x {
@@ -158,8 +152,7 @@ pub(super) fn leak(scope: Scope, workers: &[&ProcessLife], x: XAxis) -> Option<F
     };
     let mut fresh: Vec<f64> = workers
         .iter()
-        .filter_map(|w| w.rows.first().and_then(|r| r.rss_bytes))
-        .map(|b| b as f64)
+        .filter_map(|w| w.points(Metric::RssBytes)?.first().map(|p| p.1))
         .collect();
     let fresh_rss = stats::median(&mut fresh).unwrap_or(0.0);
     let grew = |p: &Vec<(f64, f64)>| {
