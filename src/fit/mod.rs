@@ -122,7 +122,8 @@ pub fn fit(series: &Series, opts: &FitOptions) -> SeriesFit {
     let points = thin(&series.points);
     let (xs, ys): (Vec<f64>, Vec<f64>) = points.iter().copied().unzip();
     // --warmup counts samples; after thinning, a point is a bucket of them.
-    let per_bucket = series.points.len().div_ceil(points.len().max(1)).max(1);
+    let samples = usize::try_from(series.count).unwrap_or(usize::MAX);
+    let per_bucket = samples.div_ceil(points.len().max(1)).max(1);
     let warmup = opts.warmup.map(|k| k.div_ceil(per_bucket));
     let c = verdict::classify(&xs, &ys, warmup, &thresholds(series));
     // The verdict may stop before fitting (too few points); the slope and
@@ -134,7 +135,7 @@ pub fn fit(series: &Series, opts: &FitOptions) -> SeriesFit {
         scope: series.scope,
         metric: series.metric,
         x: series.x_axis,
-        n: series.points.len(),
+        n: samples,
         first: series.points.first().map(|p| p.1).unwrap_or(0.0),
         last: series.points.last().map(|p| p.1).unwrap_or(0.0),
         slope: line.map(|l| l.slope),

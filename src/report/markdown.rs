@@ -3,15 +3,37 @@
 
 use super::doc::{Block, Inline, Table};
 
-/// Escapes Markdown's active characters in running text.
+/// Escapes text from outside (process names, mapping paths, notes) so that
+/// Markdown shows it as it is: no link, image, HTML or emphasis can be made
+/// of it. `[` and `]` are escaped (no link or image without them), `<` and
+/// `>` (no raw HTML, no `<autolink>`), `` ` ``, `*`, `~`, `|` (a table cell
+/// ends there), `&` (no entity), `\` itself, and `#` at the start (a
+/// heading in a list item). GitHub's bare autolinks are broken up by
+/// escaping the slashes of `://` and the dot of `www.`; checked against
+/// cmark-gfm, GitHub's own renderer. (`user@host.name` still becomes a
+/// mailto link there, which fetches nothing.)
 fn md_text(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
+    let mut out = String::with_capacity(s.len() + 8);
+    let chars: Vec<char> = s.chars().collect();
+    for (i, &c) in chars.iter().enumerate() {
+        let after_scheme = c == '/'
+            && (chars.get(i.wrapping_sub(1)) == Some(&':')
+                || (i >= 2 && chars[i - 1] == '/' && chars[i - 2] == ':'));
+        let www_dot = c == '.'
+            && i >= 3
+            && chars[i - 3..i]
+                .iter()
+                .collect::<String>()
+                .eq_ignore_ascii_case("www")
+            && (i == 3 || !chars[i - 4].is_alphanumeric());
         match c {
-            '\\' | '`' | '*' | '<' | '>' | '|' => {
+            '\\' | '`' | '*' | '<' | '>' | '|' | '[' | ']' | '~' | '&' => {
                 out.push('\\');
                 out.push(c);
             }
+            '#' if i == 0 => out.push_str("\\#"),
+            '/' if after_scheme => out.push_str("\\/"),
+            '.' if www_dot => out.push_str("\\."),
             '\n' | '\r' => out.push(' '),
             _ => out.push(c),
         }
@@ -116,6 +138,16 @@ mod tests {
     #[test]
     fn text_escapes_html_and_table_pipes() {
         assert_eq!(md_text("a|b <x>"), "a\\|b \\<x\\>");
+    }
+
+    #[test]
+    fn outside_text_makes_no_link_or_image() {
+        assert_eq!(md_text("![x](//e.vil/p)"), "!\\[x\\](//e.vil/p)");
+        assert_eq!(md_text("[click](https:e.vil)"), "\\[click\\](https:e.vil)");
+        assert_eq!(md_text("see https://e.vil/x"), "see https:\\/\\/e.vil/x");
+        assert_eq!(md_text("www.e.vil and awww.x"), "www\\.e.vil and awww.x");
+        assert_eq!(md_text("# not a heading #1"), "\\# not a heading #1");
+        assert_eq!(md_text("&lt;img&gt;"), "\\&lt;img\\&gt;");
     }
 
     #[test]

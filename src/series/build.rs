@@ -499,6 +499,7 @@ impl Builder {
                 x_axis,
                 points: b.finish(),
                 processes: b.processes,
+                count: b.points.count() + u64::from(b.pending.is_some()),
             })
             .filter(|s| !s.points.is_empty())
             .collect();

@@ -188,6 +188,9 @@ pub struct Series {
     pub points: Vec<(f64, f64)>,
     /// Largest number of processes summed into one point.
     pub processes: usize,
+    /// Points (runs or samples) the series had before long ones were
+    /// averaged into buckets (`points` then holds fewer).
+    pub count: u64,
 }
 
 impl Series {
