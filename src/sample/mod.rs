@@ -2,6 +2,7 @@
 //! drive `run` and `attach`, and hand rows to the store as they are taken.
 
 pub mod attach;
+pub mod confine;
 pub mod proc;
 pub mod reaper;
 pub mod run;

@@ -158,35 +158,61 @@ pub fn send(pid: u32, sig: Signal) {
     }
 }
 
-/// Stops the given processes: TERM, then KILL whoever is left after `grace`.
-/// Reaps them (they are our children or orphans reparented to us) and returns
-/// the pids that needed KILL.
-pub fn stop(pids: &[u32], grace: Duration, alive: impl Fn(u32) -> bool) -> Vec<u32> {
-    for &pid in pids {
-        send(pid, Signal::SIGTERM);
-    }
+/// Stops a set of processes that may still grow while it is being stopped
+/// (a daemon that forks a helper in its TERM handler, a master that
+/// re-forks its workers): `walk` names the processes to stop *now*, and is
+/// asked again every round. Each new one gets TERM; whoever is still there
+/// after `grace` gets KILL, round after round, until `walk` comes back
+/// empty (a killed process forks no more) or 5 more seconds have passed.
+/// Reaps them all (they are our children or orphans reparented to us).
+/// Returns the pids that needed KILL and those that could not be stopped.
+pub fn stop(walk: impl Fn() -> Vec<u32>, grace: Duration) -> Stopped {
+    let mut termed = std::collections::BTreeSet::new();
+    let mut stopped = Stopped::default();
     let deadline = Instant::now() + grace;
     loop {
         reap_all();
-        if pids.iter().all(|&p| !alive(p)) {
-            return Vec::new();
+        let now = walk();
+        if now.is_empty() {
+            return stopped;
         }
         if Instant::now() >= deadline {
             break;
         }
+        for pid in now.into_iter().filter(|p| termed.insert(*p)) {
+            send(pid, Signal::SIGTERM);
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let killed: Vec<u32> = pids.iter().copied().filter(|&p| alive(p)).collect();
-    for &pid in &killed {
-        send(pid, Signal::SIGKILL);
-    }
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while Instant::now() < deadline && killed.iter().any(|&p| alive(p)) {
+    let hard = Instant::now() + Duration::from_secs(5);
+    loop {
         reap_all();
+        let now = walk();
+        if now.is_empty() {
+            return stopped;
+        }
+        if Instant::now() >= hard {
+            stopped.remaining = now;
+            return stopped;
+        }
+        for pid in now {
+            send(pid, Signal::SIGKILL);
+            if !stopped.killed.contains(&pid) {
+                stopped.killed.push(pid);
+            }
+        }
         std::thread::sleep(Duration::from_millis(10));
     }
-    reap_all();
-    killed
+}
+
+/// What stopping a set of processes took.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stopped {
+    /// Ignored TERM for the whole grace period and were killed.
+    pub killed: Vec<u32>,
+    /// Still there after every KILL (in uninterruptible sleep, or another
+    /// user's that leakwatch may not signal).
+    pub remaining: Vec<u32>,
 }
 
 #[cfg(test)]

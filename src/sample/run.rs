@@ -5,10 +5,12 @@
 use std::collections::{BTreeSet, HashMap};
 use std::ffi::OsString;
 use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use super::confine::{self, Cgroup, Record};
 use super::proc::ProcRoot;
 use super::reaper::{self, Exit, Interrupt, Reaped};
 use super::{
@@ -132,6 +134,11 @@ struct Session<'a> {
     outcome: Outcome,
     /// Processes already noted as unreadable or refused, noted only once.
     noted: BTreeSet<u32>,
+    /// The cgroup every run is started in, where the machine allows.
+    cgroup: Option<Cgroup>,
+    /// This session's record (and where it is kept), for a later session
+    /// to find what this one left should it be killed.
+    record: Option<(Record, PathBuf)>,
 }
 
 pub fn run(
@@ -171,7 +178,10 @@ pub fn run(
         watched,
         outcome: Outcome::default(),
         noted: BTreeSet::new(),
+        cgroup: Cgroup::create(std::process::id()),
+        record: None,
     };
+    session.open_record();
     // A write error is returned after the survivors are stopped.
     let result = session.baseline().and_then(|()| session.runs());
     let result = match result {
@@ -179,6 +189,7 @@ pub fn run(
         other => other.map(|_| ()),
     };
     session.stop_survivors();
+    session.close_record();
     result.map(|()| session.outcome)
 }
 
@@ -219,14 +230,21 @@ impl Session<'_> {
     /// what it left behind. Returns (completed, go on).
     fn one_run(&mut self, run: u32) -> Result<(bool, bool), SampleError> {
         let started = Instant::now();
-        let child = Command::new(self.program)
+        let mut command = Command::new(self.program);
+        command
             .args(self.plan.command.iter().skip(1))
-            .stdin(Stdio::null())
-            .spawn()
-            .map_err(|error| SampleError::Spawn {
-                program: self.program.display().to_string(),
-                error,
-            })?;
+            .stdin(Stdio::null());
+        if let Some(cgroup) = &self.cgroup {
+            // SAFETY: the hook only opens, writes and closes a file (see
+            // `confine::join`): async-signal-safe, as a pre_exec hook must be.
+            unsafe {
+                command.pre_exec(cgroup.joiner());
+            }
+        }
+        let child = command.spawn().map_err(|error| SampleError::Spawn {
+            program: self.program.display().to_string(),
+            error,
+        })?;
         let pid = child.id();
         // `child` is never waited on through std: reap_all() collects its
         // status together with the orphans'.
@@ -312,16 +330,26 @@ impl Session<'_> {
             .unwrap_or(0);
         let kernel_peak = Some(reaped.max_rss_bytes).filter(|&p| p > own_hwm);
         let peak_bytes = kernel_peak.unwrap_or(0).max(polled_hwm);
-        let peak = (peak_bytes > 0).then(|| Row {
-            tier: Tier::Cheap,
-            event: Some("peak".into()),
-            exit_code: None,
-            rss_bytes: Some(peak_bytes),
-            hwm_bytes: Some(peak_bytes),
-            ..end.clone()
-        });
-        self.write(&[end])?;
-        self.write(peak.as_slice())
+        // Not seen at all (a command over within a millisecond or two): all
+        // that is known is the kernel's bound, which is leakwatch's own peak.
+        let peak = if peak_bytes > 0 {
+            Row {
+                tier: Tier::Cheap,
+                event: Some("peak".into()),
+                exit_code: None,
+                rss_bytes: Some(peak_bytes),
+                hwm_bytes: Some(peak_bytes),
+                ..end.clone()
+            }
+        } else {
+            Row {
+                event: Some("peak_bound".into()),
+                exit_code: None,
+                hwm_bytes: Some(reaped.max_rss_bytes.max(own_hwm)),
+                ..end.clone()
+            }
+        };
+        self.write(&[end, peak])
     }
 
     /// The deep sample after a run: survivors and watched processes (and
@@ -343,6 +371,7 @@ impl Session<'_> {
             ));
         }
         self.write(&rows)?;
+        self.update_record(&rows);
         Ok(rows)
     }
 
@@ -374,22 +403,112 @@ impl Session<'_> {
             ));
             return;
         }
-        let root = &self.root;
-        let killed = reaper::stop(&survivors, STOP_GRACE, |p| root.alive(p));
-        if !killed.is_empty() {
+        let (root, me) = (&self.root, self.me);
+        let mut stopped = reaper::stop(|| survivors_of(root, me), STOP_GRACE);
+        // The cgroup knows what the tree walk cannot see (a process that
+        // escaped to another subreaper): freeze it, kill what is left.
+        if let Some(cgroup) = &self.cgroup
+            && !cgroup.pids().is_empty()
+        {
+            stopped
+                .killed
+                .extend(cgroup.kill_all(Duration::from_secs(2)));
+            stopped.remaining = cgroup.pids();
+        }
+        if !stopped.killed.is_empty() {
             self.outcome.notes.push(format!(
                 "survivor(s) {} ignored TERM for {}s and were killed",
-                pid_list(&killed),
+                pid_list(&stopped.killed),
                 STOP_GRACE.as_secs()
             ));
+        }
+        if !stopped.remaining.is_empty() {
+            self.outcome.notes.push(format!(
+                "survivor(s) {} could not be stopped and are still running",
+                pid_list(&stopped.remaining)
+            ));
+            // The record stays, so the next session names them.
+            self.record = None;
+        }
+    }
+
+    /// Records this session, and warns about what killed sessions left.
+    fn open_record(&mut self) {
+        let Some(dir) = confine::records_dir() else {
+            return;
+        };
+        for (old, left) in confine::leftovers(&dir, &self.root) {
+            let names: Vec<String> = left
+                .iter()
+                .map(|l| format!("{} ({})", l.pid, l.comm))
+                .collect();
+            let note = format!(
+                "processes left by an earlier leakwatch session ({}, pid {}, which did not \
+                 stop them: killed?) are still running: {}; this command may talk to them \
+                 (stop them with `kill {}`)",
+                old.command,
+                old.pid,
+                names.join(", "),
+                pid_list(&left.iter().map(|l| l.pid).collect::<Vec<_>>())
+            );
+            self.progress.line(&note);
+            self.outcome.notes.push(note);
+        }
+        let start_time = self.root.stat(self.me).map(|s| s.start_time).unwrap_or(0);
+        let record = Record {
+            pid: self.me,
+            start_time,
+            command: self.name.clone(),
+            cgroup: self.cgroup.as_ref().map(|c| c.path().to_path_buf()),
+            survivors: Vec::new(),
+        };
+        record.save(&dir);
+        self.record = Some((record, dir));
+    }
+
+    /// The survivors seen after a run, in the record.
+    fn update_record(&mut self, rows: &[Row]) {
+        let Some((record, dir)) = &mut self.record else {
+            return;
+        };
+        let mut changed = false;
+        for r in rows
+            .iter()
+            .filter(|r| r.scope == Scope::Survivors && r.is_process_sample())
+        {
+            if !record
+                .survivors
+                .iter()
+                .any(|l| l.pid == r.pid && l.start_time == r.start_time)
+            {
+                record.survivors.push(confine::Left {
+                    pid: r.pid,
+                    start_time: r.start_time,
+                    comm: r.comm.clone(),
+                });
+                changed = true;
+            }
+        }
+        if changed {
+            record.save(dir);
+        }
+    }
+
+    /// Everything this session started is gone (or kept on purpose): its
+    /// record and its cgroup go too.
+    fn close_record(&mut self) {
+        if let Some(cgroup) = &self.cgroup {
+            cgroup.remove();
+        }
+        if let Some((record, dir)) = &self.record {
+            record.remove(dir);
         }
     }
 
     /// Stops the command and what it started (TERM, then KILL).
     fn stop_tree(&self, pid: u32) {
-        let tree = self.root.tree(pid);
         let root = &self.root;
-        reaper::stop(&tree, STOP_GRACE, |p| root.alive(p));
+        reaper::stop(|| live(root, root.tree(pid)), STOP_GRACE);
     }
 
     /// Mapping rows for every live watched process tree.
@@ -564,6 +683,15 @@ fn watched_tree(root: &ProcRoot, pid: u32) -> Vec<u32> {
 /// Leakwatch's own descendants: what the runs left behind.
 fn survivors(root: &ProcRoot, me: u32) -> Vec<u32> {
     root.tree(me).into_iter().filter(|&p| p != me).collect()
+}
+
+/// The survivors that are still running (not zombies awaiting a reap).
+fn survivors_of(root: &ProcRoot, me: u32) -> Vec<u32> {
+    live(root, survivors(root, me))
+}
+
+fn live(root: &ProcRoot, pids: Vec<u32>) -> Vec<u32> {
+    pids.into_iter().filter(|&p| root.alive(p)).collect()
 }
 
 fn pid_list(pids: &[u32]) -> String {

@@ -353,8 +353,13 @@ impl Builder {
                 status: "unknown".into(),
                 duration_s: None,
                 peak_rss_bytes: None,
+                peak_bound_bytes: None,
             };
             self.runs.insert(run, (record, row.t_seconds));
+        } else if event == "peak_bound"
+            && let Some((rec, _)) = self.runs.get_mut(&run)
+        {
+            rec.peak_bound_bytes = row.hwm_bytes;
         } else if let Some(status) = event.strip_prefix("run_end ")
             && let Some((rec, start)) = self.runs.get_mut(&run)
         {

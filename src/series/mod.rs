@@ -210,6 +210,9 @@ pub struct RunRecord {
     pub status: String,
     pub duration_s: Option<f64>,
     pub peak_rss_bytes: Option<u64>,
+    /// When the run was over before its peak could be read: the most it can
+    /// have been (the kernel's ru_maxrss, which includes leakwatch's own).
+    pub peak_bound_bytes: Option<u64>,
 }
 
 impl RunRecord {
