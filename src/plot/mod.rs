@@ -4,9 +4,21 @@
 //! plotters types. Text is laid out with the embedded DejaVu Sans font (registered once under the
 //! generic name "sans-serif"), so rendering needs no system font libraries; in SVG output text
 //! stays as `<text font-family="sans-serif">` elements and the viewer's own font draws it.
+//!
+//! `line` and `bar` decide what each chart shows; `frame` is the step both share (canvas,
+//! title, plotting area, grid, axis labels); `legend` and `overlay` serve the line chart;
+//! `text` measures and draws text; `layout` holds the pure arithmetic (units, spans, ticks,
+//! label shortening); `style` the sizes and colours; `output` the SVG and PNG backends.
 
-mod chart;
+mod bar;
+mod frame;
 mod layout;
+mod legend;
+mod line;
+mod output;
+mod overlay;
+mod style;
+mod text;
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -95,32 +107,32 @@ pub enum PlotError {
 /// Renders a line chart as a standalone SVG document (text as `<text>`, no external references).
 pub fn line_chart_svg(c: &LineChart) -> Result<String, PlotError> {
     ensure_font()?;
-    chart::svg(chart::LINE_SIZE, |root| {
-        chart::draw_line_chart(root, chart::TextMode::Svg, c)
+    output::svg(style::LINE_SIZE, |root| {
+        line::draw_line_chart(root, text::TextMode::Svg, c)
     })
 }
 
 /// Renders a line chart to a PNG file; the file appears only if rendering succeeded.
 pub fn line_chart_png(c: &LineChart, path: &Path) -> Result<(), PlotError> {
     ensure_font()?;
-    chart::png(path, chart::LINE_SIZE, |root| {
-        chart::draw_line_chart(root, chart::TextMode::Bitmap, c)
+    output::png(path, style::LINE_SIZE, |root| {
+        line::draw_line_chart(root, text::TextMode::Bitmap, c)
     })
 }
 
 /// Renders a bar chart as a standalone SVG document.
 pub fn bar_chart_svg(c: &BarChart) -> Result<String, PlotError> {
     ensure_font()?;
-    chart::svg(chart::bar_size(c), |root| {
-        chart::draw_bar_chart(root, chart::TextMode::Svg, c)
+    output::svg(bar::bar_size(c), |root| {
+        bar::draw_bar_chart(root, text::TextMode::Svg, c)
     })
 }
 
 /// Renders a bar chart to a PNG file; the file appears only if rendering succeeded.
 pub fn bar_chart_png(c: &BarChart, path: &Path) -> Result<(), PlotError> {
     ensure_font()?;
-    chart::png(path, chart::bar_size(c), |root| {
-        chart::draw_bar_chart(root, chart::TextMode::Bitmap, c)
+    output::png(path, bar::bar_size(c), |root| {
+        bar::draw_bar_chart(root, text::TextMode::Bitmap, c)
     })
 }
 
