@@ -11,7 +11,7 @@ use super::output::DrawErr;
 use super::style::{
     AXIS, LINE_SIZE, MARGIN, PALETTE, TEXT, TICK_LEN, TICK_PX, TITLE_H, TOP_GAP, X_AREA,
 };
-use super::text::{Keep, TextMode, Txt, fit_px, font, put_text, text_w};
+use super::text::{Keep, TextMode, Txt, fit_px, put_text, text_w};
 use super::{BarChart, YUnit};
 
 /// Labels wider than this are shortened; keeps the bars at least ~60% of the width.
@@ -44,7 +44,7 @@ impl Bars {
             .bars
             .iter()
             .filter(|(_, v)| v.is_finite())
-            .map(|(l, v)| (fit_px(&font(TICK_PX), l, BAR_LABEL_MAX_PX, Keep::End), *v))
+            .map(|(l, v)| (fit_px(TICK_PX, false, l, BAR_LABEL_MAX_PX, Keep::End), *v))
             .collect();
         let (factor, unit_name) = match c.y_unit {
             YUnit::Bytes => {

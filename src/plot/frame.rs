@@ -85,7 +85,7 @@ pub(crate) fn begin<DB: DrawingBackend>(
     let (w, _) = title_area.dim_in_pixel();
     let mut t = Txt::new(TITLE_PX, TEXT, HPos::Center, VPos::Center);
     t.bold = true;
-    let title = fit_px(&t.font(), title, w.saturating_sub(24), Keep::Start);
+    let title = fit_px(t.px, t.bold, title, w.saturating_sub(24), Keep::Start);
     put_text(
         &title_area,
         mode,

@@ -8,7 +8,7 @@ use plotters::style::text_anchor::{HPos, VPos};
 use super::layout::Span;
 use super::output::DrawErr;
 use super::style::{AXIS, LEGEND_PX, MARGIN, TEXT, TOP_GAP};
-use super::text::{Keep, TextMode, Txt, fit_px, font, put_text, text_w};
+use super::text::{Keep, TextMode, Txt, fit_px, put_text, text_w};
 
 const LEGEND_ROW: i32 = 20;
 /// Longer process names are shortened so the legend never takes over the plot.
@@ -35,7 +35,7 @@ impl Entry {
     /// A data series' row; long names are shortened from the end.
     pub fn series(name: &str, color: RGBColor) -> Entry {
         Entry {
-            label: fit_px(&font(LEGEND_PX), name, LEGEND_LABEL_MAX_PX, Keep::Start),
+            label: fit_px(LEGEND_PX, false, name, LEGEND_LABEL_MAX_PX, Keep::Start),
             swatch: Swatch::Series(color),
         }
     }
