@@ -64,11 +64,7 @@ impl Bars {
 
     /// The label past a bar's end: "+31.0 MiB".
     fn value_text(&self, v: f64) -> String {
-        let body = match self.y_unit {
-            YUnit::Bytes => layout::human_bytes(v),
-            YUnit::Count => layout::sig3(v),
-        };
-        if v > 0.0 { format!("+{body}") } else { body }
+        layout::signed_amount(v, self.y_unit)
     }
 
     /// Smallest and largest value in axis units, both including 0 (bars start at 0).

@@ -2,7 +2,10 @@
 //!
 //! Kept free of drawing so it can be unit-tested without rendering anything.
 
-/// A binary byte unit with its divisor.
+use super::YUnit;
+
+/// A binary byte unit with its divisor: the axis of a byte chart is scaled to one unit for
+/// all its ticks (one value's own label goes through `units::format_bytes` instead).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct ByteUnit {
     pub name: &'static str,
@@ -45,10 +48,15 @@ pub(crate) fn byte_unit_for(magnitude: f64) -> ByteUnit {
     chosen
 }
 
-/// Formats a byte quantity with its own unit and three significant digits, e.g. "4.67 MiB".
-pub(crate) fn human_bytes(v: f64) -> String {
-    let u = byte_unit_for(v);
-    format!("{} {}", sig3(v / u.factor), u.name)
+/// A growth as the labels show it: "+" when positive (zero stays "0"), bytes in the report's
+/// own wording (`units::format_bytes`: binary units, three significant figures), counts with
+/// three significant digits.
+pub(crate) fn signed_amount(v: f64, unit: YUnit) -> String {
+    let body = match unit {
+        YUnit::Bytes => crate::units::format_bytes(v),
+        YUnit::Count => sig3(v),
+    };
+    if v > 0.0 { format!("+{body}") } else { body }
 }
 
 /// Three significant digits without scientific notation for the magnitudes we meet.
@@ -275,8 +283,10 @@ mod tests {
         assert_eq!(byte_unit_for(1024.0).name, "KiB");
         assert_eq!(byte_unit_for(156.0 * 1048576.0).name, "MiB");
         assert_eq!(byte_unit_for(40.0 * 1073741824.0).name, "GiB");
-        assert_eq!(human_bytes(4.67 * 1048576.0), "4.67 MiB");
-        assert_eq!(human_bytes(-2048.0), "-2.00 KiB");
+        assert_eq!(signed_amount(4.67 * 1048576.0, YUnit::Bytes), "+4.67 MiB");
+        assert_eq!(signed_amount(-2048.0, YUnit::Bytes), "-2.00 KiB");
+        assert_eq!(signed_amount(0.0, YUnit::Bytes), "0 B");
+        assert_eq!(signed_amount(12.5, YUnit::Count), "+12.5");
     }
 
     #[test]

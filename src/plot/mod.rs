@@ -146,7 +146,12 @@ fn ensure_font() -> Result<(), PlotError> {
         register_font("sans-serif", FontStyle::Normal, dejavu::sans::regular()).is_ok()
             && register_font("sans-serif", FontStyle::Bold, dejavu::sans::bold()).is_ok()
     });
-    if ok { Ok(()) } else { Err(PlotError::Font) }
+    // The same faces, parsed by ab_glyph for measuring (see `text::Fonts`).
+    if ok && text::fonts().is_some() {
+        Ok(())
+    } else {
+        Err(PlotError::Font)
+    }
 }
 
 #[cfg(test)]

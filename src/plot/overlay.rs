@@ -36,12 +36,11 @@ pub(crate) fn fit_geometry(f: &FitOverlay, cx: &FitContext<'_>) -> Option<FitGeo
         (f.x_to, f.x_from)
     };
     let at = |x: f64| (f.intercept + f.slope * x) / cx.factor;
-    let fmt = |v: f64| match cx.y_unit {
-        YUnit::Bytes => layout::human_bytes(v),
-        YUnit::Count => layout::sig3(v),
-    };
-    let sign = |v: f64| if v > 0.0 { "+" } else { "" };
-    let label = format!("fit: {}{} per {}", sign(f.slope), fmt(f.slope), cx.per);
+    let label = format!(
+        "fit: {} per {}",
+        layout::signed_amount(f.slope, cx.y_unit),
+        cx.per
+    );
     let (band, band_label) = match f.slope_ci95 {
         Some((lo, hi)) if lo.is_finite() && hi.is_finite() => (
             Some(band_polygon(f, (lo, hi), (a, b), cx)),
