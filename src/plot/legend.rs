@@ -20,7 +20,10 @@ const SWATCH_W: i32 = 28;
 pub(crate) enum Swatch {
     /// Line with a point marker.
     Series(RGBColor),
-    Dashed(RGBColor),
+    /// Dashed line of this width.
+    Dashed(RGBColor, u32),
+    /// Solid line of this width, no marker.
+    Solid(RGBAColor, u32),
     Band(RGBAColor),
     /// Text only ("… 7 more").
     None,
@@ -238,14 +241,20 @@ fn draw_swatch<DB: DrawingBackend>(
             ))?;
             root.draw(&Circle::new(((sx0 + sx1) / 2, cy), 4, c.filled()))?;
         }
-        Swatch::Dashed(c) => {
+        Swatch::Dashed(c, w) => {
             for k in 0..3 {
                 let a = sx0 + k * 11;
                 root.draw(&PathElement::new(
                     vec![(a, cy), ((a + 7).min(sx1), cy)],
-                    c.stroke_width(2),
+                    c.stroke_width(*w),
                 ))?;
             }
+        }
+        Swatch::Solid(c, w) => {
+            root.draw(&PathElement::new(
+                vec![(sx0, cy), (sx1, cy)],
+                c.stroke_width(*w),
+            ))?;
         }
         Swatch::Band(c) => {
             root.draw(&Rectangle::new([(sx0, cy - 6), (sx1, cy + 6)], c.filled()))?;

@@ -1,4 +1,6 @@
-//! Charts for leakwatch reports: memory per run or over time (with the fitted leak line) and growth per mapping, as PNG files or self-contained SVG strings.
+//! Charts for leakwatch reports: memory per run or over time (with the fitted leak line, or
+//! the model the verdict used: segments, a trough envelope, change-point markers) and growth
+//! per mapping, as PNG files or self-contained SVG strings.
 //!
 //! Everything here takes plain data and returns files or strings, so the report code never sees
 //! plotters types. Text is laid out with the embedded DejaVu Sans font (registered once under the
@@ -6,15 +8,17 @@
 //! stays as `<text font-family="sans-serif">` elements and the viewer's own font draws it.
 //!
 //! `line` and `bar` decide what each chart shows; `frame` is the step both share (canvas,
-//! title, plotting area, grid, axis labels); `legend` and `overlay` serve the line chart;
-//! `text` measures and draws text; `layout` holds the pure arithmetic (units, spans, ticks,
-//! label shortening); `style` the sizes and colours; `output` the SVG and PNG backends.
+//! title, plotting area, grid, axis labels); `legend`, `overlay` (fit, band, model lines) and
+//! `markers` serve the line chart; `text` measures and draws text; `layout` holds the pure
+//! arithmetic (units, spans, ticks, label shortening); `style` the sizes and colours; `output`
+//! the SVG and PNG backends.
 
 mod bar;
 mod frame;
 mod layout;
 mod legend;
 mod line;
+mod markers;
 mod output;
 mod overlay;
 mod style;
@@ -58,6 +62,29 @@ pub struct FitOverlay {
     pub x_mean: Option<f64>,
 }
 
+/// How a [`ModelLine`] is drawn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelStyle {
+    /// Segments of a plateau or step series (a level or a line per segment): thick and solid,
+    /// in a colour no data line uses.
+    Steps,
+    /// A lower envelope, e.g. the troughs of a saw-tooth: dashed.
+    Envelope,
+}
+
+/// A model the verdict judged a series by, drawn over the data and listed in the legend.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelLine {
+    /// Legend label, e.g. "segments" or "troughs (10th percentile)"; empty for no legend row.
+    pub name: String,
+    /// A polyline in data coordinates (x as in [`Line`], y in bytes for [`YUnit::Bytes`]),
+    /// drawn in the given order. A point with a non-finite y (NaN) ends one piece and starts
+    /// the next, so separate segments need no connecting line. Clipped to the plot; its y
+    /// values widen the y range like the data's.
+    pub points: Vec<(f64, f64)>,
+    pub style: ModelStyle,
+}
+
 /// Memory (or a count) against run number or time; one line per process.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LineChart {
@@ -72,6 +99,15 @@ pub struct LineChart {
     pub fit: Option<FitOverlay>,
     /// Points with x below this are warm-up: that region is shaded and labelled "warm-up".
     pub warmup_until: Option<f64>,
+    /// Models of `lines` (segments, a trough envelope), drawn over the data and the fit in
+    /// this order, each with a legend row after the fit's.
+    pub model: Vec<ModelLine>,
+    /// Vertical dotted lines at x (data coordinates) with a short label above the plot, e.g.
+    /// `(7.0, "plateau from run 7")` or `(14.0, "step +2.00 MiB")`. A label hangs beside its
+    /// line; labels that would overlap are stacked in up to three rows, and one that fits in
+    /// none is left out (its line stays). An empty label draws the line alone. Markers outside
+    /// the data's x range are left out.
+    pub markers: Vec<(f64, String)>,
 }
 
 /// Horizontal bars, e.g. bytes grown per mapping. Bars are drawn top to bottom in the given
@@ -190,6 +226,8 @@ mod tests {
             lines,
             fit: None,
             warmup_until: None,
+            model: Vec::new(),
+            markers: Vec::new(),
         }
     }
 
@@ -281,7 +319,51 @@ mod tests {
             many,
             steep_fit,
             leak(),
+            odd_models(true),
+            odd_models(false),
+            {
+                let mut c = odd_models(true);
+                c.model.remove(3);
+                c
+            },
         ]
+    }
+
+    /// Model lines and markers that must not break a chart: empty, all gaps, one point,
+    /// huge values, markers on top of each other, without data.
+    fn odd_models(with_data: bool) -> LineChart {
+        let data = if with_data {
+            vec![line(
+                "a",
+                (1..=5).map(|r| (r as f64, r as f64 * MIB)).collect(),
+            )]
+        } else {
+            vec![]
+        };
+        let mut c = chart("odd models", data);
+        let model = |points: Vec<(f64, f64)>, style| ModelLine {
+            name: format!("{} points", points.len()),
+            points,
+            style,
+        };
+        c.model = vec![
+            model(vec![], ModelStyle::Steps),
+            model(vec![(f64::NAN, f64::NAN); 3], ModelStyle::Envelope),
+            model(vec![(2.0, 2.0 * MIB)], ModelStyle::Steps),
+            model(vec![(1.0, 1e300), (5.0, -1e300)], ModelStyle::Envelope),
+            model(
+                vec![(0.0, 40.0 * MIB), (9.0, -4.0 * MIB)],
+                ModelStyle::Envelope,
+            ),
+        ];
+        c.markers = vec![
+            (3.0, "same place".into()),
+            (3.0, "same place".into()),
+            (f64::NAN, "nowhere".into()),
+            (4.0, String::new()),
+            (2.0, "very long ".repeat(40)),
+        ];
+        c
     }
 
     fn edge_bar_charts() -> Vec<BarChart> {
@@ -311,6 +393,186 @@ mod tests {
                     .collect(),
             },
         ]
+    }
+
+    /// Deterministic noise in [-1, 1) (no rand dependency): a hash of `i`.
+    fn noise(i: u64) -> f64 {
+        let h = i.wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(17) ^ 0xdead_beef;
+        (h.wrapping_mul(0xbf58_476d_1ce4_e5b9) >> 11) as f64 / (1u64 << 52) as f64 - 1.0
+    }
+
+    /// The LRU daemon of issue 10: +2 MiB/run for 6 runs, flat for 7, one +2 MiB step at
+    /// run 14, flat for 10; modelled as three segments with two markers.
+    fn step_series() -> LineChart {
+        let y = |r: u64| {
+            let level = match r {
+                1..=6 => 100.0 + 2.0 * r as f64,
+                7..=13 => 112.0,
+                _ => 114.0,
+            };
+            (level + 0.15 * noise(r)) * MIB
+        };
+        let mut c = chart(
+            "survivors anon per run: plateau",
+            vec![line(
+                "survivors anon",
+                (1..=24).map(|r| (r as f64, y(r))).collect(),
+            )],
+        );
+        c.model = vec![ModelLine {
+            name: "segments".into(),
+            points: vec![
+                (1.0, 102.0 * MIB),
+                (6.0, 112.0 * MIB),
+                (6.0, f64::NAN),
+                (7.0, 112.0 * MIB),
+                (13.0, 112.0 * MIB),
+                (13.0, f64::NAN),
+                (14.0, 114.0 * MIB),
+                (24.0, 114.0 * MIB),
+            ],
+            style: ModelStyle::Steps,
+        }];
+        c.markers = vec![
+            (7.0, "plateau from run 7".into()),
+            (14.0, "step +2.00 MiB".into()),
+        ];
+        c
+    }
+
+    /// A GC'd daemon under attach: 20-50 MiB of churn freed every ~23 s, 100 KiB/s kept, one
+    /// sample a second for 10 minutes; the trough envelope is the 10th percentile per minute.
+    fn saw_tooth() -> LineChart {
+        let pts: Vec<(f64, f64)> = (0..600u64)
+            .map(|s| {
+                let t = s as f64;
+                let kept = 180.0 * MIB + 100.0 * 1024.0 * t;
+                let phase = (t % 23.0) / 23.0;
+                let churn = (20.0 + 30.0 * phase) * MIB * phase;
+                (t / 60.0, kept + churn + 0.4 * MIB * noise(s))
+            })
+            .collect();
+        let troughs: Vec<(f64, f64)> = pts
+            .chunks(60)
+            .map(|w| {
+                let mut ys: Vec<f64> = w.iter().map(|p| p.1).collect();
+                ys.sort_by(f64::total_cmp);
+                let x = w.iter().map(|p| p.0).sum::<f64>() / w.len() as f64;
+                (x, ys[ys.len() / 10])
+            })
+            .collect();
+        let mut c = chart(
+            "target anon over time: leak",
+            vec![line("target anon", pts)],
+        );
+        c.x_label = "time (min)".into();
+        c.model = vec![ModelLine {
+            name: "troughs (10th percentile per minute)".into(),
+            points: troughs,
+            style: ModelStyle::Envelope,
+        }];
+        c
+    }
+
+    /// The model charts, plus a model that runs past the data on both sides.
+    fn model_charts() -> Vec<LineChart> {
+        let mut wide = step_series();
+        wide.title = "model past the data".into();
+        wide.model[0].points.insert(0, (-50.0, 90.0 * MIB));
+        wide.model[0].points.push((80.0, 114.0 * MIB));
+        wide.markers.push((99.0, "outside".into()));
+        let mut crowded = step_series();
+        crowded.title = "crowded markers".into();
+        crowded.warmup_until = Some(2.0);
+        crowded.markers = [
+            (2.0, "fill starts"),
+            (6.5, "fill stops at +12.0 MiB"),
+            (7.0, "plateau from run 7"),
+            (13.5, "step +2.00 MiB"),
+            (14.0, "a fourth label with nowhere to go"),
+            (24.0, "last run"),
+        ]
+        .into_iter()
+        .map(|(x, l)| (x, l.to_string()))
+        .collect();
+        vec![step_series(), saw_tooth(), wide, crowded]
+    }
+
+    #[test]
+    fn model_lines_render_with_legend_rows_and_markers() {
+        let dir = scratch_dir("model");
+        for (c, names) in [
+            (
+                step_series(),
+                vec!["segments", "plateau from run 7", "step +2.00 MiB"],
+            ),
+            (saw_tooth(), vec!["troughs (10th percentile per minute)"]),
+        ] {
+            let svg = line_chart_svg(&c).unwrap();
+            for name in names {
+                assert!(svg.contains(&format!(">\n{name}\n<")), "{name} missing");
+            }
+            // Drawn in the model colour (vermillion), solid for steps, dashed for troughs.
+            assert!(svg.contains("#D55E00"), "{}", c.title);
+            let p = dir.join("model.png");
+            line_chart_png(&c, &p).unwrap();
+            assert!(std::fs::read(&p).unwrap().starts_with(b"\x89PNG"));
+        }
+        for (i, c) in model_charts().iter().enumerate() {
+            line_chart_svg(c).unwrap();
+            line_chart_png(c, &dir.join(format!("model{i}.png"))).unwrap();
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Every point of the model's polylines lies inside the plotting area (the grid's extent).
+    #[test]
+    fn model_is_clipped_to_the_plot() {
+        let svg = line_chart_svg(&model_charts()[2]).unwrap();
+        let xs_of = |line: &str| -> Vec<f64> {
+            let pts = line
+                .split("points=\"")
+                .nth(1)
+                .unwrap_or("")
+                .split('"')
+                .next()
+                .unwrap_or("");
+            pts.split_whitespace()
+                .filter_map(|p| p.split(',').next()?.parse().ok())
+                .collect()
+        };
+        // The axes (and their tick marks, which point out of the plot) are grey polylines:
+        // the y axis is the first, the x axis runs from it to the plot's right edge.
+        let axes: Vec<Vec<f64>> = svg
+            .lines()
+            .filter(|l| l.contains("<polyline") && l.contains("#888888"))
+            .map(xs_of)
+            .collect();
+        let lo = axes[0][0];
+        let hi = axes
+            .iter()
+            .flatten()
+            .copied()
+            .fold(f64::NEG_INFINITY, f64::max);
+        let model: Vec<f64> = svg
+            .lines()
+            .filter(|l| l.contains("<polyline") && l.contains("#D55E00"))
+            .flat_map(xs_of)
+            .collect();
+        assert!(!model.is_empty());
+        assert!(
+            model.iter().all(|x| *x >= lo && *x <= hi),
+            "{lo}..{hi}: {model:?}"
+        );
+        assert!(!svg.contains(">\noutside\n<"));
+    }
+
+    #[test]
+    fn model_widens_the_y_range() {
+        let mut c = step_series();
+        c.model[0].points.push((24.0, 300.0 * MIB));
+        let svg = line_chart_svg(&c).unwrap();
+        assert!(svg.contains("\n300\n</text>"), "a tick at 300 MiB");
     }
 
     #[test]

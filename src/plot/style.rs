@@ -42,3 +42,18 @@ pub(crate) const GRID: RGBColor = RGBColor(0xe4, 0xe4, 0xe4);
 pub(crate) const AXIS: RGBColor = RGBColor(0x88, 0x88, 0x88);
 pub(crate) const FIT: RGBColor = RGBColor(0x22, 0x22, 0x22);
 pub(crate) const WARMUP_FILL: RGBColor = RGBColor(0xfa, 0xf0, 0xdc);
+/// Model lines (segments, envelopes), by position in `LineChart::model`: Okabe–Ito vermillion
+/// first (no tab10 data line is close to it, and it stands out on the blue first series),
+/// then purple and near-black for a second or third model.
+pub(crate) const MODEL: [RGBColor; 3] = [
+    RGBColor(0xd5, 0x5e, 0x00),
+    RGBColor(0x6a, 0x3d, 0x9a),
+    RGBColor(0x22, 0x22, 0x22),
+];
+/// Stroke widths: data lines are 2 px; a step model is drawn wider so it reads as the
+/// summary of the points it covers, an envelope a little wider than the data.
+pub(crate) const STEPS_W: u32 = 4;
+pub(crate) const STEPS_ALPHA: f64 = 0.75;
+pub(crate) const ENVELOPE_W: u32 = 3;
+/// The dotted marker lines.
+pub(crate) const MARKER: RGBColor = RGBColor(0x55, 0x55, 0x55);
