@@ -1,9 +1,11 @@
-//! Pure layout helpers for the charts: unit choice, axis ranges, tick positions, label text and
-//! glyph metrics.
+//! Pure layout helpers for the charts: unit choice, axis ranges, tick positions and label text.
 //!
 //! Kept free of drawing so it can be unit-tested without rendering anything.
 
-/// A binary byte unit with its divisor.
+use super::YUnit;
+
+/// A binary byte unit with its divisor: the axis of a byte chart is scaled to one unit for
+/// all its ticks (one value's own label goes through `units::format_bytes` instead).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct ByteUnit {
     pub name: &'static str,
@@ -46,10 +48,15 @@ pub(crate) fn byte_unit_for(magnitude: f64) -> ByteUnit {
     chosen
 }
 
-/// Formats a byte quantity with its own unit and three significant digits, e.g. "4.67 MiB".
-pub(crate) fn human_bytes(v: f64) -> String {
-    let u = byte_unit_for(v);
-    format!("{} {}", sig3(v / u.factor), u.name)
+/// A growth as the labels show it: "+" when positive (zero stays "0"), bytes in the report's
+/// own wording (`units::format_bytes`: binary units, three significant figures), counts with
+/// three significant digits.
+pub(crate) fn signed_amount(v: f64, unit: YUnit) -> String {
+    let body = match unit {
+        YUnit::Bytes => crate::units::format_bytes(v),
+        YUnit::Count => sig3(v),
+    };
+    if v > 0.0 { format!("+{body}") } else { body }
 }
 
 /// Three significant digits without scientific notation for the magnitudes we meet.
@@ -265,126 +272,6 @@ pub(crate) fn x_unit_name(x_label: &str) -> String {
     }
 }
 
-/// Left side bearings of one TrueType face, read straight from its `cmap`/`hmtx` tables.
-///
-/// Why: plotters' ab_glyph text path places each glyph's bitmap at the pen position but drops
-/// the glyph's left side bearing, so narrow glyphs ("1", ".", "i") sit too far left and PNG
-/// labels read "1 0" or "+1.1 0 MiB". Drawing glyph by glyph, shifted by the bearing, undoes
-/// that; this parser supplies the bearings without another dependency.
-pub(crate) struct Face {
-    data: &'static [u8],
-    /// ascender − descender in font units: ab_glyph scales a font so this equals the pixel size.
-    height_units: f64,
-    cmap4: usize,
-    hmtx: usize,
-    n_hmetrics: usize,
-}
-
-fn be_u16(d: &[u8], off: usize) -> Option<u16> {
-    Some(u16::from_be_bytes([*d.get(off)?, *d.get(off + 1)?]))
-}
-
-fn be_i16(d: &[u8], off: usize) -> Option<i16> {
-    be_u16(d, off).map(|v| v as i16)
-}
-
-fn be_u32(d: &[u8], off: usize) -> Option<u32> {
-    Some(u32::from_be_bytes([
-        *d.get(off)?,
-        *d.get(off + 1)?,
-        *d.get(off + 2)?,
-        *d.get(off + 3)?,
-    ]))
-}
-
-impl Face {
-    /// `None` if the font lacks what we need (then text is drawn uncorrected).
-    pub fn parse(data: &'static [u8]) -> Option<Face> {
-        let n_tables = be_u16(data, 4)? as usize;
-        let table = |tag: &[u8; 4]| -> Option<usize> {
-            (0..n_tables).find_map(|i| {
-                let rec = 12 + 16 * i;
-                (data.get(rec..rec + 4)? == tag)
-                    .then(|| be_u32(data, rec + 8).map(|o| o as usize))
-                    .flatten()
-            })
-        };
-        let hhea = table(b"hhea")?;
-        let ascender = be_i16(data, hhea + 4)? as f64;
-        let descender = be_i16(data, hhea + 6)? as f64;
-        let n_hmetrics = be_u16(data, hhea + 34)? as usize;
-        let hmtx = table(b"hmtx")?;
-        let cmap = table(b"cmap")?;
-        let n_sub = be_u16(data, cmap + 2)? as usize;
-        // Windows Unicode BMP (3,1) or Unicode (0,x) subtable in format 4: covers every
-        // character our labels use.
-        let cmap4 = (0..n_sub).find_map(|i| {
-            let rec = cmap + 4 + 8 * i;
-            let platform = be_u16(data, rec)?;
-            let encoding = be_u16(data, rec + 2)?;
-            let sub = cmap + be_u32(data, rec + 4)? as usize;
-            let unicode = platform == 0 || (platform == 3 && encoding == 1);
-            (unicode && be_u16(data, sub)? == 4).then_some(sub)
-        })?;
-        let height_units = ascender - descender;
-        (height_units > 0.0).then_some(Face {
-            data,
-            height_units,
-            cmap4,
-            hmtx,
-            n_hmetrics,
-        })
-    }
-
-    fn glyph_id(&self, c: char) -> Option<u16> {
-        let code = u16::try_from(u32::from(c)).ok()?;
-        let d = self.data;
-        let t = self.cmap4;
-        let seg_x2 = be_u16(d, t + 6)? as usize;
-        let ends = t + 14;
-        let starts = ends + seg_x2 + 2;
-        let deltas = starts + seg_x2;
-        let range_offsets = deltas + seg_x2;
-        for i in (0..seg_x2).step_by(2) {
-            if be_u16(d, ends + i)? < code {
-                continue;
-            }
-            let start = be_u16(d, starts + i)?;
-            if start > code {
-                return None;
-            }
-            let delta = be_u16(d, deltas + i)?;
-            let ro = be_u16(d, range_offsets + i)? as usize;
-            if ro == 0 {
-                return Some(code.wrapping_add(delta));
-            }
-            let addr = range_offsets + i + ro + 2 * (code - start) as usize;
-            let g = be_u16(d, addr)?;
-            return (g != 0).then(|| g.wrapping_add(delta));
-        }
-        None
-    }
-
-    /// Left side bearing of `c` in font units.
-    pub fn lsb_units(&self, c: char) -> Option<i16> {
-        let g = self.glyph_id(c)? as usize;
-        let off = if g < self.n_hmetrics {
-            self.hmtx + 4 * g + 2
-        } else {
-            self.hmtx + 4 * self.n_hmetrics + 2 * (g - self.n_hmetrics)
-        };
-        be_i16(self.data, off)
-    }
-
-    /// Where ab_glyph would put the glyph's first pixel column relative to the pen, at a
-    /// plotters font size of `size` (ab_glyph floors the outline's left edge).
-    pub fn bearing_px(&self, c: char, size: f64) -> i32 {
-        self.lsb_units(c)
-            .map(|l| (f64::from(l) * size / self.height_units).floor() as i32)
-            .unwrap_or(0)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -396,8 +283,10 @@ mod tests {
         assert_eq!(byte_unit_for(1024.0).name, "KiB");
         assert_eq!(byte_unit_for(156.0 * 1048576.0).name, "MiB");
         assert_eq!(byte_unit_for(40.0 * 1073741824.0).name, "GiB");
-        assert_eq!(human_bytes(4.67 * 1048576.0), "4.67 MiB");
-        assert_eq!(human_bytes(-2048.0), "-2.00 KiB");
+        assert_eq!(signed_amount(4.67 * 1048576.0, YUnit::Bytes), "+4.67 MiB");
+        assert_eq!(signed_amount(-2048.0, YUnit::Bytes), "-2.00 KiB");
+        assert_eq!(signed_amount(0.0, YUnit::Bytes), "0 B");
+        assert_eq!(signed_amount(12.5, YUnit::Count), "+12.5");
     }
 
     #[test]
@@ -474,17 +363,5 @@ mod tests {
     fn x_unit() {
         assert_eq!(x_unit_name("time (h)"), "h");
         assert_eq!(x_unit_name("run"), "run");
-    }
-
-    #[test]
-    fn dejavu_bearings() {
-        let face = Face::parse(dejavu::sans::regular()).expect("DejaVu parses");
-        // Known hmtx values of DejaVu Sans: "1" sits well right of its pen position, "0" less.
-        let one = face.lsb_units('1').expect("'1' mapped");
-        let zero = face.lsb_units('0').expect("'0' mapped");
-        assert!(one > zero && zero > 0, "1:{one} 0:{zero}");
-        assert!(face.lsb_units('…').is_some());
-        assert_eq!(face.bearing_px('\u{10FFFF}', 16.0), 0);
-        assert!(Face::parse(b"not a font").is_none());
     }
 }

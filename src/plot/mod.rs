@@ -1,12 +1,28 @@
-//! Charts for leakwatch reports: memory per run or over time (with the fitted leak line) and growth per mapping, as PNG files or self-contained SVG strings.
+//! Charts for leakwatch reports: memory per run or over time (with the fitted leak line, or
+//! the model the verdict used: segments, a trough envelope, change-point markers) and growth
+//! per mapping, as PNG files or self-contained SVG strings.
 //!
 //! Everything here takes plain data and returns files or strings, so the report code never sees
 //! plotters types. Text is laid out with the embedded DejaVu Sans font (registered once under the
 //! generic name "sans-serif"), so rendering needs no system font libraries; in SVG output text
 //! stays as `<text font-family="sans-serif">` elements and the viewer's own font draws it.
+//!
+//! `line` and `bar` decide what each chart shows; `frame` is the step both share (canvas,
+//! title, plotting area, grid, axis labels); `legend`, `overlay` (fit, band, model lines) and
+//! `markers` serve the line chart; `text` measures and draws text; `layout` holds the pure
+//! arithmetic (units, spans, ticks, label shortening); `style` the sizes and colours; `output`
+//! the SVG and PNG backends.
 
-mod chart;
+mod bar;
+mod frame;
 mod layout;
+mod legend;
+mod line;
+mod markers;
+mod output;
+mod overlay;
+mod style;
+mod text;
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -46,6 +62,29 @@ pub struct FitOverlay {
     pub x_mean: Option<f64>,
 }
 
+/// How a [`ModelLine`] is drawn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelStyle {
+    /// Segments of a plateau or step series (a level or a line per segment): thick and solid,
+    /// in a colour no data line uses.
+    Steps,
+    /// A lower envelope, e.g. the troughs of a saw-tooth: dashed.
+    Envelope,
+}
+
+/// A model the verdict judged a series by, drawn over the data and listed in the legend.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelLine {
+    /// Legend label, e.g. "segments" or "troughs (10th percentile)"; empty for no legend row.
+    pub name: String,
+    /// A polyline in data coordinates (x as in [`Line`], y in bytes for [`YUnit::Bytes`]),
+    /// drawn in the given order. A point with a non-finite y (NaN) ends one piece and starts
+    /// the next, so separate segments need no connecting line. Clipped to the plot; its y
+    /// values widen the y range like the data's.
+    pub points: Vec<(f64, f64)>,
+    pub style: ModelStyle,
+}
+
 /// Memory (or a count) against run number or time; one line per process.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LineChart {
@@ -60,6 +99,15 @@ pub struct LineChart {
     pub fit: Option<FitOverlay>,
     /// Points with x below this are warm-up: that region is shaded and labelled "warm-up".
     pub warmup_until: Option<f64>,
+    /// Models of `lines` (segments, a trough envelope), drawn over the data and the fit in
+    /// this order, each with a legend row after the fit's.
+    pub model: Vec<ModelLine>,
+    /// Vertical dotted lines at x (data coordinates) with a short label above the plot, e.g.
+    /// `(7.0, "plateau from run 7")` or `(14.0, "step +2.00 MiB")`. A label hangs beside its
+    /// line; labels that would overlap are stacked in up to three rows, and one that fits in
+    /// none is left out (its line stays). An empty label draws the line alone. Markers outside
+    /// the data's x range are left out.
+    pub markers: Vec<(f64, String)>,
 }
 
 /// Horizontal bars, e.g. bytes grown per mapping. Bars are drawn top to bottom in the given
@@ -95,32 +143,32 @@ pub enum PlotError {
 /// Renders a line chart as a standalone SVG document (text as `<text>`, no external references).
 pub fn line_chart_svg(c: &LineChart) -> Result<String, PlotError> {
     ensure_font()?;
-    chart::svg(chart::LINE_SIZE, |root| {
-        chart::draw_line_chart(root, chart::TextMode::Svg, c)
+    output::svg(style::LINE_SIZE, |root| {
+        line::draw_line_chart(root, text::TextMode::Svg, c)
     })
 }
 
 /// Renders a line chart to a PNG file; the file appears only if rendering succeeded.
 pub fn line_chart_png(c: &LineChart, path: &Path) -> Result<(), PlotError> {
     ensure_font()?;
-    chart::png(path, chart::LINE_SIZE, |root| {
-        chart::draw_line_chart(root, chart::TextMode::Bitmap, c)
+    output::png(path, style::LINE_SIZE, |root| {
+        line::draw_line_chart(root, text::TextMode::Bitmap, c)
     })
 }
 
 /// Renders a bar chart as a standalone SVG document.
 pub fn bar_chart_svg(c: &BarChart) -> Result<String, PlotError> {
     ensure_font()?;
-    chart::svg(chart::bar_size(c), |root| {
-        chart::draw_bar_chart(root, chart::TextMode::Svg, c)
+    output::svg(bar::bar_size(c), |root| {
+        bar::draw_bar_chart(root, text::TextMode::Svg, c)
     })
 }
 
 /// Renders a bar chart to a PNG file; the file appears only if rendering succeeded.
 pub fn bar_chart_png(c: &BarChart, path: &Path) -> Result<(), PlotError> {
     ensure_font()?;
-    chart::png(path, chart::bar_size(c), |root| {
-        chart::draw_bar_chart(root, chart::TextMode::Bitmap, c)
+    output::png(path, bar::bar_size(c), |root| {
+        bar::draw_bar_chart(root, text::TextMode::Bitmap, c)
     })
 }
 
@@ -134,309 +182,13 @@ fn ensure_font() -> Result<(), PlotError> {
         register_font("sans-serif", FontStyle::Normal, dejavu::sans::regular()).is_ok()
             && register_font("sans-serif", FontStyle::Bold, dejavu::sans::bold()).is_ok()
     });
-    if ok { Ok(()) } else { Err(PlotError::Font) }
+    // The same faces, parsed by ab_glyph for measuring (see `text::Fonts`).
+    if ok && text::fonts().is_some() {
+        Ok(())
+    } else {
+        Err(PlotError::Font)
+    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::sync::atomic::{AtomicU32, Ordering};
-
-    const MIB: f64 = 1024.0 * 1024.0;
-    const GIB: f64 = 1024.0 * MIB;
-
-    /// A fresh directory under the system temp dir (no tempfile dependency here).
-    fn scratch_dir(tag: &str) -> PathBuf {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "leakwatch-plot-{tag}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
-    }
-
-    fn line(name: &str, points: Vec<(f64, f64)>) -> Line {
-        Line {
-            name: name.into(),
-            points,
-        }
-    }
-
-    fn chart(title: &str, lines: Vec<Line>) -> LineChart {
-        LineChart {
-            title: title.into(),
-            x_label: "run".into(),
-            y_label: "PSS".into(),
-            y_unit: YUnit::Bytes,
-            lines,
-            fit: None,
-            warmup_until: None,
-        }
-    }
-
-    fn leak() -> LineChart {
-        let mut c = chart(
-            "leak <&> \"quoted\"",
-            vec![line(
-                "pantsd",
-                (1..=10)
-                    .map(|r| (r as f64, (114.0 + 4.67 * r as f64) * MIB))
-                    .collect(),
-            )],
-        );
-        c.fit = Some(FitOverlay {
-            slope: 4.67 * MIB,
-            intercept: 114.0 * MIB,
-            x_from: 2.0,
-            x_to: 10.0,
-            slope_ci95: Some((4.4 * MIB, 4.9 * MIB)),
-            x_mean: None,
-        });
-        c.warmup_until = Some(2.0);
-        c
-    }
-
-    /// Charts that must render without panicking or erroring.
-    fn edge_line_charts() -> Vec<LineChart> {
-        let mut many = chart(
-            "forty processes",
-            (0..40)
-                .map(|i| {
-                    line(
-                        &format!("p{i}"),
-                        (0..500)
-                            .map(|k| (k as f64 / 60.0, (i * k) as f64))
-                            .collect(),
-                    )
-                })
-                .collect(),
-        );
-        many.y_unit = YUnit::Count;
-        many.x_label = "time (h)".into();
-        let mut steep_fit = chart("steep fit", vec![line("a", vec![(1.0, 1.0), (2.0, 2.0)])]);
-        steep_fit.fit = Some(FitOverlay {
-            slope: 1e12,
-            intercept: -5e12,
-            x_from: 1.0,
-            x_to: 2.0,
-            slope_ci95: Some((-1e13, 1e13)),
-            x_mean: Some(1.5),
-        });
-        vec![
-            chart("no lines", vec![]),
-            chart("empty line", vec![line("empty", vec![])]),
-            chart("single point", vec![line("one", vec![(3.0, 5.0 * MIB)])]),
-            chart(
-                "all equal",
-                vec![line(
-                    "flat",
-                    (1..=6).map(|r| (r as f64, 7.0 * MIB)).collect(),
-                )],
-            ),
-            chart(
-                "all zero",
-                vec![line("zero", (1..=6).map(|r| (r as f64, 0.0)).collect())],
-            ),
-            chart(
-                "huge",
-                vec![line(
-                    "big",
-                    (1..=8)
-                        .map(|r| (r as f64, (30.0 + r as f64) * GIB))
-                        .collect(),
-                )],
-            ),
-            chart(
-                "non-finite skipped",
-                vec![line(
-                    "nan",
-                    vec![
-                        (1.0, f64::NAN),
-                        (2.0, 3.0),
-                        (f64::INFINITY, 1.0),
-                        (3.0, 4.0),
-                    ],
-                )],
-            ),
-            chart("unnamed", vec![line("", vec![(0.5, 1.0), (1.5, 2.0)])]),
-            many,
-            steep_fit,
-            leak(),
-        ]
-    }
-
-    fn edge_bar_charts() -> Vec<BarChart> {
-        let bar = |title: &str, bars: Vec<(&str, f64)>| BarChart {
-            title: title.into(),
-            y_unit: YUnit::Bytes,
-            bars: bars.into_iter().map(|(l, v)| (l.to_string(), v)).collect(),
-        };
-        vec![
-            bar("no bars", vec![]),
-            bar("zero bar", vec![("[heap]", 0.0)]),
-            bar(
-                "mixed",
-                vec![
-                    ("[heap]", 31.0 * MIB),
-                    ("/usr/lib/x86_64-linux-gnu/libpython3.11.so.1.0", 1.1 * MIB),
-                    ("[stack]", -4096.0),
-                    ("nan", f64::NAN),
-                ],
-            ),
-            bar("huge", vec![("anonymous", 40.0 * GIB)]),
-            BarChart {
-                title: "many counts".into(),
-                y_unit: YUnit::Count,
-                bars: (0..60)
-                    .map(|i| (format!("/x/{i}/{}", "y".repeat(i)), i as f64))
-                    .collect(),
-            },
-        ]
-    }
-
-    #[test]
-    fn line_svg_is_nonempty_self_contained_and_titled() {
-        for c in edge_line_charts() {
-            let svg = line_chart_svg(&c).unwrap();
-            assert!(svg.starts_with("<svg"), "{}", c.title);
-            assert!(svg.contains("<text"), "{}", c.title);
-            assert!(
-                !svg.contains("href") && !svg.contains("url("),
-                "{}",
-                c.title
-            );
-            let escaped = c
-                .title
-                .replace('&', "&amp;")
-                .replace('<', "&lt;")
-                .replace('>', "&gt;")
-                .replace('"', "&quot;");
-            assert!(svg.contains(&escaped), "title missing: {}", c.title);
-        }
-    }
-
-    #[test]
-    fn oversized_legend_is_summarised() {
-        let svg = line_chart_svg(&edge_line_charts()[8]).unwrap();
-        assert!(svg.contains("more"), "40 lines can't all be listed");
-        assert!(svg.contains(">\np0\n<"));
-    }
-
-    #[test]
-    fn svg_labels_axis_with_unit_and_fit() {
-        let svg = line_chart_svg(&leak()).unwrap();
-        assert!(svg.contains("PSS (MiB)"));
-        assert!(svg.contains("warm-up"));
-        assert!(svg.contains("fit: +4.67 MiB per run"));
-        assert!(svg.contains("95% CI: 4.40 to 4.90 MiB per run"));
-        let huge = line_chart_svg(&edge_line_charts()[5]).unwrap();
-        assert!(huge.contains("PSS (GiB)"));
-    }
-
-    #[test]
-    fn run_axis_has_integer_ticks_only() {
-        let svg = line_chart_svg(&leak()).unwrap();
-        for r in 1..=10 {
-            assert!(svg.contains(&format!("\n{r}\n</text>")), "tick {r}");
-        }
-        assert!(!svg.contains("\n1.5\n</text>"));
-    }
-
-    #[test]
-    fn bar_svg_is_nonempty_and_titled() {
-        for c in edge_bar_charts() {
-            let svg = bar_chart_svg(&c).unwrap();
-            assert!(
-                svg.starts_with("<svg") && svg.contains(&c.title),
-                "{}",
-                c.title
-            );
-        }
-        let svg = bar_chart_svg(&edge_bar_charts()[2]).unwrap();
-        assert!(svg.contains("libpython3.11.so.1.0"));
-        assert!(svg.contains("+31.0 MiB"));
-    }
-
-    #[test]
-    fn long_title_and_legend_names_are_shortened() {
-        let c = chart(
-            &format!("leak in {}", "python3 -m pants --flag ".repeat(30)),
-            vec![
-                line(&"worker --config /etc/x.toml ".repeat(20), vec![(1.0, 1.0)]),
-                line("short", vec![(2.0, 2.0)]),
-            ],
-        );
-        let svg = line_chart_svg(&c).unwrap();
-        assert!(svg.contains("leak in python3"));
-        assert_eq!(svg.matches('…').count(), 2, "title and one legend row");
-        let dir = scratch_dir("long");
-        line_chart_png(&c, &dir.join("long.png")).unwrap();
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn long_bar_labels_keep_their_end() {
-        let c = BarChart {
-            title: "t".into(),
-            y_unit: YUnit::Count,
-            bars: vec![(format!("/{}/libfoo.so.1", "deep/".repeat(40)), 1.0)],
-        };
-        let svg = bar_chart_svg(&c).unwrap();
-        assert!(svg.contains("…/"));
-        assert!(svg.contains("libfoo.so.1"));
-    }
-
-    #[test]
-    fn pngs_render_for_edge_cases() {
-        let dir = scratch_dir("png");
-        for (i, c) in edge_line_charts().iter().enumerate() {
-            let p = dir.join(format!("line{i}.png"));
-            line_chart_png(c, &p).unwrap();
-            let bytes = std::fs::read(&p).unwrap();
-            assert!(
-                bytes.starts_with(b"\x89PNG") && bytes.len() > 1000,
-                "{}",
-                c.title
-            );
-        }
-        for (i, c) in edge_bar_charts().iter().enumerate() {
-            let p = dir.join(format!("bar{i}.png"));
-            bar_chart_png(c, &p).unwrap();
-            assert!(std::fs::metadata(&p).unwrap().len() > 1000, "{}", c.title);
-        }
-        // Only the requested files: temp files were renamed, not left behind.
-        let names: Vec<String> = std::fs::read_dir(&dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        assert!(names.iter().all(|n| !n.starts_with('.')), "{names:?}");
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn png_error_names_path_and_leaves_nothing() {
-        let dir = scratch_dir("err");
-        let missing = dir.join("no-such-dir").join("chart.png");
-        let err = line_chart_png(&leak(), &missing).unwrap_err();
-        assert!(
-            matches!(&err, PlotError::Png { path, .. } if path == &missing),
-            "{err:?}"
-        );
-        assert!(err.to_string().contains("chart.png"));
-        assert!(!missing.exists());
-        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn png_overwrites_existing_file() {
-        let dir = scratch_dir("over");
-        let p = dir.join("c.png");
-        std::fs::write(&p, b"old").unwrap();
-        bar_chart_png(&edge_bar_charts()[2], &p).unwrap();
-        assert!(std::fs::read(&p).unwrap().starts_with(b"\x89PNG"));
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-}
+mod tests;

@@ -250,6 +250,8 @@ fn headline(a: &Analysis, f: &SeriesFit) -> Option<Plot> {
             }],
             fit: overlay,
             warmup_until,
+            model: Vec::new(),
+            markers: Vec::new(),
         }),
     })
 }
@@ -294,6 +296,8 @@ fn memory_kinds(a: &Analysis, main: &SeriesFit) -> Option<Plot> {
             lines,
             fit: None,
             warmup_until: None,
+            model: Vec::new(),
+            markers: Vec::new(),
         }),
     })
 }
@@ -361,6 +365,8 @@ fn processes(a: &Analysis, f: &SeriesFit) -> Option<Plot> {
                 .collect(),
             fit: None,
             warmup_until: None,
+            model: Vec::new(),
+            markers: Vec::new(),
         }),
     })
 }
