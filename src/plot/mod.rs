@@ -24,7 +24,6 @@ mod overlay;
 mod style;
 mod text;
 
-use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 /// What the y values measure.
@@ -126,15 +125,8 @@ pub enum PlotError {
     #[error("cannot render SVG chart: {message}")]
     Svg { message: String },
     /// Drawing or encoding the PNG failed.
-    #[error("cannot render PNG chart {}: {message}", path.display())]
-    Png { path: PathBuf, message: String },
-    /// The rendered PNG could not be moved into place.
-    #[error("cannot write PNG chart {}: {source}", path.display())]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error("cannot render PNG chart: {message}")]
+    Png { message: String },
     /// The embedded font was rejected by the font loader.
     #[error("cannot load the embedded DejaVu Sans font")]
     Font,
@@ -149,9 +141,9 @@ pub fn line_chart_svg(c: &LineChart) -> Result<String, PlotError> {
 }
 
 /// Renders a line chart to a PNG file; the file appears only if rendering succeeded.
-pub fn line_chart_png(c: &LineChart, path: &Path) -> Result<(), PlotError> {
+pub fn line_chart_png(c: &LineChart) -> Result<Vec<u8>, PlotError> {
     ensure_font()?;
-    output::png(path, style::LINE_SIZE, |root| {
+    output::png(style::LINE_SIZE, |root| {
         line::draw_line_chart(root, text::TextMode::Bitmap, c)
     })
 }
@@ -165,9 +157,9 @@ pub fn bar_chart_svg(c: &BarChart) -> Result<String, PlotError> {
 }
 
 /// Renders a bar chart to a PNG file; the file appears only if rendering succeeded.
-pub fn bar_chart_png(c: &BarChart, path: &Path) -> Result<(), PlotError> {
+pub fn bar_chart_png(c: &BarChart) -> Result<Vec<u8>, PlotError> {
     ensure_font()?;
-    output::png(path, bar::bar_size(c), |root| {
+    output::png(bar::bar_size(c), |root| {
         bar::draw_bar_chart(root, text::TextMode::Bitmap, c)
     })
 }

@@ -1,8 +1,6 @@
 //! The charts of a report, built as `plot::LineChart` / `plot::BarChart` values from an
 //! `Analysis` and its rows; `plot` draws them, `write_all` saves them as SVG and PNG.
 
-use std::path::Path;
-
 use crate::Analysis;
 use crate::fit::{SeriesFit, thin};
 use crate::plot::{self, BarChart, FitOverlay, Line, LineChart, PlotError, YUnit};
@@ -52,10 +50,11 @@ impl Plot {
         }
     }
 
-    pub fn png(&self, path: &Path) -> Result<(), PlotError> {
+    /// The chart as PNG bytes.
+    pub fn png(&self) -> Result<Vec<u8>, PlotError> {
         match &self.chart {
-            Chart::Line(c) => plot::line_chart_png(c, path),
-            Chart::Bar(c) => plot::bar_chart_png(c, path),
+            Chart::Line(c) => plot::line_chart_png(c),
+            Chart::Bar(c) => plot::bar_chart_png(c),
         }
     }
 }

@@ -70,9 +70,9 @@ pub fn write_all(
         let svg_name = format!("{}.svg", p.stem);
         let svg = p.svg().map_err(plot_err(dir.join(&svg_name)))?;
         written.push(write_atomic(dir, &svg_name, svg.as_bytes())?);
-        let png = dir.join(format!("{}.png", p.stem));
-        p.png(&png).map_err(plot_err(png.clone()))?;
-        written.push(png);
+        let png_name = format!("{}.png", p.stem);
+        let png = p.png().map_err(plot_err(dir.join(&png_name)))?;
+        written.push(write_atomic(dir, &png_name, &png)?);
         svgs.push((p.stem.clone(), svg));
     }
     written.push(write_atomic(
