@@ -9,6 +9,7 @@ mod common;
 mod attach_e2e;
 mod cli;
 mod gate_e2e;
+mod hostile;
 mod pool_e2e;
 mod report_output;
 mod run_e2e;

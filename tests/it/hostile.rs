@@ -1,0 +1,412 @@
+//! Hostile inputs, signals and leftovers (issue 11), each with real
+//! processes: never overwrite through a link, never orphan a process, never
+//! panic, never a silently wrong number.
+
+use std::io::Read;
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::common::*;
+
+fn manifest(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+}
+
+/// Processes whose command line contains `tag` (pgrep -f, without pgrep).
+fn running_with(tag: &str) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if cmdline.contains(tag) && alive(pid) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+fn kill_all(tag: &str) {
+    for pid in running_with(tag) {
+        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+    }
+}
+
+/// `leakwatch run ARGS` of the fixture client against a daemon on `socket`.
+fn run_client(out: &Path, socket: &Path, repeat: &str, args: &[&str]) -> Command {
+    let mut cmd = leakwatch();
+    cmd.args(["run", "-n", repeat, "--settle", "100ms"])
+        .args(args)
+        .arg("--out")
+        .arg(out)
+        .arg("--")
+        .arg(fixture())
+        .args(["client", "--leak", "1MiB", "--socket"])
+        .arg(socket)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null());
+    cmd
+}
+
+/// A leakwatch the test started, killed (with what it runs) if the test
+/// fails before it ends.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn wait_exit(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "leakwatch did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn planted_links_in_a_report_directory_are_replaced_never_followed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("artifact");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::copy(
+        manifest("tests/data/run-leak/samples.csv"),
+        dir.join("samples.csv"),
+    )
+    .unwrap();
+    let bashrc = tmp.path().join("bashrc");
+    let keys = tmp.path().join("authorized_keys");
+    std::fs::write(&bashrc, "export PATH=/usr/bin\n").unwrap();
+    std::fs::write(&keys, "ssh-ed25519 AAAA me\n").unwrap();
+    symlink(&bashrc, dir.join(".summary.json.tmp")).unwrap();
+    symlink(&bashrc, dir.join("summary.json")).unwrap();
+    symlink(&keys, dir.join("report.md")).unwrap();
+    symlink(&keys, dir.join(".report.html.tmp")).unwrap();
+    let status = leakwatch()
+        .args(["report", "--quiet"])
+        .arg(&dir)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert_eq!(
+        std::fs::read_to_string(&bashrc).unwrap(),
+        "export PATH=/usr/bin\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&keys).unwrap(),
+        "ssh-ed25519 AAAA me\n"
+    );
+    for name in ["summary.json", "report.md", "report.html"] {
+        let meta = std::fs::symlink_metadata(dir.join(name)).unwrap();
+        assert!(meta.is_file(), "{name} is still a link");
+    }
+    assert!(
+        std::fs::read_to_string(dir.join("report.md"))
+            .unwrap()
+            .starts_with("# leakwatch report")
+    );
+
+    // A dangling samples.csv link in --out is refused, not written through.
+    let out = tmp.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    let target = tmp.path().join("created-through-link");
+    symlink(&target, out.join("samples.csv")).unwrap();
+    let output = leakwatch()
+        .args(["run", "-n", "1", "--out"])
+        .arg(&out)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(!target.exists());
+    // A linked --out directory is refused too.
+    let linked = tmp.path().join("linked-out");
+    symlink(tmp.path(), &linked).unwrap();
+    let output = leakwatch()
+        .args(["run", "-n", "1", "--out"])
+        .arg(&linked)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(err.contains("is a symbolic link"), "{err}");
+}
+
+/// SIGHUP (a dropped ssh session) and SIGQUIT end a run like Ctrl-C: the
+/// reports are written, the daemon is stopped, exit 128 + signal.
+#[test]
+fn hangup_and_quit_mid_run_write_the_reports_and_stop_the_daemon() {
+    for (signal, code) in [("-HUP", 129), ("-QUIT", 131)] {
+        let tmp = tempfile::tempdir().unwrap();
+        let socket = tmp.path().join(format!("sig{code}.sock"));
+        let out = tmp.path().join("out");
+        let mut lw = Running(
+            run_client(&out, &socket, "1000", &["--quiet"])
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        let tag = socket.to_string_lossy().into_owned();
+        wait_until("the daemon", Duration::from_secs(20), || {
+            out.join("samples.csv").exists() && !running_with(&tag).is_empty()
+        });
+        std::thread::sleep(Duration::from_millis(800));
+        Command::new("kill")
+            .args([signal, &lw.0.id().to_string()])
+            .status()
+            .unwrap();
+        let status = wait_exit(&mut lw.0, Duration::from_secs(20));
+        assert_eq!(status.code(), Some(code), "{signal}");
+        let s = summary(&out);
+        assert_eq!(s["interrupted"], true);
+        assert!(out.join("report.md").exists() && out.join("report.html").exists());
+        assert!(
+            running_with(&tag).is_empty(),
+            "{signal}: daemon left running"
+        );
+    }
+}
+
+/// `leakwatch run … 2>&1 >/dev/null | head -1`: stderr closed under it.
+#[test]
+fn a_closed_stderr_pipe_is_no_panic_and_no_lost_report() {
+    let tmp = tempfile::tempdir().unwrap();
+    let socket = tmp.path().join("pipe.sock");
+    let out = tmp.path().join("out");
+    let junit = tmp.path().join("junit.xml");
+    let junit_arg = junit.to_string_lossy().into_owned();
+    let mut lw = Running(
+        run_client(
+            &out,
+            &socket,
+            "3",
+            &["--max-growth", "64MiB/run", "--junit", &junit_arg],
+        )
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap(),
+    );
+    // Read one byte, then close the pipe like `head -c1` would.
+    let mut stderr = lw.0.stderr.take().unwrap();
+    let mut first = [0u8; 1];
+    let _ = stderr.read(&mut first);
+    drop(stderr);
+    let status = wait_exit(&mut lw.0, Duration::from_secs(60));
+    assert!(status.code().is_some_and(|c| c <= 1), "{status}");
+    assert!(out.join("summary.json").exists());
+    assert!(
+        std::fs::read_to_string(&junit)
+            .unwrap()
+            .contains("<testsuite")
+    );
+    assert!(running_with(&socket.to_string_lossy()).is_empty());
+}
+
+/// A daemon that forks a helper from its TERM handler, and one that ignores
+/// TERM and re-forks its worker whenever it dies: nothing is left running.
+#[test]
+fn daemons_that_refork_when_stopped_leave_nothing_behind() {
+    for flag in ["--fork-on-term", "--ignore-term"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let tag = format!("refork-{}", tmp.path().display());
+        let status = leakwatch()
+            .args(["run", "-n", "2", "--settle", "100ms", "--quiet", "--out"])
+            .arg(tmp.path().join("out"))
+            .args(["--", "python3"])
+            .arg(manifest("fixtures/hostile/refork_daemon.py"))
+            .args([flag, &tag])
+            .status()
+            .unwrap();
+        assert!(status.success(), "{flag}: {status}");
+        std::thread::sleep(Duration::from_millis(300));
+        let left = running_with(&tag);
+        kill_all(&tag);
+        assert!(left.is_empty(), "{flag}: left running: {left:?}");
+    }
+}
+
+#[test]
+fn a_hung_run_is_stopped_at_its_timeout_and_the_session_goes_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let started = Instant::now();
+    let status = leakwatch()
+        .args(["run", "-n", "2", "--timeout", "300ms", "--quiet", "--out"])
+        .arg(&out)
+        .args(["--", "sleep", "600"])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert!(started.elapsed() < Duration::from_secs(20));
+    let s = summary(&out);
+    assert_eq!(s["failed_runs"], serde_json::json!([1, 2]));
+    assert_eq!(s["run_table"][0]["status"], "timeout:300ms");
+    assert!(running_with("sleep 600").is_empty() || !s["run_table"].is_null());
+}
+
+#[test]
+fn a_duplicated_or_damaged_samples_csv_is_an_error_not_a_doubled_slope() {
+    let tmp = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(manifest("tests/data/run-leak/samples.csv")).unwrap();
+    let mut lines = text.lines();
+    let header = lines.next().unwrap();
+    let doubled: String = std::iter::once(header.to_string())
+        .chain(lines.flat_map(|l| [l.to_string(), l.to_string()]))
+        .map(|l| l + "\n")
+        .collect();
+    let dup = tmp.path().join("dup.csv");
+    std::fs::write(&dup, doubled).unwrap();
+    let output = leakwatch()
+        .args(["report", "--quiet", "--out"])
+        .arg(tmp.path().join("dup"))
+        .arg(&dup)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(err.contains("appears twice"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+
+    let nan = tmp.path().join("nan.csv");
+    let last = text.lines().last().unwrap();
+    let bad_row = last.replacen(',', ",NaN,", 1);
+    std::fs::write(&nan, format!("{text}{bad_row}\n")).unwrap();
+    let output = leakwatch()
+        .args(["report", "--quiet", "--out"])
+        .arg(tmp.path().join("nan"))
+        .arg(&nan)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2), "a bad complete last line");
+}
+
+#[test]
+fn numbers_that_overflow_are_usage_errors_naming_the_flag() {
+    for (args, needle) in [
+        (
+            vec!["run", "--max-peak", "18446744073709551617", "--", "true"],
+            "--max-peak '18446744073709551617' is too large",
+        ),
+        (
+            vec!["run", "--interval", "200000000000000d", "--", "true"],
+            "--interval '200000000000000d' is too long",
+        ),
+        (
+            vec!["run", "--settle", "200000000000000d", "--", "true"],
+            "--settle '200000000000000d' is too long",
+        ),
+        (
+            vec!["run", "--repeat", "10000000000", "--", "true"],
+            "--repeat 10000000000: at most",
+        ),
+        (vec!["attach", "1", "--interval", "1ms"], "is below 10ms"),
+        (vec!["run", "--", "/tmp"], "is a directory"),
+    ] {
+        let output = leakwatch().args(&args).output().unwrap();
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&output.stderr);
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
+
+/// `kill -9` of leakwatch leaves its daemon running; the next run says so.
+#[test]
+fn a_killed_sessions_daemon_is_named_by_the_next_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let runtime = tmp.path().join("runtime");
+    std::fs::create_dir(&runtime).unwrap();
+    let socket = tmp.path().join("killed.sock");
+    let tag = socket.to_string_lossy().into_owned();
+    let lw = run_client(&tmp.path().join("a"), &socket, "1000", &["--quiet"])
+        .env("XDG_RUNTIME_DIR", &runtime)
+        .spawn()
+        .unwrap();
+    let lw = Running(lw);
+    let found = std::panic::catch_unwind(|| {
+        wait_until("the daemon", Duration::from_secs(20), || {
+            running_with(&format!("daemon --socket {tag}")).len() == 1
+        })
+    });
+    if found.is_err() {
+        kill_all(&tag);
+        panic!("the daemon never started");
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    drop(lw); // SIGKILL: leakwatch gets no chance to stop its daemon
+    let daemon = running_with(&format!("daemon --socket {tag}"));
+    assert_eq!(daemon.len(), 1, "the daemon outlives a killed leakwatch");
+    let output = run_client(&tmp.path().join("b"), &socket, "1", &[])
+        .env("XDG_RUNTIME_DIR", &runtime)
+        .output()
+        .unwrap();
+    kill_all(&tag);
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        err.contains("left by an earlier leakwatch session")
+            && err.contains(&daemon[0].to_string()),
+        "{err}"
+    );
+    let s = summary(&tmp.path().join("b"));
+    assert!(s["notes"].to_string().contains("earlier leakwatch session"));
+}
+
+/// Names from outside (a process renamed to a formula or a Markdown image)
+/// reach samples.csv spreadsheet-safe and report.md inert.
+#[test]
+fn hostile_process_names_are_inert_in_csv_and_markdown() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    // Two processes that rename themselves (PR_SET_NAME, 15 bytes at most).
+    let script = "import ctypes, os, sys, time\n\
+        name = sys.argv[1].encode()\n\
+        ctypes.CDLL(None).prctl(15, ctypes.c_char_p(name), 0, 0, 0)\n\
+        time.sleep(float(sys.argv[2]))\n";
+    let mut named: Vec<Child> = ["![x](//e.vil/p", "=cmd|'/C calc'!"]
+        .iter()
+        .map(|name| {
+            Command::new("python3")
+                .args(["-c", script, name, "30"])
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let mut cmd = leakwatch();
+    cmd.args(["run", "-n", "2", "--settle", "50ms", "--quiet", "--out"])
+        .arg(&out);
+    for child in &named {
+        cmd.args(["--watch", &child.id().to_string()]);
+    }
+    let status = cmd.args(["--", "true"]).status().unwrap();
+    for child in &mut named {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    assert!(status.success());
+    let csv = std::fs::read_to_string(out.join("samples.csv")).unwrap();
+    assert!(csv.contains(",'=cmd|'/C calc'!,"), "{csv}");
+    assert!(!csv.contains(",=cmd"));
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("!\\[x\\](//e.vil/p"), "{md}");
+    assert!(!md.contains("![x]("), "{md}");
+}
