@@ -52,7 +52,7 @@ proptest! {
         }
         let big = format!("{mantissa}{}TiB", "0".repeat(exp as usize));
         if let Ok(bytes) = parse_size(&big) {
-            prop_assert_eq!(bytes, mantissa * 10u64.pow(exp as u32) << 40);
+            prop_assert_eq!(bytes, (mantissa * 10u64.pow(exp as u32)) << 40);
         }
     }
 
