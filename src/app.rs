@@ -13,7 +13,11 @@ use crate::console;
 use crate::error::Exit;
 use crate::fit::{self, Analysis, FitOptions};
 use crate::gate::{self, GateResult};
-use crate::options::{AttachOptions, CheckOptions, GateSetup, Output, ReportOptions, RunOptions};
+use crate::fleet;
+use crate::options::{
+    AnalyzeOptions, AttachOptions, CheckOptions, ExportOptions, GateSetup, Output, ReportOptions,
+    RunOptions,
+};
 use crate::output;
 use crate::report::{self, ci, junit};
 use crate::sample::reaper::Interrupt;
@@ -41,8 +45,9 @@ pub fn run(cli: Cli) -> Result<Exit> {
         }
         Command::Attach(args) => {
             let opts = AttachOptions::from_args(&args)?;
-            sample::attach::check_target(&opts.plan)?;
+            let plan = sample::attach::check_target(&opts.plan)?;
             check_outputs(&opts.gate)?;
+            let server = fleet::serve(opts.serve.as_ref(), &opts.fit, opts.output.quiet)?;
             let dir = new_out_dir(&opts.output)?;
             sample_then_report(
                 &dir,
@@ -51,18 +56,25 @@ pub fn run(cli: Cli) -> Result<Exit> {
                 &opts.fit,
                 &opts.gate,
                 |writer, interrupt, progress| {
-                    sample::attach::attach(&opts.plan, writer, interrupt, progress)
+                    if let Some(server) = &server {
+                        writer.set_tap(server.tap());
+                    }
+                    sample::attach::attach(&plan, writer, interrupt, progress)
                 },
             )
         }
         Command::Report(args) => report_again(&ReportOptions::from_args(&args)?),
         Command::Check(args) => check_baseline(&CheckOptions::from_args(&args)?),
+        Command::Analyze(args) => fleet::analyze(&AnalyzeOptions::from_args(&args)?),
+        Command::Export(args) => fleet::export(&ExportOptions::from_args(&args)?),
+        Command::Completions(args) => fleet::completions(&args.shell),
+        Command::Man(args) => fleet::man(args.out.as_deref()),
     }
 }
 
 /// Files written at the end of a session (`--junit`, `--save-baseline`)
 /// are checked before it starts: a typo must not cost a whole session.
-fn check_outputs(gate: &GateSetup) -> Result<()> {
+pub(crate) fn check_outputs(gate: &GateSetup) -> Result<()> {
     for (flag, path) in [
         ("--junit", &gate.junit),
         ("--save-baseline", &gate.save_baseline),
@@ -76,7 +88,7 @@ fn check_outputs(gate: &GateSetup) -> Result<()> {
 
 /// The directory a new session writes to: `--out` (which must not hold a
 /// report already, nor be a link), or `reports/<timestamp>/` made unique.
-fn new_out_dir(output: &Output) -> Result<PathBuf> {
+pub(crate) fn new_out_dir(output: &Output) -> Result<PathBuf> {
     let Some(dir) = &output.dir else {
         return Ok(default_out_dir());
     };
@@ -105,7 +117,7 @@ fn default_out_dir() -> PathBuf {
 
 /// A directory given for a file: `DIR/name`; else the path itself, which
 /// must be a file.
-fn file_or_in_dir(path: &Path, name: &str) -> Option<PathBuf> {
+pub(crate) fn file_or_in_dir(path: &Path, name: &str) -> Option<PathBuf> {
     let file = if path.is_dir() {
         path.join(name)
     } else {
@@ -188,7 +200,7 @@ fn sample_then_report(
 }
 
 /// samples.csv, read in one pass in bounded memory.
-fn read(path: &Path) -> Result<Samples> {
+pub(crate) fn read(path: &Path) -> Result<Samples> {
     let mut builder = series::Builder::new();
     let scan = store::scan(path, |row| builder.push(row))?;
     Ok(builder.finish(scan.torn_last_line))
@@ -215,7 +227,12 @@ fn session_rows(result: &Result<Outcome, SampleError>) -> Vec<Row> {
 
 /// Judges the gate, writes the reports (always, even when the gate cannot
 /// be judged) and the CI outputs, and prints the human summary.
-fn finish(analysis: &Analysis, dir: &Path, quiet: bool, setup: &GateSetup) -> Result<Exit> {
+pub(crate) fn finish(
+    analysis: &Analysis,
+    dir: &Path,
+    quiet: bool,
+    setup: &GateSetup,
+) -> Result<Exit> {
     let judged = gate::evaluate(analysis, &setup.gate);
     report::write_all(analysis, judged.as_ref().ok().and_then(Option::as_ref), dir)?;
     let judged = judged?;
@@ -287,7 +304,9 @@ fn check_baseline(opts: &CheckOptions) -> Result<Exit> {
         opts.gate_on.clone()
     };
     let result = check::compare(&current, &base, opts.tolerance, &targets);
-    if !opts.quiet {
+    if opts.json {
+        fleet::print_json(&result)?;
+    } else if !opts.quiet {
         console::say(&ci::gate_text(&result));
     }
     let title = format!(

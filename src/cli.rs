@@ -23,6 +23,8 @@ use clap::{Args, Parser, Subcommand};
         leakwatch run --repeat 10 -- ./pants filter ::\n  \
         leakwatch run --repeat 10 --watch 4242 -- ./client --ping\n  \
         leakwatch attach 4242 --duration 30m\n  \
+        leakwatch attach --cgroup /sys/fs/cgroup/memory/myapp --serve 127.0.0.1:9464\n  \
+        leakwatch analyze --prometheus http://prom:9090 --query 'container_memory_working_set_bytes{namespace=\"shop\"}' --range 7d\n  \
         leakwatch report reports/2026-11-29T18-40-00/"
 )]
 pub struct Cli {
@@ -43,6 +45,16 @@ pub enum Command {
     /// Compare a fresh run's summary.json against a committed baseline; exit 1
     /// on a significant regression.
     Check(CheckArgs),
+    /// Judge series pulled from Prometheus (one per label set: a pod, a
+    /// container, a process group) with the same fits, reports and gate.
+    Analyze(AnalyzeArgs),
+    /// Write a finished run as OpenMetrics text (node-exporter's textfile
+    /// collector), the same metrics `attach --serve` serves.
+    Export(ExportArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(CompletionsArgs),
+    /// Print the man page (roff), or write one per subcommand into a directory.
+    Man(ManArgs),
 }
 
 #[derive(Debug, Args)]
@@ -102,8 +114,18 @@ pub struct RunArgs {
 #[derive(Debug, Args)]
 pub struct AttachArgs {
     /// The process to sample; its descendants are followed as they come and go.
-    #[arg(value_name = "PID")]
-    pub pid: String,
+    #[arg(
+        value_name = "PID",
+        required_unless_present_any = ["name", "cgroup", "unit"],
+        conflicts_with_all = ["name", "cgroup", "unit"]
+    )]
+    pub pid: Option<String>,
+
+    #[command(flatten)]
+    pub targets: TargetArgs,
+
+    #[command(flatten)]
+    pub serve: ServeArgs,
 
     /// Time between samples, on average: each wait is drawn within ±30% of
     /// it, so a workload that cycles with the same period cannot alias.
@@ -208,6 +230,138 @@ pub struct CheckArgs {
     /// Print nothing but errors.
     #[arg(short, long)]
     pub quiet: bool,
+
+    /// Print the result as JSON on standard output (the gate: passed, rule,
+    /// checks, violations).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Ways to name an `attach` target other than by PID.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Target (instead of PID)")]
+pub struct TargetArgs {
+    /// Processes whose name or command line matches this regular expression
+    /// (as `pgrep -f`); more than one match is an error unless --all.
+    #[arg(long, value_name = "REGEX", conflicts_with_all = ["cgroup", "unit"])]
+    pub name: Option<String>,
+
+    /// With --name: follow every matching process (and its descendants),
+    /// matched again at each sample.
+    #[arg(long, requires = "name")]
+    pub all: bool,
+
+    /// A cgroup: its processes plus its own memory accounting (memory.stat:
+    /// page cache, shmem, kernel memory). A directory under /sys/fs/cgroup,
+    /// or the path /proc/PID/cgroup shows.
+    #[arg(long, value_name = "PATH", conflicts_with = "unit")]
+    pub cgroup: Option<PathBuf>,
+
+    /// A systemd unit (e.g. nginx.service), resolved to its cgroup.
+    #[arg(long, value_name = "NAME")]
+    pub unit: Option<String>,
+}
+
+/// `attach --serve`: OpenMetrics for Prometheus while sampling.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Prometheus")]
+pub struct ServeArgs {
+    /// Serve /metrics (OpenMetrics text) on this address while sampling:
+    /// '127.0.0.1:9464', ':9464' (loopback), '[::1]:9464'.
+    #[arg(long, value_name = "ADDR")]
+    pub serve: Option<String>,
+
+    /// Allow --serve on an address other than loopback (the metrics name
+    /// processes and their command names).
+    #[arg(long, requires = "serve")]
+    pub serve_public: bool,
+
+    /// Export at most this many processes (the largest by RSS) per scrape;
+    /// series and fits are always exported.
+    #[arg(long, default_value_t = 50, value_name = "N")]
+    pub export_top: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct AnalyzeArgs {
+    /// Prometheus' base URL, e.g. 'http://127.0.0.1:9090'.
+    #[arg(long, value_name = "URL")]
+    pub prometheus: String,
+
+    /// The PromQL expression: one series per label set is judged, e.g.
+    /// 'container_memory_working_set_bytes{namespace="shop",container!=""}'.
+    #[arg(long, value_name = "PROMQL")]
+    pub query: String,
+
+    /// How far back from --end to look.
+    #[arg(long, default_value = "7d", value_name = "DUR")]
+    pub range: String,
+
+    /// The end of the range: RFC 3339 or Unix seconds (default: now).
+    #[arg(long, value_name = "TIME")]
+    pub end: Option<String>,
+
+    /// Resolution (default: the range / 1000, at least 15s). Long ranges are
+    /// pulled in chunks under Prometheus' 11,000 points per series.
+    #[arg(long, value_name = "DUR")]
+    pub step: Option<String>,
+
+    /// What the values are, as a summary.json metric name: 'rss_bytes'
+    /// (default; working set, resident memory), 'anon_bytes', 'fds', 'threads' …
+    #[arg(long = "as", default_value = "rss_bytes", value_name = "METRIC")]
+    pub as_metric: String,
+
+    /// Give up on a request after this long.
+    #[arg(long, default_value = "60s", value_name = "DUR")]
+    pub timeout: String,
+
+    #[command(flatten)]
+    pub analysis: AnalysisArgs,
+
+    #[command(flatten)]
+    pub gate: GateArgs,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// An output directory of leakwatch, or its samples.csv.
+    #[arg(value_name = "DIR|samples.csv")]
+    pub input: PathBuf,
+
+    /// The format: 'openmetrics' (also valid Prometheus text for the
+    /// textfile collector).
+    #[arg(long, default_value = "openmetrics", value_name = "FORMAT")]
+    pub format: String,
+
+    /// Write to FILE (atomically, as the textfile collector needs) instead
+    /// of standard output.
+    #[arg(short, long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+
+    /// Export at most this many processes (the largest by RSS at the end).
+    #[arg(long, default_value_t = 50, value_name = "N")]
+    pub export_top: usize,
+
+    #[command(flatten)]
+    pub analysis: AnalysisArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// bash, zsh, fish, elvish or powershell.
+    #[arg(value_name = "SHELL")]
+    pub shell: String,
+}
+
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// Write leakwatch.1 and leakwatch-<subcommand>.1 into DIR instead of
+    /// printing leakwatch.1.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

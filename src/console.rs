@@ -16,3 +16,10 @@ pub fn say_line(text: &str) {
     let _ = err.write_all(text.as_bytes());
     let _ = err.write_all(b"\n");
 }
+
+/// Whether colour is off: `NO_COLOR` set to anything but the empty string
+/// (no-color.org). leakwatch's own output is plain text; this governs
+/// clap's help and usage errors.
+pub fn no_color() -> bool {
+    std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty())
+}

@@ -23,6 +23,11 @@ pub mod sample;
 pub mod series;
 pub mod summary;
 
+// Prometheus out (`attach --serve`, `export`) and in (`analyze`).
+pub mod openmetrics;
+pub mod serve;
+
 pub mod app;
+pub mod fleet;
 
 pub use fit::Analysis;

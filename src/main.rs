@@ -2,12 +2,17 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 use leakwatch::cli::Cli;
 use leakwatch::error::Exit;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // NO_COLOR (no-color.org): help and usage errors in plain text.
+    let mut command = Cli::command();
+    if leakwatch::console::no_color() {
+        command = command.color(clap::ColorChoice::Never);
+    }
+    let cli = Cli::from_arg_matches(&command.get_matches()).unwrap_or_else(|e| e.exit());
     match leakwatch::app::run(cli) {
         Ok(exit) => exit.into(),
         Err(err) => {

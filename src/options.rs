@@ -7,12 +7,16 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::cli::{AnalysisArgs, AttachArgs, CheckArgs, GateArgs, OutputArgs, ReportArgs, RunArgs};
+use crate::cli::{
+    AnalysisArgs, AnalyzeArgs, AttachArgs, CheckArgs, ExportArgs, GateArgs, OutputArgs,
+    ReportArgs, RunArgs, ServeArgs, TargetArgs,
+};
 use crate::fit::FitOptions;
 use crate::gate::{self, GateError, GateOn, GateOptions};
 use crate::sample::attach::AttachPlan;
 use crate::sample::run::RunPlan;
-use crate::series::XAxis;
+use crate::sample::targets::Target;
+use crate::series::{Metric, XAxis};
 use crate::units::{UnitError, parse_duration, parse_size};
 
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +49,25 @@ pub enum OptionsError {
     Tolerance(String),
     #[error(transparent)]
     Gate(#[from] GateError),
+    #[error("--name '{pattern}' is not a regular expression ({why}); escape special characters, e.g. 'my\\.app'")]
+    Regex { pattern: String, why: String },
+    #[error(
+        "--serve '{0}' is not an address; try '127.0.0.1:9464', ':9464' (loopback) or '[::1]:9464'"
+    )]
+    ServeAddr(String),
+    #[error(
+        "--serve '{0}' is not a loopback address: the metrics name your processes and their \
+         commands; serve on 127.0.0.1 (and scrape through a tunnel), or add --serve-public"
+    )]
+    ServePublic(String),
+    #[error("--as '{0}' is not a metric; use rss_bytes, anon_bytes, pss_bytes, fds, threads …")]
+    AsMetric(String),
+    #[error("--end '{0}' is not a time; give RFC 3339 ('2026-11-30T12:00:00Z') or Unix seconds")]
+    End(String),
+    #[error("--format '{0}' is not an export format; use 'openmetrics'")]
+    Format(String),
+    #[error("--export-top 0 would export no process; give at least 1 (default 50)")]
+    ExportTop,
 }
 
 /// The gate and where its CI outputs go.
@@ -88,6 +111,8 @@ fn gate_on(values: &[String]) -> Result<Vec<GateOn>, OptionsError> {
 /// `check`: paths as typed; `app` finds the summary.json in a directory.
 #[derive(Debug, Clone)]
 pub struct CheckOptions {
+    /// `--json`: the result on stdout as JSON.
+    pub json: bool,
     pub current: PathBuf,
     pub baseline: PathBuf,
     /// 0.1 = 10%.
@@ -108,6 +133,7 @@ impl CheckOptions {
             .ok_or_else(|| OptionsError::Tolerance(args.tolerance.clone()))?
             / 100.0;
         Ok(CheckOptions {
+            json: args.json,
             current: args.current.clone(),
             baseline: args.baseline.clone(),
             tolerance,
@@ -140,6 +166,14 @@ pub struct AttachOptions {
     pub fit: FitOptions,
     pub gate: GateSetup,
     pub output: Output,
+    /// `--serve`: where to serve /metrics, and how many processes to export.
+    pub serve: Option<ServeOptions>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServeOptions {
+    pub addr: std::net::SocketAddr,
+    pub top: usize,
 }
 
 /// `report`: the input as typed (a directory or its samples.csv).
@@ -256,7 +290,7 @@ impl AttachOptions {
             .ok_or_else(|| OptionsError::DeepBudget(args.deep_budget.clone()))?;
         Ok(AttachOptions {
             plan: AttachPlan {
-                pid: pid("PID", &args.pid)?,
+                target: target(args.pid.as_deref(), &args.targets)?,
                 interval,
                 duration,
                 deep_budget,
@@ -264,6 +298,7 @@ impl AttachOptions {
             fit: fit_options(&args.analysis)?,
             gate: gate_setup(&args.gate, Some(XAxis::Seconds))?,
             output: output(&args.output),
+            serve: serve(&args.serve)?,
         })
     }
 }
@@ -278,6 +313,147 @@ impl ReportOptions {
                 dir: args.out.clone(),
                 quiet: args.quiet,
             },
+        })
+    }
+}
+
+// ---- issue 12: targets beyond a PID, --serve, analyze, export ----
+
+/// The attach target as typed: a PID, `--name`, `--cgroup` or `--unit`
+/// (clap makes sure exactly one is given).
+fn target(pid_text: Option<&str>, args: &TargetArgs) -> Result<Target, OptionsError> {
+    if let Some(pattern) = &args.name {
+        let regex = regex::Regex::new(pattern).map_err(|e| OptionsError::Regex {
+            pattern: pattern.clone(),
+            why: e.to_string().lines().last().unwrap_or("").trim().to_string(),
+        })?;
+        return Ok(Target::Name {
+            regex,
+            all: args.all,
+        });
+    }
+    if let Some(path) = &args.cgroup {
+        return Ok(Target::Cgroup(path.clone()));
+    }
+    if let Some(unit) = &args.unit {
+        // `nginx` means `nginx.service`, as systemctl reads it.
+        let unit = if unit.contains('.') {
+            unit.clone()
+        } else {
+            format!("{unit}.service")
+        };
+        return Ok(Target::Unit(unit));
+    }
+    Ok(Target::Pid(pid("PID", pid_text.unwrap_or(""))?))
+}
+
+/// `--serve ADDR`: `HOST:PORT` with an IP (or `localhost`), or `:PORT` for
+/// loopback; anything but loopback needs `--serve-public`.
+pub fn serve_addr(text: &str, public: bool) -> Result<std::net::SocketAddr, OptionsError> {
+    use std::net::{Ipv4Addr, SocketAddr};
+    let t = text.trim();
+    let err = || OptionsError::ServeAddr(text.to_string());
+    let addr = if let Some(port) = t.strip_prefix(':').or_else(|| t.strip_prefix("localhost:")) {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, port.parse::<u16>().map_err(|_| err())?))
+    } else {
+        t.parse::<SocketAddr>().map_err(|_| err())?
+    };
+    if !addr.ip().is_loopback() && !public {
+        return Err(OptionsError::ServePublic(text.to_string()));
+    }
+    Ok(addr)
+}
+
+fn serve(args: &ServeArgs) -> Result<Option<ServeOptions>, OptionsError> {
+    let Some(text) = &args.serve else {
+        return Ok(None);
+    };
+    if args.export_top == 0 {
+        return Err(OptionsError::ExportTop);
+    }
+    Ok(Some(ServeOptions {
+        addr: serve_addr(text, args.serve_public)?,
+        top: args.export_top,
+    }))
+}
+
+/// `analyze --prometheus`: the query and its range, resolved to numbers.
+#[derive(Debug, Clone)]
+pub struct AnalyzeOptions {
+    pub url: String,
+    pub query: String,
+    /// Seconds before `end`.
+    pub range: Duration,
+    /// Unix seconds; `None`: now (read where it is used).
+    pub end: Option<f64>,
+    /// `None`: the range / 1000, at least 15 s.
+    pub step: Option<Duration>,
+    pub timeout: Duration,
+    /// The column the values are, e.g. `rss_bytes`.
+    pub metric: Metric,
+    pub fit: FitOptions,
+    pub gate: GateSetup,
+    pub output: Output,
+}
+
+/// `--end`: RFC 3339 or Unix seconds.
+fn end_time(text: &str) -> Result<f64, OptionsError> {
+    let t = text.trim();
+    if let Ok(secs) = t.parse::<f64>()
+        && secs.is_finite()
+        && secs >= 0.0
+    {
+        return Ok(secs);
+    }
+    chrono::DateTime::parse_from_rfc3339(t)
+        .map(|d| d.timestamp_millis() as f64 / 1000.0)
+        .map_err(|_| OptionsError::End(text.to_string()))
+}
+
+impl AnalyzeOptions {
+    pub fn from_args(args: &AnalyzeArgs) -> Result<Self, OptionsError> {
+        Ok(AnalyzeOptions {
+            url: args.prometheus.trim().to_string(),
+            query: args.query.clone(),
+            range: positive("range", &args.range)?,
+            end: args.end.as_deref().map(end_time).transpose()?,
+            step: args
+                .step
+                .as_deref()
+                .map(|s| positive("step", s))
+                .transpose()?,
+            timeout: positive("timeout", &args.timeout)?,
+            metric: Metric::from_name(args.as_metric.trim())
+                .ok_or_else(|| OptionsError::AsMetric(args.as_metric.clone()))?,
+            fit: fit_options(&args.analysis)?,
+            gate: gate_setup(&args.gate, Some(XAxis::Seconds))?,
+            output: output(&args.output),
+        })
+    }
+}
+
+/// `export DIR --format openmetrics`.
+#[derive(Debug, Clone)]
+pub struct ExportOptions {
+    pub input: PathBuf,
+    pub out: Option<PathBuf>,
+    pub top: usize,
+    pub fit: FitOptions,
+}
+
+impl ExportOptions {
+    pub fn from_args(args: &ExportArgs) -> Result<Self, OptionsError> {
+        if args.format.trim() != "openmetrics" {
+            return Err(OptionsError::Format(args.format.clone()));
+        }
+        if args.export_top == 0 {
+            return Err(OptionsError::ExportTop);
+        }
+        Ok(ExportOptions {
+            input: args.input.clone(),
+            out: args.out.clone(),
+            top: args.export_top,
+            fit: fit_options(&args.analysis)?,
         })
     }
 }
@@ -309,6 +485,28 @@ fn parse_fraction(text: &str) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn serve_addresses_are_loopback_unless_public() {
+        assert_eq!(serve_addr(":9464", false).unwrap().to_string(), "127.0.0.1:9464");
+        assert_eq!(
+            serve_addr("localhost:9464", false).unwrap().to_string(),
+            "127.0.0.1:9464"
+        );
+        assert!(serve_addr("[::1]:9464", false).is_ok());
+        let e = serve_addr("0.0.0.0:9464", false).unwrap_err().to_string();
+        assert!(e.contains("--serve-public"), "{e}");
+        assert!(serve_addr("0.0.0.0:9464", true).is_ok());
+        assert!(serve_addr("9464", false).is_err());
+        assert!(serve_addr("host:9464", false).is_err());
+    }
+
+    #[test]
+    fn end_times() {
+        assert_eq!(end_time("1700000000").unwrap(), 1_700_000_000.0);
+        assert_eq!(end_time("2023-11-14T22:13:20Z").unwrap(), 1_700_000_000.0);
+        assert!(end_time("yesterday").is_err());
+    }
 
     #[test]
     fn fractions() {

@@ -20,6 +20,12 @@ pub enum Scope {
     Pid(u32),
     /// The attached process with its descendants (`attach` mode).
     Target,
+    /// A cgroup's own accounting (`attach --cgroup`/`--unit`): memory.stat,
+    /// including kernel memory no process' RSS shows. One row per sample, pid 0.
+    Cgroup,
+    /// One series pulled from Prometheus (`analyze --prometheus`): an index
+    /// into the label table (`Samples::labels`), which names it.
+    Series(u32),
     /// The command's own tree while it runs.
     Command,
     /// leakwatch itself: notes and the interruption, no process.
@@ -32,6 +38,8 @@ impl fmt::Display for Scope {
             Scope::Survivors => f.write_str("survivors"),
             Scope::Pid(pid) => write!(f, "pid:{pid}"),
             Scope::Target => f.write_str("target"),
+            Scope::Cgroup => f.write_str("cgroup"),
+            Scope::Series(i) => write!(f, "series:{i}"),
             Scope::Command => f.write_str("command"),
             Scope::Session => f.write_str("leakwatch"),
         }
@@ -40,7 +48,7 @@ impl fmt::Display for Scope {
 
 /// A scope name that is none of `survivors`, `pid:<PID>`, `target`, `command`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("'{0}' is not a scope; use survivors, pid:<PID>, target or command")]
+#[error("'{0}' is not a scope; use survivors, pid:<PID>, target, cgroup, series:<N> or command")]
 pub struct ScopeError(pub String);
 
 impl FromStr for Scope {
@@ -52,10 +60,17 @@ impl FromStr for Scope {
             "target" => Ok(Scope::Target),
             "command" => Ok(Scope::Command),
             "leakwatch" => Ok(Scope::Session),
+            "cgroup" => Ok(Scope::Cgroup),
             other => other
                 .strip_prefix("pid:")
                 .and_then(|p| p.parse().ok())
                 .map(Scope::Pid)
+                .or_else(|| {
+                    other
+                        .strip_prefix("series:")
+                        .and_then(|p| p.parse().ok())
+                        .map(Scope::Series)
+                })
                 .ok_or_else(|| ScopeError(other.to_string())),
         }
     }
@@ -125,6 +140,13 @@ impl Row {
             uss_bytes: None,
             shared_bytes: None,
             swap_pss_bytes: None,
+            usage_bytes: None,
+            kernel_bytes: None,
+            sock_bytes: None,
+            slab_reclaimable_bytes: None,
+            slab_unreclaimable_bytes: None,
+            kernel_stack_bytes: None,
+            pagetables_bytes: None,
         }
     }
 
@@ -176,6 +198,23 @@ pub struct Row {
     pub uss_bytes: Option<u64>,
     pub shared_bytes: Option<u64>,
     pub swap_pss_bytes: Option<u64>,
+    // A cgroup's own accounting (scope `cgroup`), from memory.current or
+    // memory.usage_in_bytes and memory.stat; empty in process rows and in
+    // files written before these columns existed.
+    #[serde(default)]
+    pub usage_bytes: Option<u64>,
+    #[serde(default)]
+    pub kernel_bytes: Option<u64>,
+    #[serde(default)]
+    pub sock_bytes: Option<u64>,
+    #[serde(default)]
+    pub slab_reclaimable_bytes: Option<u64>,
+    #[serde(default)]
+    pub slab_unreclaimable_bytes: Option<u64>,
+    #[serde(default)]
+    pub kernel_stack_bytes: Option<u64>,
+    #[serde(default)]
+    pub pagetables_bytes: Option<u64>,
 }
 
 /// Spreadsheet-safe text cells, as OWASP's CSV-injection advice has it: a
@@ -252,7 +291,12 @@ pub struct SampleWriter {
     path: PathBuf,
     writer: csv::Writer<File>,
     rows: u64,
+    tap: Option<Tap>,
 }
+
+/// Sees every batch after it is on disk (`attach --serve` keeps its live
+/// series from it), so samplers need not know who else reads their rows.
+pub type Tap = Box<dyn FnMut(&[Row]) + Send>;
 
 impl SampleWriter {
     /// Creates a new samples.csv (never over an existing file or a link).
@@ -262,7 +306,13 @@ impl SampleWriter {
             path: path.to_path_buf(),
             writer: csv::Writer::from_writer(file),
             rows: 0,
+            tap: None,
         })
+    }
+
+    /// Hands every batch written from now on to `tap` as well.
+    pub fn set_tap(&mut self, tap: Tap) {
+        self.tap = Some(tap);
     }
 
     pub fn rows_written(&self) -> u64 {
@@ -283,6 +333,9 @@ impl SampleWriter {
             path: self.path.clone(),
             error,
         })?;
+        if let Some(tap) = &mut self.tap {
+            tap(rows);
+        }
         Ok(())
     }
 }

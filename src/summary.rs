@@ -22,6 +22,14 @@ pub struct Summary {
     /// The attached process of `attach` mode.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub target_pid: Option<u32>,
+    /// What was attached to when it is not one PID: `cgroup /sys/fs/…`,
+    /// `name 'regex' (all matches)`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    /// `analyze --prometheus`: the label set of each `series:<N>` name, as
+    /// PromQL writes it (`{job="api",pod="api-7d9f"}`).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub series_labels: std::collections::BTreeMap<String, String>,
     /// Runs completed (run mode).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub runs: Option<u32>,
@@ -88,6 +96,12 @@ pub fn summary(a: &Analysis, gate: Option<&GateResult>) -> Summary {
         mode: a.mode().to_string(),
         command: a.command_line.clone(),
         target_pid: a.target_pid,
+        target: a.target.clone(),
+        series_labels: a
+            .labels
+            .iter()
+            .map(|(i, l)| (crate::store::Scope::Series(*i).to_string(), l.clone()))
+            .collect(),
         runs: (!a.runs.is_empty()).then_some(a.runs.len() as u32),
         duration_s: a.duration_s,
         interrupted: a.interrupted,

@@ -10,12 +10,19 @@ use crate::series::{Metric, Samples};
 use crate::store::Scope;
 use crate::units::format_signed_bytes;
 
-/// Kinds a scope's growth can be split into (they add up to RSS).
-const KINDS: [Metric; 4] = [
+/// Kinds a scope's growth can be split into (they add up to RSS), and a
+/// cgroup's kernel memory (which no RSS holds).
+const KINDS: [Metric; 10] = [
     Metric::AnonBytes,
     Metric::FileBytes,
     Metric::ShmemBytes,
     Metric::SwapBytes,
+    Metric::KernelBytes,
+    Metric::SockBytes,
+    Metric::SlabReclaimableBytes,
+    Metric::SlabUnreclaimableBytes,
+    Metric::KernelStackBytes,
+    Metric::PageTablesBytes,
 ];
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

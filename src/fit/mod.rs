@@ -248,12 +248,18 @@ pub struct Analysis {
     pub recycle: Vec<findings::RecycleAdvice>,
     pub interrupted: bool,
     pub notes: Vec<String>,
+    /// What was attached to when not one PID (a cgroup, a name pattern).
+    pub target: Option<String>,
+    /// The label set of each `series:<N>` (`analyze --prometheus`).
+    pub labels: std::collections::BTreeMap<u32, String>,
 }
 
 impl Analysis {
     pub fn mode(&self) -> &'static str {
         if self.command_line.is_some() {
             "run"
+        } else if !self.labels.is_empty() {
+            "analyze"
         } else {
             "attach"
         }
@@ -292,8 +298,6 @@ pub fn primary_metric(fits: &[SeriesFit], scope: Scope) -> Metric {
     }
 }
 
-/// Metrics judged beside the primary one for the overall verdict.
-const ALSO_JUDGED: [Metric; 3] = [Metric::ShmemBytes, Metric::Fds, Metric::Threads];
 
 /// One headline per scope, in scope order (survivors, pid:…, target,
 /// command): indices into `fits` of each scope's primary metric.
@@ -327,7 +331,7 @@ fn overall_verdict(
     let judged = fits
         .iter()
         .filter(|f| f.scope != Scope::Command)
-        .filter(|f| f.metric == primary_metric(fits, f.scope) || ALSO_JUDGED.contains(&f.metric))
+        .filter(|f| f.metric == primary_metric(fits, f.scope) || f.metric.judged_beside_primary())
         .map(|f| f.verdict)
         .max();
     judged
@@ -386,6 +390,8 @@ pub fn analyse(samples: Samples, opts: &FitOptions) -> Analysis {
         recycle: tree.recycle,
         interrupted: samples.interrupted,
         notes: samples.notes,
+        target: samples.target,
+        labels: samples.labels,
     }
 }
 

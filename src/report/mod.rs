@@ -5,6 +5,7 @@
 pub mod charts;
 pub mod ci;
 pub mod doc;
+pub mod fleet;
 pub mod html;
 pub mod junit;
 pub mod markdown;

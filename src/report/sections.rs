@@ -26,6 +26,7 @@ pub fn document(a: &Analysis, gate: Option<&GateResult>, plots: &[Plot]) -> Vec<
     }
     verdict(a, plots, &mut doc);
     growth(a, &mut doc);
+    doc.extend(super::fleet::series_table(a));
     attribution(a, plots, &mut doc);
     process_tree(a, &mut doc);
     projection(a, &mut doc);
@@ -72,7 +73,10 @@ fn intro(a: &Analysis) -> Vec<Inline> {
             "Attached to PID {pid} and its descendants for {}.",
             seconds(a.duration_s)
         ))],
-        (None, None) => vec![text(format!("Samples over {}.", seconds(a.duration_s)))],
+        (None, None) => vec![text(match &a.target {
+            Some(target) => format!("Attached to {target} for {}.", seconds(a.duration_s)),
+            None => format!("Samples over {}.", seconds(a.duration_s)),
+        })],
     }
 }
 

@@ -5,7 +5,7 @@ use std::fmt::Write;
 use crate::Analysis;
 use crate::fit::findings::{Finding, RecycleAdvice, TreeTotal};
 use crate::fit::{Projection, SeriesFit, Verdict};
-use crate::series::{Metric, XAxis};
+use crate::series::XAxis;
 use crate::store::Scope;
 use crate::units::{format_bytes, format_signed_bytes};
 
@@ -82,7 +82,7 @@ pub fn other_leaks(a: &Analysis) -> impl Iterator<Item = &SeriesFit> {
     a.fits.iter().filter(|f| {
         f.verdict == Verdict::Leak
             && f.scope != Scope::Command
-            && matches!(f.metric, Metric::ShmemBytes | Metric::Fds | Metric::Threads)
+            && f.metric.judged_beside_primary()
             && !a
                 .headlines()
                 .any(|h| h.scope == f.scope && h.metric == f.metric)
@@ -110,7 +110,11 @@ pub fn render(a: &Analysis) -> String {
         (None, Some(pid)) => {
             let _ = writeln!(out, "attached to {pid} for {:.0}s", a.duration_s);
         }
-        (None, None) => {}
+        (None, None) => {
+            if let Some(target) = &a.target {
+                let _ = writeln!(out, "attached to {target} for {:.0}s", a.duration_s);
+            }
+        }
     }
     let _ = writeln!(out, "verdict: {}", a.verdict.as_str().to_uppercase());
     for f in a.headlines() {

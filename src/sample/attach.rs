@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::proc::{ProcRoot, Stat};
 use super::reaper::Interrupt;
+use super::targets::{Members, Target, TargetError};
 use super::{
     Clock, Context, Outcome, Progress, ResolveError, SampleError, event_row, mapping_rows,
     sample_scope,
@@ -20,7 +21,8 @@ const SCOPE: Scope = Scope::Target;
 /// What to attach to and how, as the user asked.
 #[derive(Debug, Clone)]
 pub struct AttachPlan {
-    pub pid: u32,
+    /// A PID, a name pattern, a cgroup or a unit; `check_target` resolves it.
+    pub target: Target,
     pub interval: Duration,
     /// Stop after this long; `None`: when the target exits or on Ctrl-C.
     pub duration: Option<Duration>,
@@ -28,20 +30,29 @@ pub struct AttachPlan {
     pub deep_budget: f64,
 }
 
-/// Checks that the target is a live user process, before any output exists.
-pub fn check_target(plan: &AttachPlan) -> Result<(), ResolveError> {
-    let root = ProcRoot::default();
-    if !root.alive(plan.pid) {
-        return Err(ResolveError::NoSuchProcess {
-            what: "PID",
-            pid: plan.pid,
-        });
+/// Resolves the target (a name to its PID, a unit to its cgroup) and checks
+/// that a PID is a live user process, before any output exists.
+pub fn check_target(plan: &AttachPlan) -> Result<AttachPlan, TargetError> {
+    let target = super::targets::resolve(&plan.target)?;
+    if let Target::Pid(pid) = target {
+        check_pid(pid)?;
     }
-    if let Ok(status) = root.status(plan.pid)
+    Ok(AttachPlan {
+        target,
+        ..plan.clone()
+    })
+}
+
+fn check_pid(pid: u32) -> Result<(), ResolveError> {
+    let root = ProcRoot::default();
+    if !root.alive(pid) {
+        return Err(ResolveError::NoSuchProcess { what: "PID", pid });
+    }
+    if let Ok(status) = root.status(pid)
         && status.rss_bytes.is_none()
     {
         return Err(ResolveError::KernelThread {
-            pid: plan.pid,
+            pid,
             name: status.name,
         });
     }
@@ -93,6 +104,9 @@ impl DeepBudget {
 /// One `attach` session and what it has seen so far.
 struct Session<'a> {
     plan: &'a AttachPlan,
+    /// Which processes each tick samples (and a cgroup's own row).
+    members: Members,
+    /// The process attached to; for a cgroup or `--name --all`, a stand-in.
     target: Stat,
     writer: &'a mut SampleWriter,
     progress: &'a Progress,
@@ -120,12 +134,24 @@ pub fn attach(
     progress: &Progress,
 ) -> Result<Outcome, SampleError> {
     let root = ProcRoot::default();
-    let target = root.stat(plan.pid).map_err(|error| SampleError::Target {
-        pid: plan.pid,
-        error,
-    })?;
+    let members = Members::new(&plan.target);
+    let target = match members.leader() {
+        Some(pid) => root
+            .stat(pid)
+            .map_err(|error| SampleError::Target { pid, error })?,
+        None => Stat {
+            comm: members.describe().unwrap_or_default(),
+            state: 'R',
+            ppid: 0,
+            start_time: 0,
+        },
+    };
+    if let Some(what) = members.describe() {
+        writer.write_batch(&[crate::store::note_row("target", &what)])?;
+    }
     let mut session = Session {
         plan,
+        members,
         target,
         writer,
         progress,
@@ -202,7 +228,9 @@ impl Session<'_> {
     /// Whether the target is still the process attached to; when it exited
     /// or its pid was reused, records that (and the last mapping snapshot).
     fn target_alive(&mut self, ctx: &Context) -> Result<bool, SampleError> {
-        let pid = self.plan.pid;
+        let Some(pid) = self.members.leader() else {
+            return self.group_alive(ctx);
+        };
         let (event, comm, note) = match self.root.stat(pid) {
             Ok(s) if s.state != 'Z' && s.start_time == self.target.start_time => return Ok(true),
             Ok(s) if s.start_time != self.target.start_time => {
@@ -239,13 +267,24 @@ impl Session<'_> {
         Ok(false)
     }
 
+    /// A cgroup or `--name --all` target: alive until the cgroup is removed
+    /// or nothing matches any more.
+    fn group_alive(&mut self, ctx: &Context) -> Result<bool, SampleError> {
+        let Some(note) = self.members.ended(&self.root) else {
+            return Ok(true);
+        };
+        let comm = self.target.comm.clone();
+        self.writer
+            .write_batch(&[event_row(ctx, SCOPE, 0, &comm, "exited", None)])?;
+        self.outcome.notes.push(note);
+        Ok(false)
+    }
+
     /// One sample of the tree: cheap, or deep when the budget allows (the
     /// last sample is always deep, so PSS/USS have an end point).
     fn tick(&mut self, ctx: &Context, done: bool) -> Result<(), SampleError> {
         let deep = self.budget.allows() || done;
-        let tree = self
-            .root
-            .tree_without(self.plan.pid, Some(std::process::id()));
+        let tree = self.members.pids(&self.root, std::process::id());
         let t0 = Instant::now();
         let (mut rows, unreadable, denied) = sample_scope(&self.root, ctx, SCOPE, &tree, deep);
         self.note_unreadable(unreadable);
@@ -262,6 +301,7 @@ impl Session<'_> {
         }
         self.note_denied(&denied);
         rows.extend(tree_events(ctx, &rows, &mut self.known));
+        rows.extend(self.members.own_rows(ctx));
         self.writer.write_batch(&rows)?;
         self.show_progress(&rows, tree.len());
         Ok(())

@@ -2,10 +2,14 @@
 //! drive `run` and `attach`, and hand rows to the store as they are taken.
 
 pub mod attach;
+pub mod cgroup;
 pub mod confine;
 pub mod proc;
 pub mod reaper;
 pub mod run;
+// Targets beyond a PID and Prometheus as a source (issue 12).
+pub mod prometheus;
+pub mod targets;
 
 use std::time::Instant;
 

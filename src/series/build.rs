@@ -44,6 +44,12 @@ pub struct Samples {
     pub notes: Vec<String>,
     /// Rows read.
     pub rows: u64,
+    /// What was attached to when it is not one PID (`cgroup /sys/fs/…`,
+    /// `name 'regex'`): from the session's `target` row.
+    pub target: Option<String>,
+    /// The label set of each `series:<N>` scope (`analyze --prometheus`),
+    /// as `{job="api",pod="api-7d9f"}`: from the session's `labels` rows.
+    pub labels: BTreeMap<u32, String>,
 }
 
 /// The memory of one process over its life: identity (pid and start time, so
@@ -244,8 +250,9 @@ struct Batch {
     scopes: BTreeMap<Scope, ScopeSample>,
 }
 
-/// Builds `Samples` from rows in the order samples.csv holds them.
-#[derive(Debug)]
+/// Builds `Samples` from rows in the order samples.csv holds them. Cloned
+/// by `attach --serve` to refit what has been sampled so far.
+#[derive(Debug, Clone)]
 pub struct Builder {
     x_axis: Option<XAxis>,
     batch: Option<Batch>,
@@ -263,6 +270,8 @@ pub struct Builder {
     exits: Vec<String>,
     exits_more: usize,
     rows: u64,
+    target: Option<String>,
+    labels: BTreeMap<u32, String>,
 }
 
 impl Default for Builder {
@@ -290,6 +299,8 @@ impl Builder {
             exits: Vec::new(),
             exits_more: 0,
             rows: 0,
+            target: None,
+            labels: BTreeMap::new(),
         }
     }
 
@@ -310,7 +321,7 @@ impl Builder {
             self.t_range.0.min(row.t_seconds),
             self.t_range.1.max(row.t_seconds),
         );
-        if row.scope == Scope::Target && self.target_pid.is_none() {
+        if row.scope == Scope::Target && self.target_pid.is_none() && self.target.is_none() {
             self.target_pid = Some(row.pid);
         }
         match row.tier {
@@ -324,6 +335,16 @@ impl Builder {
         match row.event.as_deref() {
             Some("interrupted") => self.interrupted = true,
             Some("note") => self.notes.push(row.comm.clone()),
+            // A target that is not one PID: no target_pid, this instead.
+            Some("target") => self.target = Some(row.comm.clone()),
+            // `labels` rows name the series of `analyze`: "<N> {k="v",…}".
+            Some("labels") => {
+                if let Some((i, labels)) = row.comm.split_once(' ')
+                    && let Ok(i) = i.parse()
+                {
+                    self.labels.insert(i, labels.to_string());
+                }
+            }
             _ => {}
         }
     }
@@ -551,6 +572,8 @@ impl Builder {
             interrupted: self.interrupted,
             notes,
             rows: self.rows,
+            target: self.target,
+            labels: self.labels,
         }
     }
 }

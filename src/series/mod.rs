@@ -25,10 +25,19 @@ pub enum Metric {
     SwapBytes,
     Fds,
     Threads,
+    // A cgroup's own accounting (scope `cgroup` only): what its memory
+    // controller charges, including kernel memory no process' RSS shows.
+    UsageBytes,
+    KernelBytes,
+    SockBytes,
+    SlabReclaimableBytes,
+    SlabUnreclaimableBytes,
+    KernelStackBytes,
+    PageTablesBytes,
 }
 
 impl Metric {
-    pub const ALL: [Metric; 11] = [
+    pub const ALL: [Metric; 18] = [
         Metric::RssBytes,
         Metric::PssBytes,
         Metric::UssBytes,
@@ -40,7 +49,32 @@ impl Metric {
         Metric::SwapBytes,
         Metric::Fds,
         Metric::Threads,
+        Metric::UsageBytes,
+        Metric::KernelBytes,
+        Metric::SockBytes,
+        Metric::SlabReclaimableBytes,
+        Metric::SlabUnreclaimableBytes,
+        Metric::KernelStackBytes,
+        Metric::PageTablesBytes,
     ];
+
+    /// Kernel memory a cgroup is charged for: judged beside the primary
+    /// metric (a socket or dentry leak grows none of the RSS kinds).
+    pub const KERNEL: [Metric; 6] = [
+        Metric::KernelBytes,
+        Metric::SockBytes,
+        Metric::SlabReclaimableBytes,
+        Metric::SlabUnreclaimableBytes,
+        Metric::KernelStackBytes,
+        Metric::PageTablesBytes,
+    ];
+
+    /// Judged beside a scope's primary metric for the overall verdict:
+    /// shmem, fds, threads and a cgroup's kernel memory.
+    pub fn judged_beside_primary(self) -> bool {
+        matches!(self, Metric::ShmemBytes | Metric::Fds | Metric::Threads)
+            || Metric::KERNEL.contains(&self)
+    }
 
     pub fn name(self) -> &'static str {
         match self {
@@ -55,6 +89,13 @@ impl Metric {
             Metric::SwapBytes => "swap_bytes",
             Metric::Fds => "fds",
             Metric::Threads => "threads",
+            Metric::UsageBytes => "usage_bytes",
+            Metric::KernelBytes => "kernel_bytes",
+            Metric::SockBytes => "sock_bytes",
+            Metric::SlabReclaimableBytes => "slab_reclaimable_bytes",
+            Metric::SlabUnreclaimableBytes => "slab_unreclaimable_bytes",
+            Metric::KernelStackBytes => "kernel_stack_bytes",
+            Metric::PageTablesBytes => "pagetables_bytes",
         }
     }
 
@@ -72,6 +113,13 @@ impl Metric {
             Metric::SwapBytes => "swap",
             Metric::Fds => "fds",
             Metric::Threads => "threads",
+            Metric::UsageBytes => "usage",
+            Metric::KernelBytes => "kernel",
+            Metric::SockBytes => "sock",
+            Metric::SlabReclaimableBytes => "slab reclaimable",
+            Metric::SlabUnreclaimableBytes => "slab unreclaimable",
+            Metric::KernelStackBytes => "kernel stack",
+            Metric::PageTablesBytes => "page tables",
         }
     }
 
@@ -96,6 +144,13 @@ impl Metric {
             Metric::SwapBytes => row.swap_bytes,
             Metric::Fds => row.fds,
             Metric::Threads => row.threads,
+            Metric::UsageBytes => row.usage_bytes,
+            Metric::KernelBytes => row.kernel_bytes,
+            Metric::SockBytes => row.sock_bytes,
+            Metric::SlabReclaimableBytes => row.slab_reclaimable_bytes,
+            Metric::SlabUnreclaimableBytes => row.slab_unreclaimable_bytes,
+            Metric::KernelStackBytes => row.kernel_stack_bytes,
+            Metric::PageTablesBytes => row.pagetables_bytes,
         }
     }
 }
