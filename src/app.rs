@@ -12,8 +12,8 @@ use crate::cli::{Cli, Command};
 use crate::console;
 use crate::error::Exit;
 use crate::fit::{self, Analysis, FitOptions};
-use crate::gate::{self, GateResult};
 use crate::fleet;
+use crate::gate::{self, GateResult};
 use crate::options::{
     AnalyzeOptions, AttachOptions, CheckOptions, ExportOptions, GateSetup, Output, ReportOptions,
     RunOptions,

@@ -23,8 +23,8 @@ use crate::openmetrics::{self, Latest};
 use crate::options::{AnalyzeOptions, ExportOptions, ServeOptions};
 use crate::output;
 use crate::sample::prometheus::{self, Life, RangeQuery};
-use crate::serve::Server;
 use crate::series::{self, Metric, Series, XAxis};
+use crate::serve::Server;
 use crate::store::{self, Row, SampleWriter, Scope, Tier};
 
 /// Starts /metrics before sampling (a port in use fails before any output
@@ -127,7 +127,14 @@ fn worst_first(lives: Vec<Life>, start: f64, opts: &AnalyzeOptions) -> Vec<Life>
 
 /// samples.csv of an `analyze`: the label table and a note first, then one
 /// row per series per timestamp, in time order.
-fn write_samples(path: &Path, lives: &[Life], counts: &[usize], start: f64, metric: Metric, note: &str) -> Result<u64> {
+fn write_samples(
+    path: &Path,
+    lives: &[Life],
+    counts: &[usize],
+    start: f64,
+    metric: Metric,
+    note: &str,
+) -> Result<u64> {
     let mut writer = SampleWriter::create(path)?;
     let mut head: Vec<Row> = lives
         .iter()
@@ -218,7 +225,10 @@ pub fn analyze(opts: &AnalyzeOptions) -> Result<Exit> {
             format!(
                 "; {} of them restarted (a gap, a reset or a fall to under half): each life is \
                  its own series, labelled leakwatch_life",
-                series.iter().filter(|s| prometheus::lives(s, step).len() > 1).count()
+                series
+                    .iter()
+                    .filter(|s| prometheus::lives(s, step).len() > 1)
+                    .count()
             )
         } else {
             String::new()
@@ -304,7 +314,9 @@ pub fn export(opts: &ExportOptions) -> Result<Exit> {
 /// `leakwatch completions SHELL`: the script on stdout.
 pub fn completions(shell: &str) -> Result<Exit> {
     let Ok(shell) = shell.trim().parse::<clap_complete::Shell>() else {
-        bail!("'{shell}' is not a shell leakwatch completes; use bash, zsh, fish, elvish or powershell");
+        bail!(
+            "'{shell}' is not a shell leakwatch completes; use bash, zsh, fish, elvish or powershell"
+        );
     };
     let mut out = Vec::new();
     clap_complete::generate(shell, &mut Cli::command(), "leakwatch", &mut out);
@@ -323,7 +335,9 @@ fn man_page(cmd: clap::Command, title: &str) -> Result<Vec<u8>> {
 pub fn man(out: Option<&Path>) -> Result<Exit> {
     let cmd = Cli::command();
     let Some(dir) = out else {
-        let _ = std::io::stdout().lock().write_all(&man_page(cmd, "leakwatch")?);
+        let _ = std::io::stdout()
+            .lock()
+            .write_all(&man_page(cmd, "leakwatch")?);
         return Ok(Exit::Ok);
     };
     output::create_dir(dir).context("--out")?;

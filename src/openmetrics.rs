@@ -115,8 +115,11 @@ impl Latest {
             self.sample = Some(row.sample);
             self.samples += 1;
             // Keep the deep values of processes still there only.
-            let live: Vec<(Scope, u32, u64)> =
-                self.rows.iter().map(|r| (r.scope, r.pid, r.start_time)).collect();
+            let live: Vec<(Scope, u32, u64)> = self
+                .rows
+                .iter()
+                .map(|r| (r.scope, r.pid, r.start_time))
+                .collect();
             self.deep.retain(|k, _| live.contains(k));
             self.rows.clear();
         }
@@ -189,7 +192,10 @@ fn process_families(latest: &Latest, top: usize) -> Vec<Family> {
         "leakwatch_process_memory_bytes",
         "Memory of a sampled process by kind (rss, pss, uss, anon, file, shmem, shared, swap), bytes.",
     );
-    let mut fds = Family::new("leakwatch_process_open_fds", "Open file descriptors of a process.");
+    let mut fds = Family::new(
+        "leakwatch_process_open_fds",
+        "Open file descriptors of a process.",
+    );
     let mut threads = Family::new("leakwatch_process_threads", "Threads of a process.");
     let mut count = Family::new(
         "leakwatch_processes",
@@ -241,7 +247,10 @@ fn series_families(latest: &Latest) -> Vec<Family> {
         "leakwatch_series_memory_bytes",
         "A series' memory by kind (summed over its processes; a cgroup's own accounting), bytes.",
     );
-    let mut fds = Family::new("leakwatch_series_open_fds", "Open file descriptors of a series.");
+    let mut fds = Family::new(
+        "leakwatch_series_open_fds",
+        "Open file descriptors of a series.",
+    );
     let mut threads = Family::new("leakwatch_series_threads", "Threads of a series.");
     let mut sums: BTreeMap<Scope, Vec<Option<u64>>> = BTreeMap::new();
     for r in &latest.rows {
@@ -260,7 +269,10 @@ fn series_families(latest: &Latest) -> Vec<Family> {
                 Metric::Fds => fds.push(vec![series], v as f64),
                 Metric::Threads => threads.push(vec![series], v as f64),
                 m => memory.push(
-                    vec![series, ("kind", m.name().trim_end_matches("_bytes").to_string())],
+                    vec![
+                        series,
+                        ("kind", m.name().trim_end_matches("_bytes").to_string()),
+                    ],
                     v as f64,
                 ),
             }
@@ -341,8 +353,8 @@ fn fit_families(a: &Analysis) -> Vec<Family> {
 
 fn families(a: Option<&Analysis>, latest: &Latest, top: usize) -> Vec<Family> {
     let mut info = Family::new(
-        "leakwatch_info",
-        "What leakwatch follows: the mode and the target.",
+        "leakwatch_target",
+        "What leakwatch follows: the mode and the target (always 1).",
     );
     let target = a
         .and_then(|a| {
@@ -406,7 +418,10 @@ mod tests {
         assert!(!live.stale());
         let text = live.render(2);
         assert!(text.ends_with("# EOF\n"));
-        assert!(text.contains("leakwatch_processes{scope=\"target\"} 5"), "{text}");
+        assert!(
+            text.contains("leakwatch_processes{scope=\"target\"} 5"),
+            "{text}"
+        );
         assert!(text.contains("leakwatch_processes_exported{scope=\"target\"} 2"));
         // Carried deep values: PSS of the last deep sample is still exported.
         assert!(text.contains("kind=\"pss\""), "{text}");
@@ -417,7 +432,9 @@ mod tests {
         let growth = text
             .lines()
             .find(|l| {
-                l.starts_with("leakwatch_growth_bytes_per_second{series=\"target\",metric=\"rss_bytes\"}")
+                l.starts_with(
+                    "leakwatch_growth_bytes_per_second{series=\"target\",metric=\"rss_bytes\"}",
+                )
             })
             .unwrap();
         let v: f64 = growth.rsplit(' ').next().unwrap().parse().unwrap();

@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::cli::{
-    AnalysisArgs, AnalyzeArgs, AttachArgs, CheckArgs, ExportArgs, GateArgs, OutputArgs,
-    ReportArgs, RunArgs, ServeArgs, TargetArgs,
+    AnalysisArgs, AnalyzeArgs, AttachArgs, CheckArgs, ExportArgs, GateArgs, OutputArgs, ReportArgs,
+    RunArgs, ServeArgs, TargetArgs,
 };
 use crate::fit::FitOptions;
 use crate::gate::{self, GateError, GateOn, GateOptions};
@@ -49,7 +49,9 @@ pub enum OptionsError {
     Tolerance(String),
     #[error(transparent)]
     Gate(#[from] GateError),
-    #[error("--name '{pattern}' is not a regular expression ({why}); escape special characters, e.g. 'my\\.app'")]
+    #[error(
+        "--name '{pattern}' is not a regular expression ({why}); escape special characters, e.g. 'my\\.app'"
+    )]
     Regex { pattern: String, why: String },
     #[error(
         "--serve '{0}' is not an address; try '127.0.0.1:9464', ':9464' (loopback) or '[::1]:9464'"
@@ -325,7 +327,13 @@ fn target(pid_text: Option<&str>, args: &TargetArgs) -> Result<Target, OptionsEr
     if let Some(pattern) = &args.name {
         let regex = regex::Regex::new(pattern).map_err(|e| OptionsError::Regex {
             pattern: pattern.clone(),
-            why: e.to_string().lines().last().unwrap_or("").trim().to_string(),
+            why: e
+                .to_string()
+                .lines()
+                .last()
+                .unwrap_or("")
+                .trim()
+                .to_string(),
         })?;
         return Ok(Target::Name {
             regex,
@@ -488,7 +496,10 @@ mod tests {
 
     #[test]
     fn serve_addresses_are_loopback_unless_public() {
-        assert_eq!(serve_addr(":9464", false).unwrap().to_string(), "127.0.0.1:9464");
+        assert_eq!(
+            serve_addr(":9464", false).unwrap().to_string(),
+            "127.0.0.1:9464"
+        );
         assert_eq!(
             serve_addr("localhost:9464", false).unwrap().to_string(),
             "127.0.0.1:9464"

@@ -103,11 +103,9 @@ fn handle(
     let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let path = target.split('?').next().unwrap_or("");
     let (status, content_type, body) = match (method, path) {
-        ("GET" | "HEAD", "/metrics") => (
-            "200 OK",
-            openmetrics::CONTENT_TYPE,
-            metrics(live, fit, top),
-        ),
+        ("GET" | "HEAD", "/metrics") => {
+            ("200 OK", openmetrics::CONTENT_TYPE, metrics(live, fit, top))
+        }
         ("GET" | "HEAD", "/") => (
             "200 OK",
             "text/plain; charset=utf-8",
@@ -152,12 +150,8 @@ mod tests {
 
     #[test]
     fn serves_metrics_and_nothing_else() {
-        let server = Server::start(
-            "127.0.0.1:0".parse().unwrap(),
-            FitOptions::default(),
-            50,
-        )
-        .unwrap();
+        let server =
+            Server::start("127.0.0.1:0".parse().unwrap(), FitOptions::default(), 50).unwrap();
         let mut tap = server.tap();
         let row = crate::store::Row {
             rss_bytes: Some(4096),

@@ -298,7 +298,6 @@ pub fn primary_metric(fits: &[SeriesFit], scope: Scope) -> Metric {
     }
 }
 
-
 /// One headline per scope, in scope order (survivors, pid:…, target,
 /// command): indices into `fits` of each scope's primary metric.
 fn headlines(fits: &[SeriesFit], scopes: &[Scope]) -> Vec<usize> {

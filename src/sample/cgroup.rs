@@ -123,7 +123,10 @@ impl Cgroup {
         let mut dirs = vec![self.dir.clone()];
         while let Some(dir) = dirs.pop() {
             if let Ok(text) = fs::read_to_string(dir.join("cgroup.procs")) {
-                pids.extend(text.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
+                pids.extend(
+                    text.split_whitespace()
+                        .filter_map(|p| p.parse::<u32>().ok()),
+                );
             }
             if let Ok(entries) = fs::read_dir(&dir) {
                 dirs.extend(
@@ -260,7 +263,10 @@ mod tests {
     #[test]
     fn v2_stat_reads_kernel_memory_by_kind() {
         let m = parse_stat_v2(V2);
-        assert_eq!((m.anon, m.kernel, m.sock), (Some(1000), Some(900), Some(50)));
+        assert_eq!(
+            (m.anon, m.kernel, m.sock),
+            (Some(1000), Some(900), Some(50))
+        );
         let old = V2.replace("kernel 900\n", "");
         assert_eq!(parse_stat_v2(&old).kernel, Some(900));
     }

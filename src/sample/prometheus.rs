@@ -162,7 +162,12 @@ pub fn parse_reply(q: &RangeQuery, status: u16, body: &str) -> Result<Vec<PromSe
     let reply: Reply = serde_json::from_str(body).map_err(|_| PromError::NotPrometheus {
         url: q.url.clone(),
         status,
-        body: body.chars().take(120).collect::<String>().trim().to_string(),
+        body: body
+            .chars()
+            .take(120)
+            .collect::<String>()
+            .trim()
+            .to_string(),
     })?;
     if reply.status != "success" {
         let kind = reply.error_type.unwrap_or_else(|| "error".into());
@@ -197,7 +202,12 @@ pub fn parse_reply(q: &RangeQuery, status: u16, body: &str) -> Result<Vec<PromSe
             points: m
                 .values
                 .into_iter()
-                .filter_map(|(t, v)| v.parse::<f64>().ok().filter(|v| v.is_finite()).map(|v| (t, v)))
+                .filter_map(|(t, v)| {
+                    v.parse::<f64>()
+                        .ok()
+                        .filter(|v| v.is_finite())
+                        .map(|v| (t, v))
+                })
                 .collect(),
         })
         .collect())
@@ -288,8 +298,14 @@ pub struct Life {
 /// gives back its memory at once; a collector rarely frees half).
 pub fn lives(series: &PromSeries, step: Duration) -> Vec<Life> {
     let gap = (3.0 * step.as_secs_f64()).max(300.0);
-    let name = series.labels.get("__name__").map(String::as_str).unwrap_or("");
-    let counter = ["_total", "_count", "_sum"].iter().any(|s| name.ends_with(s));
+    let name = series
+        .labels
+        .get("__name__")
+        .map(String::as_str)
+        .unwrap_or("");
+    let counter = ["_total", "_count", "_sum"]
+        .iter()
+        .any(|s| name.ends_with(s));
     let mut out: Vec<Life> = Vec::new();
     let mut current: Vec<(f64, f64)> = Vec::new();
     for &(t, v) in &series.points {
@@ -353,7 +369,10 @@ mod tests {
         assert_eq!(s[0].label_text(), r#"{__name__="m",pod="a"}"#);
         let bad = r#"{"status":"error","errorType":"bad_data","error":"parse error at char 3"}"#;
         let e = parse_reply(&q(), 400, bad).unwrap_err().to_string();
-        assert!(e.contains("parse error at char 3") && e.contains("check the PromQL"), "{e}");
+        assert!(
+            e.contains("parse error at char 3") && e.contains("check the PromQL"),
+            "{e}"
+        );
         let scalar = r#"{"status":"success","data":{"resultType":"scalar","result":[1,"1"]}}"#;
         let e = parse_reply(&q(), 200, scalar).unwrap_err().to_string();
         assert!(e.contains("gives a scalar"), "{e}");
@@ -402,8 +421,16 @@ mod tests {
             ..q()
         };
         let e = fetch(&q).unwrap_err().to_string();
-        assert!(e.contains("cannot reach Prometheus") && e.contains(&q.url), "{e}");
-        let e = fetch(&RangeQuery { url: "ftp://x".into(), ..q }).unwrap_err().to_string();
+        assert!(
+            e.contains("cannot reach Prometheus") && e.contains(&q.url),
+            "{e}"
+        );
+        let e = fetch(&RangeQuery {
+            url: "ftp://x".into(),
+            ..q
+        })
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("not an http"), "{e}");
     }
 }

@@ -22,7 +22,10 @@ pub enum Target {
     Pid(u32),
     /// Processes whose name or command line matches; with `all`, every
     /// match (matched again at each tick), else exactly one.
-    Name { regex: Regex, all: bool },
+    Name {
+        regex: Regex,
+        all: bool,
+    },
     /// A cgroup path as typed.
     Cgroup(PathBuf),
     /// A systemd unit name, e.g. `nginx.service`.

@@ -1,0 +1,296 @@
+//! End to end with a real Prometheus: it scrapes `leakwatch attach --serve`
+//! on a leaking fixture and on a steady one; the documented alert rule
+//! fires for the first only; then `leakwatch analyze --prometheus` on what
+//! Prometheus stored finds the leak (slope within 10% of the truth) and
+//! calls the steady one stable.
+//!
+//! Needs `prometheus` and `promtool` on PATH (Debian package `prometheus`;
+//! `.ci/deps` installs it). Without them the test is skipped with a reason,
+//! or fails when `CI=true`.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::common::*;
+
+/// A program on PATH, or `None` (skip) — a failure when CI=true.
+pub fn tool(name: &str) -> Option<PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|p| p.join(name))
+            .find(|p| p.is_file())
+    });
+    if found.is_none() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{name} is not on PATH and CI=true: install the Debian package `prometheus` (.ci/deps)"
+        );
+        eprintln!("skipped: {name} is not on PATH (apt-get install prometheus)");
+    }
+    found
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A process killed when dropped.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// GET `url` (plain HTTP on loopback), the body as JSON.
+fn get_json(url: &str) -> Option<Value> {
+    let text = ureq::get(url)
+        .call()
+        .ok()?
+        .body_mut()
+        .read_to_string()
+        .ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The documented rule file passes `promtool check rules`.
+fn check_rules(promtool: &Path, rules: &Path) {
+    let out = Command::new(promtool)
+        .args(["check", "rules"])
+        .arg(rules)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "promtool check rules: {out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("SUCCESS"));
+}
+
+/// Starts Prometheus on loopback with a temp storage dir, a 1 s scrape and
+/// evaluation interval, scraping `targets`, with the documented rules (their
+/// `for:` shortened to 5s so the test runs in under two minutes).
+fn start_prometheus(bin: &Path, dir: &Path, port: u16, targets: &[u16]) -> Killed {
+    let rules = std::fs::read_to_string(repo().join("fixtures/prometheus/leakwatch-rules.yml"))
+        .unwrap()
+        .replace("for: 10m", "for: 5s");
+    std::fs::write(dir.join("rules.yml"), rules).unwrap();
+    let targets: Vec<String> = targets.iter().map(|p| format!("'127.0.0.1:{p}'")).collect();
+    let config = format!(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
+         rule_files: ['{}']\n\
+         scrape_configs:\n  - job_name: leakwatch\n    static_configs:\n      - targets: [{}]\n",
+        dir.join("rules.yml").display(),
+        targets.join(", ")
+    );
+    std::fs::write(dir.join("prometheus.yml"), config).unwrap();
+    let child = Command::new(bin)
+        .arg(format!(
+            "--config.file={}",
+            dir.join("prometheus.yml").display()
+        ))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("data").display()
+        ))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("prometheus.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let guard = Killed(child);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while get_json(&format!("http://127.0.0.1:{port}/api/v1/status/buildinfo")).is_none() {
+        assert!(Instant::now() < deadline, "prometheus did not come up");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    guard
+}
+
+/// `leakwatch attach PID --serve` for `duration`, waiting until it serves.
+fn attach_serving(pid: u32, port: u16, out: &Path, duration: &str) -> Killed {
+    let mut child = leakwatch()
+        .args(["attach", &pid.to_string(), "--interval", "200ms"])
+        .args(["--duration", duration])
+        .args(["--serve", &format!("127.0.0.1:{port}"), "--out"])
+        .arg(out)
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let mut first = String::new();
+    BufReader::new(stderr).read_line(&mut first).unwrap();
+    assert!(first.contains("serving OpenMetrics on"), "{first}");
+    Killed(child)
+}
+
+/// The alerts Prometheus holds now: (instance, state).
+fn alerts(port: u16) -> Vec<(String, String)> {
+    let Some(v) = get_json(&format!("http://127.0.0.1:{port}/api/v1/alerts")) else {
+        return Vec::new();
+    };
+    v["data"]["alerts"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|a| {
+            (
+                a["labels"]["instance"].as_str().unwrap_or("").to_string(),
+                a["state"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect()
+}
+
+/// The newest value of an instant query, for one instance.
+fn instant(port: u16, query: &str) -> Option<f64> {
+    let url = format!(
+        "http://127.0.0.1:{port}/api/v1/query?query={}",
+        query
+            .bytes()
+            .map(|b| if b.is_ascii_alphanumeric() || b"_.-".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            })
+            .collect::<String>()
+    );
+    let v = get_json(&url)?;
+    v["data"]["result"][0]["value"][1].as_str()?.parse().ok()
+}
+
+#[test]
+fn prometheus_scrapes_serve_alerts_on_the_leak_only_and_analyze_finds_it() {
+    let (Some(prometheus), Some(promtool)) = (tool("prometheus"), tool("promtool")) else {
+        return;
+    };
+    let started = Instant::now();
+    check_rules(
+        &promtool,
+        &repo().join("fixtures/prometheus/leakwatch-rules.yml"),
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let rate = 2.0 * MIB;
+    let leaky = Fixture::start(&["grow", "--rate", "2MiB"]);
+    let steady = Fixture::start(&["steady", "--size", "16MiB"]);
+    let (p_leak, p_steady, p_prom) = (free_port(), free_port(), free_port());
+    let prom = start_prometheus(&prometheus, tmp.path(), p_prom, &[p_leak, p_steady]);
+    let (out_leak, out_steady) = (tmp.path().join("leak"), tmp.path().join("steady"));
+    let mut a_leak = attach_serving(leaky.pid(), p_leak, &out_leak, "30s");
+    let mut a_steady = attach_serving(steady.pid(), p_steady, &out_steady, "30s");
+
+    // The documented rule fires for the leaking fixture, never for the steady one.
+    let leak_instance = format!("127.0.0.1:{p_leak}");
+    let steady_instance = format!("127.0.0.1:{p_steady}");
+    let deadline = Instant::now() + Duration::from_secs(28);
+    let mut fired_after = None;
+    while Instant::now() < deadline {
+        let now = alerts(p_prom);
+        assert!(
+            !now.iter().any(|(i, _)| *i == steady_instance),
+            "an alert for the steady fixture: {now:?}"
+        );
+        if fired_after.is_none() && now.contains(&(leak_instance.clone(), "firing".into())) {
+            fired_after = Some(started.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let fired_after = fired_after.expect("the alert never fired for the leaking fixture");
+    eprintln!("alert firing for the leak after {fired_after:?}");
+
+    // The live slope Prometheus scraped last agrees with the final summary.json.
+    let live_q = |what: &str| {
+        instant(
+            p_prom,
+            &format!("last_over_time({what}{{instance=\"{leak_instance}\",series=\"target\",metric=\"anon_bytes\"}}[1m])"),
+        )
+        .unwrap()
+    };
+    assert!(a_leak.0.wait().unwrap().success());
+    assert!(a_steady.0.wait().unwrap().success());
+    let (live, live_lo, live_hi) = (
+        live_q("leakwatch_growth_bytes_per_second"),
+        live_q("leakwatch_growth_ci95_lower_bytes_per_second"),
+        live_q("leakwatch_growth_ci95_upper_bytes_per_second"),
+    );
+    let s = summary(&out_leak);
+    let fin = series(&s, "target", "anon_bytes");
+    let (lo, hi) = (
+        fin["slope_ci95"][0].as_f64().unwrap(),
+        fin["slope_ci95"][1].as_f64().unwrap(),
+    );
+    eprintln!(
+        "live anon slope {live:.0} B/s (CI {live_lo:.0} … {live_hi:.0}); final {:.0} (CI {lo:.0} … {hi:.0})",
+        fin["slope"].as_f64().unwrap()
+    );
+    assert!(
+        live_lo <= hi && lo <= live_hi,
+        "live and final CIs do not overlap"
+    );
+    assert_eq!(summary(&out_steady)["verdict"], "stable");
+
+    // analyze on what Prometheus stored: one series per instance.
+    let out = tmp.path().join("analyze");
+    let output = leakwatch()
+        .args([
+            "analyze",
+            "--prometheus",
+            &format!("http://127.0.0.1:{p_prom}"),
+        ])
+        .args(["--query", "leakwatch_series_memory_bytes{kind=\"anon\"}"])
+        .args([
+            "--range",
+            "2m",
+            "--step",
+            "1s",
+            "--max-growth",
+            "1GiB/h",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    eprintln!("{stderr}");
+    // The leak (7 GiB/h) fails the 1 GiB/h gate.
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    let s = summary(&out);
+    assert_eq!(s["mode"], "analyze");
+    let labels = s["series_labels"].as_object().unwrap();
+    assert_eq!(labels.len(), 2, "{labels:?}");
+    // Worst first: series:0 is the leaking instance.
+    assert!(
+        labels["series:0"]
+            .as_str()
+            .unwrap()
+            .contains(&leak_instance)
+    );
+    assert!(
+        labels["series:1"]
+            .as_str()
+            .unwrap()
+            .contains(&steady_instance)
+    );
+    let leak = series(&s, "series:0", "rss_bytes");
+    assert_eq!(leak["verdict"], "leak", "{leak}");
+    assert_within("analyze slope", leak["slope"].as_f64().unwrap(), rate, 0.10);
+    let calm = series(&s, "series:1", "rss_bytes");
+    assert_eq!(calm["verdict"], "stable", "{calm}");
+    assert!(out.join("report.md").is_file());
+    drop(prom);
+    eprintln!("wall time {:?}", started.elapsed());
+}
