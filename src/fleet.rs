@@ -347,7 +347,12 @@ pub fn man(out: Option<&Path>) -> Result<Exit> {
     written.push(path);
     for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
         let name = format!("leakwatch-{}", sub.get_name());
-        let page = man_page(sub.clone(), &name)?;
+        let sub = sub
+            .clone()
+            .name(name.clone())
+            .bin_name(format!("leakwatch {}", sub.get_name()))
+            .version(env!("CARGO_PKG_VERSION"));
+        let page = man_page(sub, &name)?;
         let path = dir.join(format!("{name}.1"));
         output::write_atomic(&path, &page)?;
         written.push(path);

@@ -437,6 +437,10 @@ impl Builder {
                 .or_insert_with(ScopeSample::new)
                 .add(&row);
         }
+        // A cgroup's own row is accounting, not a process with a life.
+        if row.scope == Scope::Cgroup {
+            return;
+        }
         let cap = match x_axis {
             XAxis::Run => LIFE_CAP_RUNS,
             XAxis::Seconds => LIFE_CAP_TIME,

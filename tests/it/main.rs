@@ -8,10 +8,12 @@ mod common;
 
 mod attach_e2e;
 mod cli;
+mod fleet_cli;
 mod gate_e2e;
 mod hostile;
 mod pool_e2e;
 mod prometheus_e2e;
 mod report_output;
 mod run_e2e;
+mod targets_e2e;
 mod verdict_e2e;

@@ -173,6 +173,110 @@ fn instant(port: u16, query: &str) -> Option<f64> {
     v["data"]["result"][0]["value"][1].as_str()?.parse().ok()
 }
 
+/// Polls Prometheus' alerts for `window`: the alert must fire for `leak`
+/// and never be pending or firing for `steady`. Returns when it fired.
+fn alert_fires_for_the_leak_only(
+    port: u16,
+    leak: &str,
+    steady: &str,
+    window: Duration,
+) -> Duration {
+    let started = Instant::now();
+    let mut fired_after = None;
+    while started.elapsed() < window {
+        let now = alerts(port);
+        assert!(
+            !now.iter().any(|(i, _)| i == steady),
+            "an alert for the steady fixture: {now:?}"
+        );
+        if fired_after.is_none() && now.contains(&(leak.to_string(), "firing".into())) {
+            fired_after = Some(started.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    fired_after.expect("the alert never fired for the leaking fixture")
+}
+
+/// The live slope Prometheus scraped last and the final summary.json's
+/// agree: their 95% CIs overlap.
+fn live_agrees_with_the_summary(port: u16, instance: &str, out: &Path) {
+    let live = |what: &str| {
+        instant(
+            port,
+            &format!(
+                "last_over_time({what}{{instance=\"{instance}\",series=\"target\",metric=\"anon_bytes\"}}[1m])"
+            ),
+        )
+        .unwrap()
+    };
+    let (slope, lo, hi) = (
+        live("leakwatch_growth_bytes_per_second"),
+        live("leakwatch_growth_ci95_lower_bytes_per_second"),
+        live("leakwatch_growth_ci95_upper_bytes_per_second"),
+    );
+    let s = summary(out);
+    let fin = series(&s, "target", "anon_bytes");
+    let (f_lo, f_hi) = (
+        fin["slope_ci95"][0].as_f64().unwrap(),
+        fin["slope_ci95"][1].as_f64().unwrap(),
+    );
+    eprintln!(
+        "live anon slope {slope:.0} B/s (CI {lo:.0} … {hi:.0}); summary.json {:.0} (CI {f_lo:.0} … {f_hi:.0})",
+        fin["slope"].as_f64().unwrap()
+    );
+    assert!(
+        lo <= f_hi && f_lo <= hi,
+        "live and final CIs do not overlap"
+    );
+}
+
+/// `leakwatch analyze --prometheus` over what the server stored.
+fn analyze(port: u16, query: &str, step: &str, out: &Path) -> std::process::Output {
+    leakwatch()
+        .args([
+            "analyze",
+            "--prometheus",
+            &format!("http://127.0.0.1:{port}"),
+        ])
+        .args(["--query", query, "--range", "2m", "--step", step])
+        .args(["--max-growth", "1GiB/h", "--out"])
+        .arg(out)
+        .output()
+        .unwrap()
+}
+
+/// The analysis finds the leak (series:0, worst first) within 10% of the
+/// truth and calls the steady instance stable.
+fn analyze_judges(port: u16, step: &str, out: &Path, leak: &str, steady: &str, rate: f64) {
+    let o = analyze(
+        port,
+        "leakwatch_series_memory_bytes{kind=\"anon\"}",
+        step,
+        out,
+    );
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    eprintln!("analyze --step {step}:\n{stderr}");
+    // The leak (7 GiB/h) fails the 1 GiB/h gate.
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    let s = summary(out);
+    assert_eq!(s["mode"], "analyze");
+    let labels = s["series_labels"].as_object().unwrap();
+    assert_eq!(labels.len(), 2, "{labels:?}");
+    assert!(labels["series:0"].as_str().unwrap().contains(leak));
+    assert!(labels["series:1"].as_str().unwrap().contains(steady));
+    let found = series(&s, "series:0", "rss_bytes");
+    assert_eq!(found["verdict"], "leak", "{found}");
+    assert_within(
+        "analyze slope",
+        found["slope"].as_f64().unwrap(),
+        rate,
+        0.10,
+    );
+    let calm = series(&s, "series:1", "rss_bytes");
+    assert_eq!(calm["verdict"], "stable", "{calm}");
+    assert!(out.join("report.md").is_file());
+}
+
 #[test]
 fn prometheus_scrapes_serve_alerts_on_the_leak_only_and_analyze_finds_it() {
     let (Some(prometheus), Some(promtool)) = (tool("prometheus"), tool("promtool")) else {
@@ -184,7 +288,6 @@ fn prometheus_scrapes_serve_alerts_on_the_leak_only_and_analyze_finds_it() {
         &repo().join("fixtures/prometheus/leakwatch-rules.yml"),
     );
     let tmp = tempfile::tempdir().unwrap();
-    let rate = 2.0 * MIB;
     let leaky = Fixture::start(&["grow", "--rate", "2MiB"]);
     let steady = Fixture::start(&["steady", "--size", "16MiB"]);
     let (p_leak, p_steady, p_prom) = (free_port(), free_port(), free_port());
@@ -192,105 +295,52 @@ fn prometheus_scrapes_serve_alerts_on_the_leak_only_and_analyze_finds_it() {
     let (out_leak, out_steady) = (tmp.path().join("leak"), tmp.path().join("steady"));
     let mut a_leak = attach_serving(leaky.pid(), p_leak, &out_leak, "30s");
     let mut a_steady = attach_serving(steady.pid(), p_steady, &out_steady, "30s");
+    let (leak, calm) = (
+        format!("127.0.0.1:{p_leak}"),
+        format!("127.0.0.1:{p_steady}"),
+    );
 
-    // The documented rule fires for the leaking fixture, never for the steady one.
-    let leak_instance = format!("127.0.0.1:{p_leak}");
-    let steady_instance = format!("127.0.0.1:{p_steady}");
-    let deadline = Instant::now() + Duration::from_secs(28);
-    let mut fired_after = None;
-    while Instant::now() < deadline {
-        let now = alerts(p_prom);
-        assert!(
-            !now.iter().any(|(i, _)| *i == steady_instance),
-            "an alert for the steady fixture: {now:?}"
-        );
-        if fired_after.is_none() && now.contains(&(leak_instance.clone(), "firing".into())) {
-            fired_after = Some(started.elapsed());
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    }
-    let fired_after = fired_after.expect("the alert never fired for the leaking fixture");
-    eprintln!("alert firing for the leak after {fired_after:?}");
-
-    // The live slope Prometheus scraped last agrees with the final summary.json.
-    let live_q = |what: &str| {
-        instant(
-            p_prom,
-            &format!("last_over_time({what}{{instance=\"{leak_instance}\",series=\"target\",metric=\"anon_bytes\"}}[1m])"),
-        )
-        .unwrap()
-    };
+    let fired = alert_fires_for_the_leak_only(p_prom, &leak, &calm, Duration::from_secs(28));
+    eprintln!("alert firing for the leak {fired:?} after the sessions started");
     assert!(a_leak.0.wait().unwrap().success());
     assert!(a_steady.0.wait().unwrap().success());
-    let (live, live_lo, live_hi) = (
-        live_q("leakwatch_growth_bytes_per_second"),
-        live_q("leakwatch_growth_ci95_lower_bytes_per_second"),
-        live_q("leakwatch_growth_ci95_upper_bytes_per_second"),
-    );
-    let s = summary(&out_leak);
-    let fin = series(&s, "target", "anon_bytes");
-    let (lo, hi) = (
-        fin["slope_ci95"][0].as_f64().unwrap(),
-        fin["slope_ci95"][1].as_f64().unwrap(),
-    );
-    eprintln!(
-        "live anon slope {live:.0} B/s (CI {live_lo:.0} … {live_hi:.0}); final {:.0} (CI {lo:.0} … {hi:.0})",
-        fin["slope"].as_f64().unwrap()
-    );
-    assert!(
-        live_lo <= hi && lo <= live_hi,
-        "live and final CIs do not overlap"
-    );
+    live_agrees_with_the_summary(p_prom, &leak, &out_leak);
     assert_eq!(summary(&out_steady)["verdict"], "stable");
 
-    // analyze on what Prometheus stored: one series per instance.
-    let out = tmp.path().join("analyze");
-    let output = leakwatch()
-        .args([
-            "analyze",
-            "--prometheus",
-            &format!("http://127.0.0.1:{p_prom}"),
-        ])
-        .args(["--query", "leakwatch_series_memory_bytes{kind=\"anon\"}"])
-        .args([
-            "--range",
-            "2m",
-            "--step",
-            "1s",
-            "--max-growth",
-            "1GiB/h",
-            "--out",
-        ])
-        .arg(&out)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    eprintln!("{stderr}");
-    // The leak (7 GiB/h) fails the 1 GiB/h gate.
-    assert_eq!(output.status.code(), Some(1), "{stderr}");
-    let s = summary(&out);
-    assert_eq!(s["mode"], "analyze");
-    let labels = s["series_labels"].as_object().unwrap();
-    assert_eq!(labels.len(), 2, "{labels:?}");
-    // Worst first: series:0 is the leaking instance.
-    assert!(
-        labels["series:0"]
-            .as_str()
-            .unwrap()
-            .contains(&leak_instance)
+    analyze_judges(
+        p_prom,
+        "1s",
+        &tmp.path().join("a1"),
+        &leak,
+        &calm,
+        2.0 * MIB,
     );
-    assert!(
-        labels["series:1"]
-            .as_str()
-            .unwrap()
-            .contains(&steady_instance)
+    // 2 min at 10 ms is 12,000 points a series, over the server's 11,000:
+    // pulled in two chunks, the same answer.
+    analyze_judges(
+        p_prom,
+        "10ms",
+        &tmp.path().join("a2"),
+        &leak,
+        &calm,
+        2.0 * MIB,
     );
-    let leak = series(&s, "series:0", "rss_bytes");
-    assert_eq!(leak["verdict"], "leak", "{leak}");
-    assert_within("analyze slope", leak["slope"].as_f64().unwrap(), rate, 0.10);
-    let calm = series(&s, "series:1", "rss_bytes");
-    assert_eq!(calm["verdict"], "stable", "{calm}");
-    assert!(out.join("report.md").is_file());
+    // Prometheus' own errors come back with the fix.
+    let o = analyze(
+        p_prom,
+        "rate(leakwatch_samples[",
+        "1s",
+        &tmp.path().join("a3"),
+    );
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("bad_data") && err.contains("check the PromQL"),
+        "{err}"
+    );
+    let o = analyze(p_prom, "no_such_metric", "1s", &tmp.path().join("a4"));
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("returned no series"));
     drop(prom);
     eprintln!("wall time {:?}", started.elapsed());
 }
