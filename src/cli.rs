@@ -278,7 +278,7 @@ pub struct ServeArgs {
 
     /// Export at most this many processes (the largest by RSS) per scrape;
     /// series and fits are always exported.
-    #[arg(long, default_value_t = 50, value_name = "N")]
+    #[arg(long, default_value_t = 50, value_name = "N", requires = "serve")]
     pub export_top: usize,
 }
 

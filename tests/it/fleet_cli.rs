@@ -8,7 +8,7 @@ use crate::common::*;
 
 /// A short attach on a growing fixture, for export.
 fn attach_run(tmp: &tempfile::TempDir) -> std::path::PathBuf {
-    let grower = Fixture::start(&["grow", "--rate", "4MiB"]);
+    let grower = crate::targets_e2e::start_private(&["grow", "--rate", "4MiB"]);
     let out = out_dir(tmp, "run");
     let status = leakwatch()
         .args(["attach", &grower.pid().to_string()])

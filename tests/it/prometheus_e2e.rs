@@ -288,8 +288,8 @@ fn prometheus_scrapes_serve_alerts_on_the_leak_only_and_analyze_finds_it() {
         &repo().join("fixtures/prometheus/leakwatch-rules.yml"),
     );
     let tmp = tempfile::tempdir().unwrap();
-    let leaky = Fixture::start(&["grow", "--rate", "2MiB"]);
-    let steady = Fixture::start(&["steady", "--size", "16MiB"]);
+    let leaky = crate::targets_e2e::start_private(&["grow", "--rate", "2MiB"]);
+    let steady = crate::targets_e2e::start_private(&["steady", "--size", "16MiB"]);
     let (p_leak, p_steady, p_prom) = (free_port(), free_port(), free_port());
     let prom = start_prometheus(&prometheus, tmp.path(), p_prom, &[p_leak, p_steady]);
     let (out_leak, out_steady) = (tmp.path().join("leak"), tmp.path().join("steady"));

@@ -85,7 +85,7 @@ fn attach_cgroup_measures_the_same_growth_as_attach_pid() {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
-    let grower = Fixture::start(&["grow", "--rate", "4MiB"]);
+    let grower = start_private(&["grow", "--rate", "4MiB"]);
     cg.add(grower.pid());
     // Both at once, on the same process: the same truth for both.
     let by_pid = {
@@ -126,7 +126,7 @@ fn a_tmpfs_leak_is_found_in_the_cgroups_shmem_while_rss_stays_flat() {
     };
     let tmp = tempfile::tempdir().unwrap();
     let shm = tempfile::tempdir_in("/dev/shm").unwrap();
-    let leaker = Fixture::start(&[
+    let leaker = start_private(&[
         "tmpfs",
         "--rate",
         "2MiB",
@@ -166,7 +166,7 @@ fn a_socket_leak_is_found_in_the_cgroups_kernel_memory_while_rss_stays_flat() {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
-    let leaker = Fixture::start(&["sockets", "--rate", "4MiB"]);
+    let leaker = start_private(&["sockets", "--rate", "4MiB"]);
     cg.add(leaker.pid());
     let out = tmp.path().join("out");
     let o = attach(
@@ -187,11 +187,39 @@ fn a_socket_leak_is_found_in_the_cgroups_kernel_memory_while_rss_stays_flat() {
     );
 }
 
+/// A copy of the fixture binary for these tests (another inode): the
+/// pages of its text are then shared with no process of other tests,
+/// whose PSS would move as these start and stop.
+pub fn private_fixture() -> &'static Path {
+    static COPY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    COPY.get_or_init(|| {
+        // In cargo's temp dir for tests, replaced by a rename (a copy from an
+        // earlier run may still be running).
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+        let path = dir.join("leakwatch-fixture-private");
+        let tmp = dir.join(format!("leakwatch-fixture-private.{}", std::process::id()));
+        std::fs::copy(fixture(), &tmp).unwrap();
+        std::fs::rename(&tmp, &path).unwrap();
+        path
+    })
+}
+
+/// A private fixture process, killed when dropped.
+pub fn start_private(args: &[&str]) -> Fixture {
+    let child = Command::new(private_fixture())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    Fixture { child }
+}
+
 /// The fixture under a name of its own (a link: the process' comm is the
 /// link's name), so parallel tests cannot match it.
 fn named_fixture(dir: &Path, name: &str) -> PathBuf {
     let link = dir.join(name);
-    std::os::unix::fs::symlink(fixture(), &link).unwrap();
+    std::os::unix::fs::symlink(private_fixture(), &link).unwrap();
     link
 }
 
