@@ -108,7 +108,7 @@ fn set_metric(row: &mut Row, metric: Metric, value: u64) {
 }
 
 /// Lives ordered worst first (leak before inconclusive, plateau, stable;
-/// then by growth), so `series:0` is the worst and every report lists them
+/// then by growth in bytes per second: the leak that costs most), so `series:0` is the worst and every report lists them
 /// in that order.
 fn worst_first(lives: Vec<Life>, start: f64, opts: &AnalyzeOptions) -> Vec<Life> {
     let mut judged: Vec<(fit::SeriesFit, Life)> = lives
@@ -117,9 +117,9 @@ fn worst_first(lives: Vec<Life>, start: f64, opts: &AnalyzeOptions) -> Vec<Life>
         .collect();
     judged.sort_by(|(a, _), (b, _)| {
         b.verdict.cmp(&a.verdict).then(
-            b.growth_pct_per_x
+            b.slope
                 .unwrap_or(f64::MIN)
-                .total_cmp(&a.growth_pct_per_x.unwrap_or(f64::MIN)),
+                .total_cmp(&a.slope.unwrap_or(f64::MIN)),
         )
     });
     judged.into_iter().map(|(_, l)| l).collect()

@@ -206,3 +206,142 @@ fn check_json_prints_the_gate_result() {
     assert!(v["checks"].as_array().is_some_and(|c| !c.is_empty()), "{v}");
     assert!(o.stderr.is_empty(), "--json prints nothing else");
 }
+
+/// A stand-in for Prometheus' query_range: answers every request with the
+/// points of `series` (label set, values at t = 0, 60, … s) that fall in
+/// the request's [start, end], as the real API does; counts requests.
+fn fake_prometheus(
+    series: Vec<(&'static str, Vec<Option<f64>>)>,
+) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let requests = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = requests.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut line = String::new();
+            BufReader::new(&stream).read_line(&mut line).unwrap();
+            let param = |name: &str| -> f64 {
+                line.split(['?', '&', ' '])
+                    .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
+                    .and_then(|v| v.parse().ok())
+                    .unwrap()
+            };
+            let (start, end) = (param("start"), param("end"));
+            let result: Vec<String> = series
+                .iter()
+                .map(|(pod, values)| {
+                    let points: Vec<String> = values
+                        .iter()
+                        .enumerate()
+                        .filter_map(|(i, v)| v.map(|v| (i as f64 * 60.0, v)))
+                        .filter(|(t, _)| *t >= start && *t <= end)
+                        .map(|(t, v)| format!("[{t},\"{v}\"]"))
+                        .collect();
+                    format!(
+                        r#"{{"metric":{{"__name__":"mem","pod":"{pod}"}},"values":[{}]}}"#,
+                        points.join(",")
+                    )
+                })
+                .collect();
+            let body = format!(
+                r#"{{"status":"success","data":{{"resultType":"matrix","result":[{}]}}}}"#,
+                result.join(",")
+            );
+            let mut s = stream;
+            let _ = write!(
+                s,
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    (port, requests)
+}
+
+#[test]
+fn analyze_splits_restarts_and_gaps_into_lives_and_lists_the_worst_first() {
+    const M: f64 = 1024.0 * 1024.0;
+    // 4 h at 1 min. Pod "a" leaks 1 MiB/min, restarts at 2 h (memory back
+    // to its base); pod "b" holds steady with a 30 min gap in the middle
+    // (it was gone: a new life); pod "c" leaks 4 MiB/min without restarts.
+    let a: Vec<Option<f64>> = (0..240)
+        .map(|i| Some(100.0 * M + (i % 120) as f64 * M))
+        .collect();
+    let b: Vec<Option<f64>> = (0..240)
+        .map(|i| (!(100..130).contains(&i)).then_some(50.0 * M + (i % 3) as f64 * 4096.0))
+        .collect();
+    let c: Vec<Option<f64>> = (0..240)
+        .map(|i| Some(200.0 * M + i as f64 * 4.0 * M))
+        .collect();
+    let (port, requests) = fake_prometheus(vec![("a", a), ("b", b), ("c", c)]);
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let o = leakwatch()
+        .args([
+            "analyze",
+            "--prometheus",
+            &format!("http://127.0.0.1:{port}"),
+        ])
+        .args(["--query", "mem", "--end", "14340", "--range", "14340s"])
+        // 14,341 points at 1 s: two chunks under the 11,000 limit.
+        .args(["--step", "1s", "--max-growth", "100MiB/h", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    assert_eq!(
+        requests.load(std::sync::atomic::Ordering::SeqCst),
+        2,
+        "two chunks"
+    );
+    let s = summary(&out);
+    let labels: Vec<String> = s["series_labels"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    // Worst first: c (4 MiB/min), then a's two lives; b's two lives last.
+    eprintln!("{stderr}");
+    assert_eq!(labels.len(), 5, "{labels:?}");
+    assert!(labels[0].contains("pod=\"c\"") && !labels[0].contains("leakwatch_life"));
+    for l in &labels[1..3] {
+        assert!(
+            l.contains("pod=\"a\"") && l.contains("leakwatch_life"),
+            "{l}"
+        );
+    }
+    for l in &labels[3..] {
+        assert!(
+            l.contains("pod=\"b\"") && l.contains("leakwatch_life"),
+            "{l}"
+        );
+    }
+    let slope = |i: usize| {
+        series(&s, &format!("series:{i}"), "rss_bytes")["slope"]
+            .as_f64()
+            .unwrap()
+    };
+    assert_within("pod c", slope(0), 4.0 * M / 60.0, 0.01);
+    assert_within("pod a, life 1", slope(1), M / 60.0, 0.01);
+    assert_within("pod a, life 2", slope(2), M / 60.0, 0.01);
+    for i in 0..3 {
+        assert_eq!(
+            series(&s, &format!("series:{i}"), "rss_bytes")["verdict"],
+            "leak"
+        );
+    }
+    for i in 3..5 {
+        assert_ne!(
+            series(&s, &format!("series:{i}"), "rss_bytes")["verdict"],
+            "leak"
+        );
+    }
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(report.contains("Series by label set"), "{report}");
+    assert!(stderr.contains("worst first"), "{stderr}");
+}
