@@ -128,6 +128,14 @@ fn growth(a: &Analysis, doc: &mut Vec<Block>) {
         Metric::ShmemBytes,
         Metric::Fds,
         Metric::Threads,
+        // A cgroup's own accounting (no process scope has these).
+        Metric::UsageBytes,
+        Metric::KernelBytes,
+        Metric::SockBytes,
+        Metric::SlabReclaimableBytes,
+        Metric::SlabUnreclaimableBytes,
+        Metric::KernelStackBytes,
+        Metric::PageTablesBytes,
     ];
     let mut rows = Vec::new();
     for h in a.headlines() {

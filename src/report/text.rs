@@ -48,7 +48,10 @@ pub fn verdict_line(a: &Analysis, f: &SeriesFit) -> String {
         line.push_str(&format!(", {p}"));
     }
     if f.verdict == Verdict::Leak
-        && let Some(at) = a.attribution.iter().find(|at| at.series == f.scope)
+        && let Some(at) = a
+            .attribution
+            .iter()
+            .find(|at| at.series == f.scope && at.metric == f.metric)
         && !at.summary.is_empty()
     {
         line.push_str(&format!(", {}", at.summary));

@@ -250,15 +250,16 @@ impl Members {
             Target::Pid(pid) => root.tree_without(*pid, Some(skip)),
             Target::Name { regex, .. } => {
                 let found = matches(regex, &candidates(&proc_dir()), &own_lineage(root));
+                let mut seen = std::collections::BTreeSet::new();
                 let mut pids: Vec<u32> = Vec::new();
-                for c in found {
-                    if !pids.contains(&c.pid) {
-                        pids.extend(
-                            root.tree_without(c.pid, Some(skip))
-                                .into_iter()
-                                .filter(|p| !pids.contains(p))
-                                .collect::<Vec<_>>(),
-                        );
+                for c in &found {
+                    if seen.contains(&c.pid) {
+                        continue;
+                    }
+                    for p in root.tree_without(c.pid, Some(skip)) {
+                        if seen.insert(p) {
+                            pids.push(p);
+                        }
                     }
                 }
                 pids
