@@ -463,9 +463,12 @@ pub fn prometheus(targets: &[String], interval: &str, rules: &[PathBuf]) -> Opti
 /// (root): where the kernel-memory fixtures can be measured.
 pub fn cgroup_v1_memory() -> Option<PathBuf> {
     let root = Path::new("/sys/fs/cgroup/memory");
+    // The directory shows mode 555 even where root may create cgroups in
+    // it: try it.
+    let probe = root.join(format!("leakwatch-probe-{}", std::process::id()));
     let ok = root.join("memory.stat").is_file()
-        && unsafe { libc::geteuid() } == 0
-        && std::fs::metadata(root).is_ok_and(|m| !m.permissions().readonly());
+        && std::fs::create_dir(&probe).is_ok()
+        && std::fs::remove_dir(&probe).is_ok();
     if ok {
         Some(root.to_path_buf())
     } else {
