@@ -2,6 +2,8 @@
 //! functions on plain data; nothing here reads /proc or writes files.
 
 pub mod attribution;
+pub mod changepoint;
+pub mod envelope;
 pub mod findings;
 pub mod stats;
 pub mod verdict;
