@@ -241,7 +241,7 @@ mod tests {
             .iter()
             .map(|_| {
                 let (u1, u2) = (rng.uniform().max(1e-12), rng.uniform());
-                1e8 + 1e6 * (-2.0 * u1.ln()).sqrt() * (6.283_185_307 * u2).cos()
+                1e8 + 1e6 * (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
             })
             .collect();
         let e = lower_envelope(&x, &y).unwrap();
