@@ -484,7 +484,7 @@ fn sawtooth(
     (x, y)
 }
 
-const SHAPES: [Shape; 13] = [
+const SHAPES: [Shape; 15] = [
     Shape::OneOffStep,
     Shape::SteadySteps(3),
     Shape::SteadySteps(5),
@@ -521,6 +521,14 @@ const SHAPES: [Shape; 13] = [
     Shape::Sawtooth {
         period: 30.0,
         pct_per_h: 3.0,
+    },
+    Shape::Sawtooth {
+        period: 1.0,
+        pct_per_h: 30.0,
+    },
+    Shape::Sawtooth {
+        period: 30.0,
+        pct_per_h: 30.0,
     },
 ];
 
@@ -630,6 +638,13 @@ fn print_shape_table() {
         for &n in shape.lengths() {
             for &noise in shape.noises() {
                 let cell = simulate_shape(shape, n, noise, seeds);
+                if let Some(why) = cell
+                    .false_leak
+                    .as_ref()
+                    .filter(|_| std::env::var("SHAPE_WHY").is_ok())
+                {
+                    eprintln!("FALSE {} n={n}: {why}", shape.label());
+                }
                 let err = if cell.rated > 0 {
                     format!("{:.1}%", 100.0 * cell.rel_err / cell.rated as f64)
                 } else {
