@@ -178,20 +178,23 @@ impl Prefix {
 }
 
 /// Splits `(x, y)` (x ascending) into straight-line segments by PELT with `penalty(n)` per change
-/// and the noise from `noise_sd`. `None` for fewer than `MIN_SEGMENT` points, a length mismatch,
-/// non-finite values or x not strictly ascending.
-pub fn segment(x: &[f64], y: &[f64]) -> Option<Segmentation> {
-    segment_with(x, y, penalty(x.len()))
+/// and the noise σ = max(`noise_sd`, `min_sd`). `min_sd` (bytes) is the caller's floor for what
+/// counts as noise: memory that moves by exactly the same bytes every run has a robust σ of
+/// almost 0, and then a 4 KiB wobble in a 4 MiB/run leak would be a "change"; a verdict passes
+/// a fraction of its practical threshold per x step. `None` for fewer than `MIN_SEGMENT` points,
+/// a length mismatch, non-finite values or x not strictly ascending.
+pub fn segment(x: &[f64], y: &[f64], min_sd: f64) -> Option<Segmentation> {
+    segment_with(x, y, penalty(x.len()), min_sd)
 }
 
 /// `segment` with a given penalty per change point (units of σ²).
-pub fn segment_with(x: &[f64], y: &[f64], beta: f64) -> Option<Segmentation> {
+pub fn segment_with(x: &[f64], y: &[f64], beta: f64, min_sd: f64) -> Option<Segmentation> {
     let n = x.len();
     let ascending = x.windows(2).all(|w| w[1] > w[0]);
     if n < MIN_SEGMENT || y.len() != n || !ascending || !x.iter().all(|v| v.is_finite()) {
         return None;
     }
-    let sd = noise_sd(y)?;
+    let sd = noise_sd(y)?.max(min_sd);
     let ends = pelt(&Prefix::new(x, y, sd), n, beta);
     let mut segments = Vec::with_capacity(ends.len());
     let mut start = 0;
@@ -333,7 +336,7 @@ pub(crate) mod tests {
                 64.0 * MIB + fill + step + 20_000.0 * rng.normal()
             })
             .collect();
-        let s = segment(&x, &y).unwrap();
+        let s = segment(&x, &y, 0.0).unwrap();
         let starts: Vec<f64> = s.segments.iter().map(|g| g.x_start).collect();
         // The fill ends at run 7, which lies on both lines.
         assert!(
@@ -352,11 +355,11 @@ pub(crate) mod tests {
             .iter()
             .map(|v| 1e8 + 1e6 * v + 1e5 * rng.normal())
             .collect();
-        let s = segment(&x, &y).unwrap();
+        let s = segment(&x, &y, 0.0).unwrap();
         assert_eq!(s.segments.len(), 1, "{s:?}");
         assert_eq!((s.segments[0].start, s.segments[0].end), (0, 50));
-        assert!(segment(&x[..2], &y[..2]).is_none());
-        assert!(segment(&[1.0, 1.0, 2.0], &[1.0, 2.0, 3.0]).is_none());
+        assert!(segment(&x[..2], &y[..2], 0.0).is_none());
+        assert!(segment(&[1.0, 1.0, 2.0], &[1.0, 2.0, 3.0], 0.0).is_none());
     }
 
     /// Prints the share of straight-line series with any change point, per n, for candidate
@@ -374,7 +377,7 @@ pub(crate) mod tests {
                 let slope = if seed % 2 == 0 { 0.0 } else { 1.0 };
                 let y: Vec<f64> = x.iter().map(|v| 1e3 + slope * v + rng.normal()).collect();
                 for (k, &b) in betas.iter().enumerate() {
-                    if segment_with(&x, &y, b).unwrap().segments.len() > 1 {
+                    if segment_with(&x, &y, b, 0.0).unwrap().segments.len() > 1 {
                         split[k] += 1;
                     }
                 }
