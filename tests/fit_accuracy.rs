@@ -607,6 +607,21 @@ fn check_shapes(shapes: &[Shape], lengths: &[usize], seeds: u64) {
                     let stable = cell.share(Verdict::Stable);
                     assert!(stable >= 0.99, "{what}: stable {stable}");
                 }
+                // A trough leak of 30%/h under 20–50% teeth: found most of the time in 600
+                // samples (the 0.3%/h of the issue needs far more: see the README).
+                if let Shape::Sawtooth { pct_per_h, .. } = shape
+                    && pct_per_h >= 30.0
+                    && n >= 600
+                {
+                    assert!(leak >= 0.6, "{what}: found {leak}");
+                }
+                if shape.is_attach() {
+                    let by_troughs = cell.troughs as f64 / cell.runs as f64;
+                    assert!(
+                        n < 600 || by_troughs >= 0.95,
+                        "{what}: by troughs {by_troughs}"
+                    );
+                }
             }
         }
     }
@@ -617,9 +632,10 @@ fn shapes_in_run_mode() {
     check_shapes(&SHAPES[..5], &[10, 20, 24, 50], 200);
 }
 
+/// Saw-teeth are slow in debug builds (Mann–Kendall and Theil–Sen on 600 points), so few seeds.
 #[test]
 fn sawteeth_at_120_and_600_samples() {
-    check_shapes(&SHAPES[5..], &[120, 600], 60);
+    check_shapes(&SHAPES[5..], &[120, 600], 20);
 }
 
 #[test]
