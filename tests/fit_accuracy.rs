@@ -10,7 +10,8 @@
 //! (plateau), a first fill followed by a small creep (redis: stable), and in attach mode
 //! saw-teeth sampled at jittered times, with and without growth of their troughs; see `Shape`.
 //!
-//! `rates_at_{10,20,50}_points` and `shapes_*` assert the claims (a few seconds in debug, run
+//! `rates_at_{10,20,50}_points`, `shapes_in_run_mode` and `sawteeth_at_120_and_600_samples`
+//! assert the claims (about 13 s of CPU in debug on 2 cores, run
 //! in parallel); `print_accuracy_table` and `print_shape_table` (ignored) print the markdown
 //! tables kept in the README (Accuracy):
 //! `cargo test --release --test fit_accuracy -- --ignored --nocapture`.
@@ -265,12 +266,17 @@ fn prng_is_deterministic_and_roughly_normal() {
     );
 }
 
+/// Two decimals: one series in 2,000 is 0.05%.
+fn pct2(v: f64) -> String {
+    format!("{:.2}%", v * 100.0)
+}
+
 fn pct(v: f64) -> String {
     format!("{:.1}%", v * 100.0)
 }
 
 #[test]
-#[ignore = "slow: prints the the README (Accuracy) table"]
+#[ignore = "slow: prints the README (Accuracy) table"]
 fn print_accuracy_table() {
     const SEEDS: u64 = 2000;
     println!("# Leak verdict accuracy\n");
@@ -671,11 +677,11 @@ fn print_shape_table() {
                     shape.label(),
                     noise / KIB,
                     shape.truth().as_str(),
-                    pct(cell.share(Verdict::Leak)),
-                    pct(cell.share(Verdict::Plateau)),
-                    pct(cell.share(Verdict::Stable)),
-                    pct(cell.share(Verdict::Inconclusive)),
-                    pct(cell.troughs as f64 / cell.runs as f64),
+                    pct2(cell.share(Verdict::Leak)),
+                    pct2(cell.share(Verdict::Plateau)),
+                    pct2(cell.share(Verdict::Stable)),
+                    pct2(cell.share(Verdict::Inconclusive)),
+                    pct2(cell.troughs as f64 / cell.runs as f64),
                 );
             }
         }
