@@ -38,7 +38,33 @@
 //! `1 − e^(−x/τ)` that is 95% of the way to its asymptote at the last point it is 0.24–0.29 of
 //! the overall slope. Halfway between is 1/2, and each verdict needs a one-sided α test against
 //! that boundary, so turning one into the other takes a > α noise event. The segment path uses
-//! the same half-pace boundary for its last segment (see `judge_segments`).
+//! the same half-pace boundary for its last segment (see `judge_segments`). One more guard: a
+//! straight-piece leak must fit better than the best single step by 8σ² (`best_step`), so a
+//! step the change-point search could not resolve is not read as a rate.
+//!
+//! Rules of the segment path (two or more segments, `changepoint::segment` with a noise floor
+//! of a quarter of thr per x step):
+//! * segments that are one line in all but name (every slope within a quarter of the overall
+//!   one, no jump over two x steps of it) → the straight-piece path;
+//! * jumps count as steps when significant at two-sided α (≈ σ·√(4/m₁ + 4/m₂)) and over
+//!   thr·Δx; segments rise or fall when beyond ±thr at one-sided α;
+//! * nothing rises → stable or inconclusive by the line; it falls as much as it rises and the
+//!   line does not rise → the same; it rises and falls → inconclusive;
+//! * the last segment rises (one-sided α/10 — the search chose where it starts — above
+//!   max(thr, half the average rate before it), 5+ points and a fifth of the series, Theil–Sen
+//!   above thr) → leak at the last segment's slope;
+//! * the last segment is flat (its upper bound below that boundary): one step up and no ramp →
+//!   plateau, "one-off step", no rate; three or more steps with no gap (before, between, or
+//!   after them to the end) over twice their mean spacing, and the whole series rising
+//!   (Mann–Kendall, CI, Theil–Sen) → leak at the OLS slope; the end at least `ln(1/0.01)` ×
+//!   the expected spacing of steps at the average rate without one (ramps: at once) →
+//!   plateau with the average fill rate up to the last change; otherwise inconclusive, with
+//!   the runs until that end length would be reached.
+//!
+//! Rules of the trough path (a saw-tooth: `Envelope::sharpness` < `SAWTOOTH_SHARPNESS`): see
+//! `judge_troughs` — Mann–Kendall at α/10 on the window minima plus a one-sided t test at α,
+//! slope and Theil–Sen above thr → leak; 95% upper bound within thr → stable; fewer than
+//! `envelope::MIN_WINDOWS` windows of two teeth → inconclusive.
 
 use super::changepoint::{self, Segment};
 use super::envelope::{self, Envelope};
