@@ -80,12 +80,21 @@ fn out(t: &tempfile::TempDir, name: &str) -> PathBuf {
 
 #[test]
 fn real_memcached_filled_past_its_cap_is_a_plateau_with_its_fill_rate() {
-    let Some(mc) = real::memcached(64) else { return };
+    let Some(mc) = real::memcached(64) else {
+        return;
+    };
     let t = tmp();
     let dir = out(&t, "memcached");
     let s = run_driver(
         &dir,
-        &["-n", "40", "--settle", "100ms", "--watch", &mc.pid().to_string()],
+        &[
+            "-n",
+            "40",
+            "--settle",
+            "100ms",
+            "--watch",
+            &mc.pid().to_string(),
+        ],
         "memcached_fill.py",
         &["--port", &mc.port.to_string(), "--bytes", "4MiB", "--quiet"],
     );
@@ -145,7 +154,10 @@ fn real_gunicorn_pool_with_max_requests_shows_the_worker_leak_per_request() {
     assert_eq!(s["verdict"], "leak");
     let advice = &s["recycle"][0];
     let after = advice["recycle_after_x"].as_f64().unwrap();
-    assert!(advice["per_task"] == true && (10.0..64.0).contains(&after), "{advice:#}");
+    assert!(
+        advice["per_task"] == true && (10.0..64.0).contains(&after),
+        "{advice:#}"
+    );
     let text = std::fs::read_to_string(dir.join("report.md")).unwrap();
     assert!(!text.contains("no recycling needed"), "{text}");
 }
@@ -158,7 +170,14 @@ fn real_redis_overwriting_the_same_keys_is_stable_every_time() {
         let dir = out(&t, "redis");
         let s = run_driver(
             &dir,
-            &["-n", "20", "--settle", "100ms", "--watch", &rd.pid().to_string()],
+            &[
+                "-n",
+                "20",
+                "--settle",
+                "100ms",
+                "--watch",
+                &rd.pid().to_string(),
+            ],
             "redis_overwrite.py",
             &["--port", &rd.port.to_string(), "--quiet"],
         );
@@ -182,7 +201,14 @@ fn attach_churn(retain: &str, seconds: u32) -> Value {
     let dir = out(&t, "churn");
     let mut daemon = Command::new(real::python())
         .arg(real::fixture("churn_daemon.py"))
-        .args(["--churn-min", "20MiB", "--churn-max", "50MiB", "--period", "0.5"])
+        .args([
+            "--churn-min",
+            "20MiB",
+            "--churn-max",
+            "50MiB",
+            "--period",
+            "0.5",
+        ])
         .args(["--retain-rate", retain])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
