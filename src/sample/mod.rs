@@ -3,6 +3,7 @@
 
 pub mod attach;
 pub mod proc;
+pub mod pysites;
 pub mod reaper;
 pub mod run;
 
