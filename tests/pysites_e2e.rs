@@ -260,8 +260,8 @@ fn pyd_client(env: &[(OsString, OsString)], sock: &Path, exec: bool) -> u32 {
 
 /// The case: a daemon its client starts detached (double fork +
 /// setsid, as ./pants starts pantsd), forked from the client or exec'd.
-fn pantsd_like(exec: bool) {
-    let sites = PySites::prepare(16).unwrap();
+fn pantsd_like(exec: bool, frames: usize) {
+    let sites = PySites::prepare(frames).unwrap();
     let env = sites.env(None);
     let sock = sites.dir().join("pyd.sock");
     let _daemon = Daemon { sock: sock.clone() };
@@ -310,15 +310,114 @@ fn pantsd_like(exec: bool) {
 #[test]
 fn a_pantsd_like_daemon_forked_by_its_client_shows_its_leak_line() {
     if python().is_some() {
-        pantsd_like(false);
+        pantsd_like(false, leakwatch::sample::pysites::DEFAULT_FRAMES);
     }
 }
 
 #[test]
 fn a_pantsd_like_daemon_exec_by_its_client_shows_its_leak_line() {
     if python().is_some() {
-        pantsd_like(true);
+        pantsd_like(true, 16);
     }
+}
+
+/// A real prefork pool: gunicorn's master and its workers each answer for
+/// themselves, recycled workers (`--max-requests`) leave no endpoint
+/// behind, and the request's leak line is found in the workers. Needs an
+/// interpreter with gunicorn: `LEAKWATCH_TEST_PYTHON=/venv/bin/python`.
+#[test]
+fn a_gunicorn_pool_answers_per_worker() {
+    let python = std::env::var("LEAKWATCH_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
+    let has_gunicorn = Command::new(&python)
+        .args(["-c", "import gunicorn"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !has_gunicorn {
+        eprintln!("skipped: no gunicorn for {python}; set LEAKWATCH_TEST_PYTHON");
+        return;
+    }
+    let sites = PySites::prepare(4).unwrap();
+    let app_dir = fixture("");
+    let http = sites.dir().join("http.sock");
+    let mut master = Command::new(&python)
+        .args(["-m", "gunicorn", "-w", "2", "--max-requests", "4"])
+        .arg("-b")
+        .arg(format!("unix:{}", http.display()))
+        .arg("pool_app:app")
+        .envs(sites.env(Some(app_dir.as_os_str())))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let get = || -> Option<String> {
+        let mut s = std::os::unix::net::UnixStream::connect(&http).ok()?;
+        s.write_all(b"GET / HTTP/1.0\r\n\r\n").ok()?;
+        let mut answer = String::new();
+        std::io::Read::read_to_string(&mut s, &mut answer).ok()?;
+        Some(answer)
+    };
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    while get().is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "gunicorn did not start"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The master and its two workers: the master starts (and replaces a
+    // recycled) worker within a second or so.
+    let all_three = |run: u32| {
+        let deadline = std::time::Instant::now() + TIMEOUT;
+        loop {
+            let reports = sites.collect(run, TIMEOUT);
+            if reports.iter().filter(|r| r.answer.is_ok()).count() == 3 {
+                return reports;
+            }
+            assert!(std::time::Instant::now() < deadline, "{reports:#?}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    let first = all_three(1);
+    for _ in 0..10 {
+        assert!(get().unwrap().contains("kept"));
+    }
+    let second = all_three(2);
+    let _ = Command::new("kill").arg(master.id().to_string()).status();
+    let status = master.wait().unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut master.stderr.take().unwrap(), &mut stderr).unwrap();
+
+    let master_pid = master.id();
+    let workers = |reports: &[SiteReport]| -> Vec<u32> {
+        reports
+            .iter()
+            .filter(|r| r.pid != master_pid)
+            .filter(|r| !matches!(r.answer, Err(AnswerError::Gone { .. })))
+            .map(|r| {
+                let s = snapshot(reports, r.pid);
+                assert!(s.forked && s.ppid == master_pid, "{s:?}");
+                r.pid
+            })
+            .collect()
+    };
+    assert!(!snapshot(&first, master_pid).forked);
+    let (before, after) = (workers(&first), workers(&second));
+    assert_eq!(
+        (before.len(), after.len()),
+        (2, 2),
+        "{first:#?} {second:#?}"
+    );
+    assert_ne!(before, after, "11 requests, 4 per worker life: recycled");
+    let line = marker_line(&fixture("pool_app.py"), "POOL-LEAK");
+    let kept: u64 = after
+        .iter()
+        .filter_map(|&pid| line_bytes(snapshot(&second, pid), &fixture("pool_app.py"), line))
+        .map(|(bytes, _)| bytes)
+        .sum();
+    assert!(kept >= 100_033, "the leak line in the live workers: {kept}");
+    assert!(status.code().is_some(), "{status:?}");
+    assert!(!stderr.contains("leakwatch:"), "{stderr}");
+    assert!(sites.endpoints().is_empty(), "{:?}", sites.endpoints());
 }
 
 /// The bootstrap's own tests (chaining orders, fork, exec, -I/-E/-S,

@@ -18,7 +18,7 @@ of the command's tree it then:
 
 Only grouped statistics leave the process (top allocation sites with their
 tracebacks, sizes and counts), never heap contents. The wire format is
-specified in src/sample/pysites.rs (version 1).
+specified in src/sample/pysites/wire.rs (version 1).
 
 It must never break the program: every failure is swallowed, said once on
 stderr ("leakwatch: ...") and written to D/<pid>.err for leakwatch to show.
@@ -39,7 +39,7 @@ _CODE_FILE = sys._getframe().f_code.co_filename
 _MARK = "_leakwatch_sitecustomize"
 _FORMAT = "leakwatch-py-sites"
 _VERSION = 1
-_DEFAULT_FRAMES = 16
+_DEFAULT_FRAMES = 1  # leakwatch always sets LEAKWATCH_PY_FRAMES
 _MAX_REQUEST = 65536
 # A client that connects and sends nothing cannot hold the answering thread longer.
 _IO_TIMEOUT_S = 10.0
@@ -64,7 +64,10 @@ class _S(object):
     sticky = None  # ({traceback: row}, {frame: row}) reported before
     fork_filter = None  # our warnings filter for the 3.12+ fork warning
     internal = None  # filename -> bool: not a "user" frame
+    time = None
+    socket_mod = None
     serve_frame = None  # (file, line) of the answering thread's call into _handle
+    conn = None  # the connection being answered
 
 
 def _say(msg):
@@ -100,9 +103,7 @@ def _write_err(line):
 
 
 def _now():
-    import time
-
-    return time.monotonic() if hasattr(time, "monotonic") else time.time()
+    return _S.time.monotonic()
 
 
 # ---------------------------------------------------------------- set-up
@@ -124,13 +125,23 @@ def _init():
         )
         return
     try:
+        # Everything the answering thread needs is imported here, on the
+        # main thread at start-up: a fork while another thread is inside an
+        # import leaves that module's import lock held forever in the child,
+        # and the child's next import of it hangs. The thread never imports.
         import _thread
         import _socket
         import _tracemalloc
+        import time
+
+        if not hasattr(_tracemalloc, "_get_traces"):
+            import tracemalloc  # noqa: F401
     except ImportError as e:
         _say("this interpreter has no %s (not CPython?); not instrumented" % (e.name,))
         return
     _S.tm = _tracemalloc
+    _S.time = time
+    _S.socket_mod = _socket
     # Captured now, before the program can monkey-patch threads into
     # greenlets (gevent, eventlet): the listener must be a real OS thread.
     _S.start_thread = _thread.start_new_thread
@@ -224,24 +235,26 @@ def _before_fork():
 
 
 def _after_child():
-    old, _S.sock = _S.sock, None
-    try:
-        if old is not None:
-            old.close()  # the parent's endpoint: close our copy, never unlink it
-    except Exception:
-        pass
+    # The parent's endpoint and the connection it may be answering: close
+    # our copies (never unlink, never shut down: they are the parent's).
+    for name in ("sock", "conn"):
+        old = getattr(_S, name)
+        setattr(_S, name, None)
+        try:
+            if old is not None:
+                old.close()
+        except Exception:
+            pass
     _S.forked = True
     _S.err_written = False
     _S.seq = 0
     _S.prev = None
     _S.sticky = None
-    _S.started = _now()
     if _S.tm is None or _S.start_thread is None:
         return
+    _S.started = _now()
     try:
-        import _socket
-
-        _listen(_socket)
+        _listen(_S.socket_mod)
     except OSError as e:
         if os.path.isdir(_S.dir):  # gone: leakwatch has finished, nothing to say
             _say("cannot listen on %s: %s" % (os.path.join(_S.dir, "%d.sock" % os.getpid()), e))
@@ -262,11 +275,12 @@ def _serve(s, pid, _socket):
             return
         conn = None
         try:
-            conn = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM, 0, fd)
+            conn = _S.conn = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM, 0, fd)
             _handle(conn)
         except Exception as e:
             _say("could not answer a request: %s: %s" % (type(e).__name__, e))
         finally:
+            _S.conn = None
             try:
                 if conn is not None:
                     conn.close()
@@ -280,12 +294,6 @@ def _handle(conn):
     # Every allocation of the answering thread has this frame in its
     # traceback (unless cut by the frame limit): it marks them as ours.
     _S.serve_frame = (_CODE_FILE, sys._getframe(1).f_lineno)
-    # Imported before the snapshot, so their memory is in every answer
-    # rather than showing up as growth in the second one.
-    import heapq  # noqa: F401
-    import json
-    import time  # noqa: F401
-
     conn.settimeout(_IO_TIMEOUT_S)
     data = b""
     while b"\n" not in data and len(data) < _MAX_REQUEST:
@@ -295,14 +303,15 @@ def _handle(conn):
         data += chunk
     line = data.split(b"\n", 1)[0].strip()
     try:
-        req = json.loads(line.decode("utf-8")) if line else {}
-        if not isinstance(req, dict):
-            raise ValueError("not an object")
+        req = _parse_request(line.decode("utf-8")) if line else {}
     except ValueError as e:
         req = {"op": "invalid", "detail": str(e)}
     answer = _answer(req)
-    out = json.dumps(answer, separators=(",", ":")).encode("utf-8") + b"\n"
-    flags = getattr(sys.modules["_socket"], "MSG_NOSIGNAL", 0)  # a closed peer must not SIGPIPE us
+    out = []
+    _dump(answer, out)
+    out.append("\n")
+    out = "".join(out).encode("utf-8")
+    flags = getattr(_S.socket_mod, "MSG_NOSIGNAL", 0)  # a closed peer must not SIGPIPE us
     view = memoryview(out)
     while len(view):
         n = conn.send(view, flags)
@@ -341,8 +350,12 @@ def _answer(req):
             _int_arg(req, "sticky_max", 200),
         )
         _S.seq += 1
-        base["seq"] = _S.seq
-        _snapshot(base, limits)
+        snap = {"seq": _S.seq}
+        try:
+            _snapshot(snap, limits)
+            base.update(snap)
+        except Exception as e:  # e.g. MemoryError: an answer that says so beats a silent hang-up
+            base["error"] = "snapshot failed: %s: %s" % (type(e).__name__, e)
     return base
 
 
@@ -350,8 +363,7 @@ def _answer(req):
 
 
 def _snapshot(out, limits):
-    import time
-
+    time = _S.time
     tm = _S.tm
     t0 = time.perf_counter()
     current, peak = tm.get_traced_memory()
@@ -527,17 +539,15 @@ def _select(rows, prev, sticky, limits):
     once it has appeared, at 0 bytes once freed; the largest sticky_max of
     those). A row's key is row[2]. Returns ([(row, prev bytes or None)],
     (other bytes, other blocks))."""
-    import heapq
-
     top_bytes, top_blocks, top_growth, sticky_max = limits
     chosen = {}
-    for r in heapq.nlargest(top_bytes, rows, key=lambda r: r[0]):
+    for r in sorted(rows, key=lambda r: r[0], reverse=True)[:top_bytes]:
         chosen[r[2]] = r
-    for r in heapq.nlargest(top_blocks, rows, key=lambda r: r[1]):
+    for r in sorted(rows, key=lambda r: r[1], reverse=True)[:top_blocks]:
         chosen[r[2]] = r
-    if prev is not None:
+    if prev is not None and top_growth:
         pget = prev.get
-        for r in heapq.nlargest(top_growth, rows, key=lambda r: r[0] - pget(r[2], 0)):
+        for r in sorted(rows, key=lambda r: r[0] - pget(r[2], 0), reverse=True)[:top_growth]:
             if r[0] > pget(r[2], 0):
                 chosen[r[2]] = r
     if sticky:
@@ -596,6 +606,125 @@ def _line_site(r, prev_b, files):
     }
 
 
+# ---------------------------------------------------------------- JSON
+# Written out rather than imported: the answering thread must not import
+# (see _init), and importing json at every interpreter's start-up costs
+# 1.5 ms or more.
+
+_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _quote(s):
+    s = _clean(s)
+    if s.isprintable() and '"' not in s and "\\" not in s:
+        return '"' + s + '"'
+    return '"' + "".join(_ESCAPES.get(c) or (c if c >= " " else "\\u%04x" % ord(c)) for c in s) + '"'
+
+
+def _dump(o, out):
+    """Appends the JSON text of o (None, bool, int, float, str, list,
+    tuple, dict with str keys) to the list out."""
+    if o is None:
+        out.append("null")
+    elif o is True:
+        out.append("true")
+    elif o is False:
+        out.append("false")
+    elif isinstance(o, int):
+        out.append(str(o))
+    elif isinstance(o, float):
+        out.append(repr(o) if o == o and o not in (float("inf"), float("-inf")) else "null")
+    elif isinstance(o, str):
+        out.append(_quote(o))
+    elif isinstance(o, dict):
+        out.append("{")
+        first = True
+        for k, v in o.items():
+            if not first:
+                out.append(",")
+            first = False
+            out.append(_quote(k))
+            out.append(":")
+            _dump(v, out)
+        out.append("}")
+    else:
+        out.append("[")
+        first = True
+        for v in o:
+            if not first:
+                out.append(",")
+            first = False
+            _dump(v, out)
+        out.append("]")
+
+
+def _parse_request(text):
+    """Parses a flat JSON object whose values are integers, strings,
+    true/false/null: all a request has. Raises ValueError otherwise."""
+    text = text.strip()
+    if not (text.startswith("{") and text.endswith("}")):
+        raise ValueError("not a JSON object")
+    body = text[1:-1]
+    req = {}
+    i, n = 0, len(body)
+
+    def string(i):
+        if body[i] != '"':
+            raise ValueError("expected a string at %d" % i)
+        j = i + 1
+        chars = []
+        while j < n and body[j] != '"':
+            if body[j] == "\\":
+                j += 1
+                if j >= n:
+                    break
+                c = body[j]
+                if c == "u":
+                    chars.append(chr(int(body[j + 1 : j + 5], 16)))
+                    j += 4
+                else:
+                    chars.append({"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f"}.get(c, c))
+            else:
+                chars.append(body[j])
+            j += 1
+        if j >= n:
+            raise ValueError("unterminated string")
+        return "".join(chars), j + 1
+
+    def skip(i):
+        while i < n and body[i] in " \t\r\n":
+            i += 1
+        return i
+
+    i = skip(i)
+    while i < n:
+        key, i = string(i)
+        i = skip(i)
+        if i >= n or body[i] != ":":
+            raise ValueError("expected ':' after %r" % key)
+        i = skip(i + 1)
+        if i < n and body[i] == '"':
+            value, i = string(i)
+        else:
+            j = i
+            while j < n and body[j] not in ", \t\r\n":
+                j += 1
+            word = body[i:j]
+            consts = {"true": True, "false": False, "null": None}
+            if word in consts:
+                value = consts[word]
+            else:
+                value = int(word)  # ValueError for anything else
+            i = j
+        req[key] = value
+        i = skip(i)
+        if i < n:
+            if body[i] != ",":
+                raise ValueError("expected ',' at %d" % i)
+            i = skip(i + 1)
+    return req
+
+
 # ---------------------------------------------------------------- chaining
 
 
@@ -606,22 +735,64 @@ def _norm(p):
         return p
 
 
-def _chain():
-    """Imports the `sitecustomize` Python would have imported without
-    leakwatch: the first one on sys.path after this file's directory."""
+def _find_next():
+    """Finds the `sitecustomize` Python would have imported without
+    leakwatch: the first one on sys.path after this file's directory.
+    Returns a loader thunk, or None. Runs before tracemalloc starts: under
+    tracing at 16 frames the lookup took 15-35 ms instead of 1."""
     own = _norm(_DIR)
     entries = [p for p in sys.path if isinstance(p, str)]
     normed = [_norm(p) for p in entries]
     start = normed.index(own) + 1 if own in normed else 0
     search = [p for p, n in zip(entries[start:], normed[start:]) if n != own]
+    if sys.version_info < (3, 4):
+        return _find_imp(search)
+    external = sys.modules.get("_frozen_importlib_external")
+    bootstrap = sys.modules.get("_frozen_importlib")
+    if external is None or bootstrap is None:  # not CPython's frozen importlib
+        import importlib.machinery as external
+        import importlib.util as bootstrap
+    spec = external.PathFinder.find_spec("sitecustomize", search)
+    if spec is None or spec.loader is None:
+        return None
+
+    def load():
+        module = bootstrap.module_from_spec(spec)
+        sys.modules["sitecustomize"] = module
+        spec.loader.exec_module(module)
+
+    return load
+
+
+def _find_imp(search):
+    import imp
+
+    try:
+        found = imp.find_module("sitecustomize", search)
+    except ImportError:
+        return None
+
+    def load():
+        # load_module would re-execute into the module of that name (this one).
+        sys.modules.pop("sitecustomize", None)
+        try:
+            imp.load_module("sitecustomize", *found)
+        finally:
+            if found[0] is not None:
+                found[0].close()
+
+    return load
+
+
+def _chain(load):
+    """Runs the found sitecustomize as site.py would have: a failure is said
+    the way site.py says it, and the program goes on."""
+    if load is None:
+        return
     ours = sys.modules.get("sitecustomize")
     try:
-        if sys.version_info >= (3, 4):
-            _chain_spec(search)
-        else:
-            _chain_imp(search, ours)
+        load()
     except Exception as err:
-        # What site.py does when a sitecustomize fails: say so, carry on.
         if sys.modules.get("sitecustomize") is not ours and ours is not None:
             sys.modules["sitecustomize"] = ours
         if isinstance(err, ImportError) and getattr(err, "name", None) == "sitecustomize":
@@ -634,32 +805,12 @@ def _chain():
             )
 
 
-def _chain_spec(search):
-    import importlib.machinery
-    import importlib.util
-
-    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", search)
-    if spec is None or spec.loader is None:
-        return
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["sitecustomize"] = module
-    spec.loader.exec_module(module)
-
-
-def _chain_imp(search, ours):
-    import imp
-
+def _find_quietly():
     try:
-        found = imp.find_module("sitecustomize", search)
-    except ImportError:
-        return
-    # load_module would re-execute into the module of that name (this one).
-    sys.modules.pop("sitecustomize", None)
-    try:
-        imp.load_module("sitecustomize", *found)
-    finally:
-        if found[0] is not None:
-            found[0].close()
+        return _find_next()
+    except Exception as e:
+        _say("cannot look for the environment's own sitecustomize: %s: %s" % (type(e).__name__, e))
+        return None
 
 
 # ---------------------------------------------------------------- entry
@@ -669,11 +820,14 @@ if _MARK in sys.modules:
     # A second copy, imported by another bootstrap that chains the same way
     # (e.g. ddtrace-run's, which removes its own directory and imports
     # `sitecustomize` again): set up already, only pass the chain on.
-    _chain()
+    _chain(_find_quietly())
 else:
     sys.modules[_MARK] = sys.modules.get(__name__)
+    _next = _find_quietly()
     try:
+        # Before the next sitecustomize runs: it may monkey-patch threads
+        # (gevent), and its allocations are the program's.
         _init()
     except Exception as _e:
         _say("not instrumented: %s: %s" % (type(_e).__name__, _e))
-    _chain()
+    _chain(_next)

@@ -6,8 +6,10 @@
 //! Each instrumented process listens on the Unix stream socket
 //! `D/<pid>.sock` (D: the private directory, mode 0700, so only its owner and
 //! root can connect). Per connection: leakwatch writes one request line and
-//! half-closes; the process writes one answer document ending in `\n` and
-//! closes. Both are UTF-8 JSON.
+//! half-closes; the process writes one answer document on one line, ending
+//! in `\n`, and closes. Both are UTF-8 JSON. Readers stop at the newline,
+//! not at EOF: a process that forks while answering leaves a copy of the
+//! connection in its child, which never closes it.
 //!
 //! # Request
 //!
