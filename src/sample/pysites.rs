@@ -12,9 +12,13 @@
 //!    process started from it (and every process they fork) then traces
 //!    allocations and listens on `D/<pid>.sock`; see
 //!    `pysites/sitecustomize.py` for what runs inside the processes.
-//! 3. [`PySites::collect`] after each run's deep sample: one snapshot per
-//!    live endpoint, typed ([`Snapshot`]); failures are data
-//!    ([`AnswerError`]), never a reason to stop.
+//! 3. [`PySites::collect`] after each run, once the command has exited, the
+//!    settle delay has passed and the survivors' deep sample is taken — not
+//!    before it: answering costs the process CPU (0.2–3 s for 100k–350k live
+//!    blocks) and a transient copy of its traces (about 100 bytes per live
+//!    block) that would show in that sample. One snapshot per live endpoint,
+//!    typed ([`Snapshot`]); failures are data ([`AnswerError`]), never a
+//!    reason to stop. A site's growth in the run is `bytes - prev_bytes`.
 //! 4. [`PySites::diagnose`] for a Python process of the tree that did not
 //!    answer: the reason ([`Silence`]).
 //! 5. Drop removes D (after the survivors are stopped), unless [`PySites::keep`].
@@ -211,7 +215,8 @@ impl PySites {
 
     /// Uses a directory an earlier session kept ([`PySites::keep`]), e.g. to
     /// collect from a daemon left running with `--keep-survivors`. It must be
-    /// the caller's, mode 0700. It is not removed on drop.
+    /// the caller's, mode 0700. It is not removed on drop; its [`PySites::env`]
+    /// names [`DEFAULT_FRAMES`].
     pub fn open(dir: &Path) -> Result<PySites, PySitesError> {
         let not_ours = |why: String| PySitesError::NotPySitesDir {
             dir: dir.to_path_buf(),
