@@ -4,6 +4,7 @@
 pub mod attach;
 pub mod confine;
 pub mod proc;
+pub mod pysites;
 pub mod reaper;
 pub mod run;
 
