@@ -70,7 +70,7 @@ fn quick_fit(life: &Life, start: f64, metric: Metric, opts: &FitOptions) -> fit:
         points,
         processes: 1,
     };
-    fit::fit(&s, opts)
+    fit::fit(&s, fit::warmup_of(&s, opts))
 }
 
 /// A life's label set, with `leakwatch_life` when its series restarted.

@@ -284,7 +284,7 @@ fn series_families(latest: &Latest) -> Vec<Family> {
 fn fit_families(a: &Analysis) -> Vec<Family> {
     let mut growth = Family::new(
         "leakwatch_growth_bytes_per_second",
-        "Fitted growth of a series (least-squares slope over the samples so far), bytes per second.",
+        "Fitted growth of a series over the samples so far (the verdict's rate, as summary.json's rate), bytes per second.",
     );
     let mut lower = Family::new(
         "leakwatch_growth_ci95_lower_bytes_per_second",
@@ -310,14 +310,17 @@ fn fit_families(a: &Analysis) -> Vec<Family> {
                 ("metric", f.metric.name().to_string()),
             ]
         };
-        if let Some(s) = f.slope {
+        // The headline rate the verdict and the gate use (a leak's rate, a
+        // plateau's fill), else the least-squares slope.
+        if let Some(s) = f.rate.or(f.slope) {
             if f.metric.is_bytes() {
                 growth.push(id(), s);
             } else {
                 counts.push(id(), s);
             }
         }
-        if let (Some((lo, hi)), true) = (f.slope_ci95, f.metric.is_bytes()) {
+        let ci = f.rate_ci95.or(f.slope_ci95);
+        if let (Some((lo, hi)), true) = (ci, f.metric.is_bytes()) {
             lower.push(id(), lo);
             upper.push(id(), hi);
         }

@@ -76,24 +76,33 @@ pub fn parse_duration(text: &str) -> Result<Duration, UnitError> {
 /// and a deadline that far ahead would overflow the clock.
 pub const MAX_DURATION: Duration = Duration::from_secs(365 * 86400);
 
-/// Formats bytes in binary units with three significant figures: `4.00 MiB`.
-pub fn format_bytes(bytes: f64) -> String {
+/// The largest binary unit in which `bytes` is still at least 1, as (its
+/// size in bytes, its name): `(1048576, "MiB")` for 156 MiB. Reports print
+/// sizes in it; chart axes pick their unit with it.
+pub fn binary_unit(bytes: f64) -> (f64, &'static str) {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut value = bytes.abs();
+    let mut size = 1.0;
     let mut unit = 0;
-    while value >= 1024.0 && unit < UNITS.len() - 1 {
-        value /= 1024.0;
+    while bytes.abs() >= size * 1024.0 && unit < UNITS.len() - 1 {
+        size *= 1024.0;
         unit += 1;
     }
+    (size, UNITS[unit])
+}
+
+/// Formats bytes in binary units with three significant figures: `4.00 MiB`.
+pub fn format_bytes(bytes: f64) -> String {
+    let (size, unit) = binary_unit(bytes);
+    let value = bytes.abs() / size;
     let sign = if bytes < 0.0 { "-" } else { "" };
-    if unit == 0 {
+    if unit == "B" {
         format!("{sign}{value:.0} B")
     } else if value >= 100.0 {
-        format!("{sign}{value:.0} {}", UNITS[unit])
+        format!("{sign}{value:.0} {unit}")
     } else if value >= 10.0 {
-        format!("{sign}{value:.1} {}", UNITS[unit])
+        format!("{sign}{value:.1} {unit}")
     } else {
-        format!("{sign}{value:.2} {}", UNITS[unit])
+        format!("{sign}{value:.2} {unit}")
     }
 }
 

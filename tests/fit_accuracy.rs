@@ -6,8 +6,14 @@
 //! then flat, and a saturating curve 1 − e^(−(x−1)/τ) with τ = (n−1)/3, i.e. 95% of the way
 //! there at the last run (the hardest plateau: its second half still rises).
 //!
-//! `rates_at_{10,20,50}_points` assert the claims (a few seconds in debug, run in parallel);
-//! `print_accuracy_table` (ignored) prints the markdown table kept in the README (Accuracy):
+//! Shape families (issue 10): one-off steps, steady steps (a leak), a fill then a later step
+//! (plateau), a first fill followed by a small creep (redis: stable), and in attach mode
+//! saw-teeth sampled at jittered times, with and without growth of their troughs; see `Shape`.
+//!
+//! `rates_at_{10,20,50}_points`, `shapes_in_run_mode` and `sawteeth_at_120_and_600_samples`
+//! assert the claims (about 13 s of CPU in debug on 2 cores, run
+//! in parallel); `print_accuracy_table` and `print_shape_table` (ignored) print the markdown
+//! tables kept in the README (Accuracy):
 //! `cargo test --release --test fit_accuracy -- --ignored --nocapture`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -260,12 +266,17 @@ fn prng_is_deterministic_and_roughly_normal() {
     );
 }
 
+/// Two decimals: one series in 2,000 is 0.05%.
+fn pct2(v: f64) -> String {
+    format!("{:.2}%", v * 100.0)
+}
+
 fn pct(v: f64) -> String {
     format!("{:.1}%", v * 100.0)
 }
 
 #[test]
-#[ignore = "slow: prints the the README (Accuracy) table"]
+#[ignore = "slow: prints the README (Accuracy) table"]
 fn print_accuracy_table() {
     const SEEDS: u64 = 2000;
     println!("# Leak verdict accuracy\n");
@@ -312,4 +323,367 @@ fn print_accuracy_table() {
         100.0 * false_leaks as f64 / false_runs as f64,
         100.0 * worst_false
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shape families (issue 10).
+
+const KIB: f64 = 1024.0;
+
+/// A memory shape whose truth is known. Run shapes have x = runs 1..n at a 100 MiB level;
+/// attach shapes have x = seconds, sampled every 1 s ± 30% (uniform jitter, as the sampler
+/// does), n samples.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Shape {
+    /// Flat, one step of +2 MiB at a run drawn uniformly from 30–70% of the series.
+    OneOffStep,
+    /// +1 MiB every `k` runs (random phase) to the end: a leak of 1/k MiB/run.
+    SteadySteps(usize),
+    /// The LRU of issue 10, scaled to n runs: +2 MiB/run over the first n/4 runs, flat, one
+    /// +2 MiB step at run 0.55·n + 1, flat to the end (at 24 runs: 6 runs of fill, step at 14).
+    FillThenStep,
+    /// redis overwriting the same keys: level 12 MiB, +4.1 MiB from run 1 to run 2, then
+    /// +2.8 KiB/run.
+    FirstFillCreep,
+    /// A garbage collector's saw-tooth of period `period` seconds over a floor of 100 MiB that
+    /// grows `pct_per_h`% of the floor per hour; each tooth's height is drawn from 20–50% of
+    /// the floor; the noise sd applies to the floor.
+    Sawtooth { period: f64, pct_per_h: f64 },
+}
+
+impl Shape {
+    fn label(self) -> String {
+        match self {
+            Shape::OneOffStep => "one-off step +2 MiB".into(),
+            Shape::SteadySteps(k) => format!("steps +1 MiB every {k} runs"),
+            Shape::FillThenStep => "fill, then one +2 MiB step".into(),
+            Shape::FirstFillCreep => "first fill +4.1 MiB, creep +2.8 KiB/run".into(),
+            Shape::Sawtooth { period, pct_per_h } => {
+                let p = if period < 1.0 {
+                    format!("{period} s")
+                } else {
+                    format!("{period:.0} s")
+                };
+                if pct_per_h > 0.0 {
+                    format!("saw-tooth {p}, troughs +{pct_per_h}%/h")
+                } else {
+                    format!("saw-tooth {p}, no retention")
+                }
+            }
+        }
+    }
+
+    fn is_attach(self) -> bool {
+        matches!(self, Shape::Sawtooth { .. })
+    }
+
+    /// The verdict that is right.
+    fn truth(self) -> Verdict {
+        match self {
+            Shape::OneOffStep | Shape::FillThenStep => Verdict::Plateau,
+            Shape::SteadySteps(_) => Verdict::Leak,
+            Shape::FirstFillCreep => Verdict::Stable,
+            Shape::Sawtooth { pct_per_h, .. } => {
+                if pct_per_h > 0.0 {
+                    Verdict::Leak
+                } else {
+                    Verdict::Stable
+                }
+            }
+        }
+    }
+
+    /// The true headline rate (leak rate, or a plateau's average fill rate), bytes per x.
+    fn rate(self, n: usize) -> Option<f64> {
+        match self {
+            Shape::SteadySteps(k) => Some(MIB / k as f64),
+            Shape::FillThenStep => {
+                let (fill_runs, step_run) = fill_then_step(n);
+                Some((2.0 * MIB * fill_runs + 2.0 * MIB) / (step_run - 1.0))
+            }
+            Shape::Sawtooth { pct_per_h, .. } if pct_per_h > 0.0 => {
+                Some(pct_per_h / 100.0 * LEVEL / 3600.0)
+            }
+            _ => None,
+        }
+    }
+
+    /// Noise sd (bytes) of each row.
+    fn noises(self) -> &'static [f64] {
+        match self {
+            Shape::FirstFillCreep => &[2.0 * KIB, 4.0 * KIB, 8.0 * KIB],
+            Shape::Sawtooth { .. } => &[64.0 * KIB],
+            _ => &[64.0 * KIB, 256.0 * KIB, 1024.0 * KIB],
+        }
+    }
+
+    /// Series lengths of each row.
+    fn lengths(self) -> &'static [usize] {
+        match self {
+            Shape::Sawtooth { .. } => &[120, 600, 3600],
+            Shape::FillThenStep => &[10, 20, 24, 50],
+            _ => &[10, 20, 50],
+        }
+    }
+
+    fn series(self, n: usize, noise: f64, rng: &mut Rng) -> (Vec<f64>, Vec<f64>) {
+        if let Shape::Sawtooth { period, pct_per_h } = self {
+            return sawtooth(n, period, pct_per_h, noise, rng);
+        }
+        let x: Vec<f64> = (1..=n).map(|v| v as f64).collect();
+        let phase = rng.uniform();
+        let step_at = (0.3 + 0.4 * rng.uniform()) * n as f64;
+        let (fill_runs, step_run) = fill_then_step(n);
+        let y = x
+            .iter()
+            .map(|&r| {
+                let mean = match self {
+                    Shape::OneOffStep => LEVEL + if r > step_at { 2.0 * MIB } else { 0.0 },
+                    Shape::SteadySteps(k) => {
+                        let k = k as f64;
+                        LEVEL + MIB * ((r - 1.0) / k + phase).floor()
+                    }
+                    Shape::FillThenStep => {
+                        let step = if r >= step_run { 2.0 * MIB } else { 0.0 };
+                        LEVEL + 2.0 * MIB * (r - 1.0).min(fill_runs) + step
+                    }
+                    Shape::FirstFillCreep => {
+                        let fill = if r >= 2.0 { 4.1 * MIB } else { 0.0 };
+                        12.0 * MIB + fill + 2.8 * KIB * (r - 1.0)
+                    }
+                    Shape::Sawtooth { .. } => LEVEL,
+                };
+                mean + noise * rng.normal()
+            })
+            .collect();
+        (x, y)
+    }
+}
+
+/// (runs of fill, run of the later step) of `Shape::FillThenStep` at n runs.
+fn fill_then_step(n: usize) -> (f64, f64) {
+    ((n as f64 / 4.0).round(), (0.55 * n as f64).round() + 1.0)
+}
+
+/// Jittered sampling (1 s ± 30%) of a saw-tooth: floor `LEVEL·(1 + pct_per_h/100·t/3600)` plus
+/// Gaussian noise, plus `height·phase` where each tooth's height is drawn from 20–50% of LEVEL.
+fn sawtooth(
+    n: usize,
+    period: f64,
+    pct_per_h: f64,
+    noise: f64,
+    rng: &mut Rng,
+) -> (Vec<f64>, Vec<f64>) {
+    let mut heights: Vec<f64> = Vec::new();
+    let mut t = 0.0;
+    let (mut x, mut y) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    for _ in 0..n {
+        t += 0.7 + 0.6 * rng.uniform();
+        let cycle = (t / period).floor() as usize;
+        while heights.len() <= cycle {
+            heights.push((0.2 + 0.3 * rng.uniform()) * LEVEL);
+        }
+        let floor = LEVEL * (1.0 + pct_per_h / 100.0 * t / 3600.0);
+        x.push(t);
+        y.push(floor + heights[cycle] * (t / period).fract() + noise * rng.normal());
+    }
+    (x, y)
+}
+
+const SHAPES: [Shape; 15] = [
+    Shape::OneOffStep,
+    Shape::SteadySteps(3),
+    Shape::SteadySteps(5),
+    Shape::FillThenStep,
+    Shape::FirstFillCreep,
+    Shape::Sawtooth {
+        period: 0.5,
+        pct_per_h: 0.0,
+    },
+    Shape::Sawtooth {
+        period: 1.0,
+        pct_per_h: 0.0,
+    },
+    Shape::Sawtooth {
+        period: 7.0,
+        pct_per_h: 0.0,
+    },
+    Shape::Sawtooth {
+        period: 30.0,
+        pct_per_h: 0.0,
+    },
+    Shape::Sawtooth {
+        period: 1.0,
+        pct_per_h: 0.3,
+    },
+    Shape::Sawtooth {
+        period: 7.0,
+        pct_per_h: 0.3,
+    },
+    Shape::Sawtooth {
+        period: 1.0,
+        pct_per_h: 3.0,
+    },
+    Shape::Sawtooth {
+        period: 30.0,
+        pct_per_h: 3.0,
+    },
+    Shape::Sawtooth {
+        period: 1.0,
+        pct_per_h: 30.0,
+    },
+    Shape::Sawtooth {
+        period: 30.0,
+        pct_per_h: 30.0,
+    },
+];
+
+/// Outcome counts of one (shape, n, noise) row.
+#[derive(Default)]
+struct ShapeCell {
+    runs: usize,
+    counts: [usize; 4],
+    troughs: usize,
+    /// Sum of |headline rate − true rate| / true rate, over series with a rate.
+    rel_err: f64,
+    rated: usize,
+    /// The first wrong leak verdict's reason, for failure messages.
+    false_leak: Option<String>,
+}
+
+impl ShapeCell {
+    fn share(&self, v: Verdict) -> f64 {
+        self.counts[v as usize] as f64 / self.runs as f64
+    }
+}
+
+fn simulate_shape(shape: Shape, n: usize, noise: f64, seeds: u64) -> ShapeCell {
+    let mut t = Thresholds::default();
+    if shape.is_attach() {
+        // As fit::thresholds does for x = seconds: 0.1% of the level or 64 KiB per hour.
+        t.min_slope_fraction = 0.001 / 3600.0;
+        t.min_slope_abs = 64.0 * KIB / 3600.0;
+    } else {
+        t.min_slope_abs = 64.0 * KIB;
+    }
+    let mut cell = ShapeCell::default();
+    for seed in 0..seeds {
+        let mut rng = Rng::new(seed ^ ((n as u64) << 40) ^ (noise.to_bits() >> 5) ^ 0x5eed);
+        let (x, y) = shape.series(n, noise, &mut rng);
+        let c = classify(&x, &y, None, &t);
+        cell.runs += 1;
+        cell.counts[c.verdict as usize] += 1;
+        if c.verdict == Verdict::Leak && shape.truth() != Verdict::Leak && cell.false_leak.is_none()
+        {
+            cell.false_leak = Some(format!("seed {seed}: {:?} {}", c.decided_by, c.reason));
+        }
+        if c.decided_by == verdict::DecidedBy::Troughs {
+            cell.troughs += 1;
+        }
+        if let (Some(truth), Some(got)) = (shape.rate(n), c.rate) {
+            if c.verdict == shape.truth() {
+                cell.rel_err += (got - truth).abs() / truth;
+                cell.rated += 1;
+            }
+        }
+    }
+    cell
+}
+
+/// Asserts the goals of issue 10 on `seeds` series per row of `shapes`.
+fn check_shapes(shapes: &[Shape], lengths: &[usize], seeds: u64) {
+    for &shape in shapes {
+        for &n in shape.lengths().iter().filter(|n| lengths.contains(n)) {
+            for &noise in shape.noises() {
+                let cell = simulate_shape(shape, n, noise, seeds);
+                let what = format!("{} n={n} noise={:.0} KiB", shape.label(), noise / KIB);
+                let leak = cell.share(Verdict::Leak);
+                if shape.truth() != Verdict::Leak {
+                    assert!(
+                        leak <= 0.005,
+                        "{what}: false leaks {leak}, {:?}",
+                        cell.false_leak
+                    );
+                }
+                if shape == Shape::FillThenStep && n == 24 && noise <= 256.0 * KIB {
+                    let plateau = cell.share(Verdict::Plateau);
+                    assert!(plateau >= 0.9, "{what}: plateau {plateau}");
+                }
+                if shape == Shape::FirstFillCreep {
+                    let stable = cell.share(Verdict::Stable);
+                    assert!(stable >= 0.99, "{what}: stable {stable}");
+                }
+                // A trough leak of 30%/h under 20–50% teeth: found most of the time in 600
+                // samples (the 0.3%/h of the issue needs far more: see the README).
+                if let Shape::Sawtooth { pct_per_h, .. } = shape
+                    && pct_per_h >= 30.0
+                    && n >= 600
+                {
+                    assert!(leak >= 0.6, "{what}: found {leak}");
+                }
+                if shape.is_attach() {
+                    let by_troughs = cell.troughs as f64 / cell.runs as f64;
+                    assert!(
+                        n < 600 || by_troughs >= 0.95,
+                        "{what}: by troughs {by_troughs}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn shapes_in_run_mode() {
+    check_shapes(&SHAPES[..5], &[10, 20, 24, 50], 200);
+}
+
+/// Saw-teeth are slow in debug builds (Mann–Kendall and Theil–Sen on 600 points), so few seeds.
+#[test]
+fn sawteeth_at_120_and_600_samples() {
+    check_shapes(&SHAPES[5..], &[120, 600], 20);
+}
+
+#[test]
+#[ignore = "slow: prints the README (Accuracy) shape table"]
+fn print_shape_table() {
+    // SHAPE_SEEDS=200 for a quick look.
+    let seeds: u64 = std::env::var("SHAPE_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2000);
+    println!(
+        "| shape | n | noise sd | truth | leak | plateau | stable | inconclusive | by troughs | \\|rate err\\| |"
+    );
+    println!("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|");
+    for shape in SHAPES {
+        for &n in shape.lengths() {
+            for &noise in shape.noises() {
+                let cell = simulate_shape(shape, n, noise, seeds);
+                if let Some(why) = cell
+                    .false_leak
+                    .as_ref()
+                    .filter(|_| std::env::var("SHAPE_WHY").is_ok())
+                {
+                    eprintln!("FALSE {} n={n}: {why}", shape.label());
+                }
+                let err = if cell.rated > 0 {
+                    format!("{:.1}%", 100.0 * cell.rel_err / cell.rated as f64)
+                } else {
+                    "—".into()
+                };
+                println!(
+                    "| {} | {n} | {:.0} KiB | {} | {} | {} | {} | {} | {} | {err} |",
+                    shape.label(),
+                    noise / KIB,
+                    shape.truth().as_str(),
+                    pct2(cell.share(Verdict::Leak)),
+                    pct2(cell.share(Verdict::Plateau)),
+                    pct2(cell.share(Verdict::Stable)),
+                    pct2(cell.share(Verdict::Inconclusive)),
+                    pct2(cell.troughs as f64 / cell.runs as f64),
+                );
+            }
+        }
+    }
 }

@@ -2,6 +2,8 @@
 //! functions on plain data; nothing here reads /proc or writes files.
 
 pub mod attribution;
+pub mod changepoint;
+pub mod envelope;
 pub mod findings;
 pub mod stats;
 pub mod verdict;
@@ -11,7 +13,8 @@ use serde::{Deserialize, Serialize};
 use crate::series::{Metric, ProcessLife, RunRecord, Samples, Series, XAxis};
 use crate::store::Scope;
 pub use attribution::Attribution;
-pub use verdict::Verdict;
+pub use changepoint::Segment;
+pub use verdict::{DecidedBy, PlateauInfo, Step, Verdict};
 
 /// How to analyse: what the user may change when re-running `report`.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -37,17 +40,10 @@ pub const MIN_SLOPE_BYTES: f64 = 64.0 * 1024.0;
 
 fn thresholds(s: &Series) -> verdict::Thresholds {
     let base = verdict::Thresholds::default();
-    let per_x = match s.x_axis {
-        XAxis::Run => 1.0,
-        XAxis::Seconds => 1.0 / 3600.0,
-    };
-    let (display_unit, display_scale) = match s.x_axis {
-        XAxis::Run => ("run", 1.0),
-        XAxis::Seconds => ("h", 3600.0),
-    };
+    let per_x = 1.0 / s.x_axis.per_rate_unit();
     verdict::Thresholds {
-        display_unit,
-        display_scale,
+        display_unit: s.x_axis.rate_unit(),
+        display_scale: s.x_axis.per_rate_unit(),
         min_slope_fraction: base.min_slope_fraction * per_x,
         min_slope_abs: if s.metric.is_bytes() {
             MIN_SLOPE_BYTES * per_x
@@ -58,9 +54,9 @@ fn thresholds(s: &Series) -> verdict::Thresholds {
     }
 }
 
-/// What the fit says about one series. Slopes are per x (run or second).
-/// Serialised as it is in summary.json's `series` (the last three fields are
-/// for the charts and the gate, not the contract).
+/// What the fit says about one series. Slopes and rates are per x (run or
+/// second). Serialised as it is in summary.json's `series` (the fields
+/// marked skip are for the charts and the gate, not the contract).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SeriesFit {
     #[serde(rename = "name")]
@@ -79,8 +75,31 @@ pub struct SeriesFit {
     pub trend_p: Option<f64>,
     pub r2: Option<f64>,
     pub growth_pct_per_x: Option<f64>,
-    /// Least-squares slope over the second half of the fitted points.
-    pub tail_slope: Option<f64>,
+    /// The headline rate per x and its 95% CI: a leak's rate (the last
+    /// segment's slope when it started leaking part-way, the steps' average
+    /// rate, the troughs' slope for a saw-tooth); a plateau's fill rate;
+    /// the least-squares slope otherwise; none for a one-off step.
+    #[serde(default)]
+    pub rate: Option<f64>,
+    #[serde(default)]
+    pub rate_ci95: Option<(f64, f64)>,
+    /// The slope at the end — after the last change point, or over the
+    /// second half when there is none — and where the end starts (x): the
+    /// one "end" stderr, report.md and summary.json all show.
+    #[serde(default)]
+    pub end_slope: Option<f64>,
+    #[serde(default)]
+    pub end_start_x: Option<f64>,
+    /// For a plateau: fill rate, where it stopped, the level it holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plateau: Option<PlateauInfo>,
+    /// Significant jumps between segments, in x order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<Step>,
+    /// Which model decided: the series (`mean`) or its lower envelope
+    /// (`troughs`, a saw-tooth judged on what is left after each collection).
+    #[serde(default)]
+    pub decided_by: DecidedBy,
     pub verdict: Verdict,
     /// Leading points trimmed as warm-up.
     pub warmup: usize,
@@ -97,6 +116,20 @@ pub struct SeriesFit {
     /// Mean of the fitted points: the level relative rates are taken of.
     #[serde(skip)]
     pub mean_level: f64,
+    /// The model the verdict used, for the charts: segments of the series,
+    /// and the troughs with their line when a saw-tooth was judged on them.
+    #[serde(skip)]
+    pub model: Model,
+}
+
+/// What the charts draw instead of a straight line when the verdict did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Model {
+    pub segments: Vec<Segment>,
+    /// One trough per window (x, y), and the line through them (slope,
+    /// intercept) when troughs decided.
+    pub troughs: Vec<(f64, f64)>,
+    pub trough_line: Option<(f64, f64)>,
 }
 
 /// Averages a long series into `MAX_FIT_POINTS` buckets of consecutive points
@@ -118,24 +151,36 @@ pub fn thin(points: &[(f64, f64)]) -> Vec<(f64, f64)> {
         .collect()
 }
 
-pub fn fit(series: &Series, opts: &FitOptions) -> SeriesFit {
-    let points = thin(&series.points);
-    let (xs, ys): (Vec<f64>, Vec<f64>) = points.iter().copied().unzip();
-    // --warmup counts samples; after thinning, a point is a bucket of them.
-    let samples = usize::try_from(series.count).unwrap_or(usize::MAX);
-    let per_bucket = samples.div_ceil(points.len().max(1)).max(1);
-    let warmup = opts.warmup.map(|k| k.div_ceil(per_bucket));
-    let c = verdict::classify(&xs, &ys, warmup, &thresholds(series));
+/// Leading points of a series that are warm-up: `--warmup K` (in samples;
+/// a stored point may average several), else detected.
+pub fn warmup_of(series: &Series, opts: &FitOptions) -> usize {
+    let (xs, ys): (Vec<f64>, Vec<f64>) = series.points.iter().copied().unzip();
+    match opts.warmup {
+        Some(k) => {
+            let samples = usize::try_from(series.count).unwrap_or(usize::MAX);
+            let per_point = samples.div_ceil(series.points.len().max(1)).max(1);
+            k.div_ceil(per_point)
+        }
+        None => verdict::detect_warmup(&xs, &ys),
+    }
+}
+
+/// Fits one series, leaving out `warmup` leading points (the same for every
+/// metric of a scope: see `analyse`).
+pub fn fit(series: &Series, warmup: usize) -> SeriesFit {
+    let (xs, ys): (Vec<f64>, Vec<f64>) = series.points.iter().copied().unzip();
+    let c = verdict::classify(&xs, &ys, Some(warmup), &thresholds(series));
     // The verdict may stop before fitting (too few points); the slope and
     // its CI are still worth reporting.
     let warm = c.warmup.min(xs.len());
     let own_fit = c.fit.or_else(|| stats::ols(&xs[warm..], &ys[warm..]));
     let line = own_fit.as_ref();
+    let rate_ci95 = rate_ci(&c, &xs[warm..], &ys[warm..]);
     SeriesFit {
         scope: series.scope,
         metric: series.metric,
         x: series.x_axis,
-        n: samples,
+        n: usize::try_from(series.count).unwrap_or(usize::MAX),
         first: series.points.first().map(|p| p.1).unwrap_or(0.0),
         last: series.points.last().map(|p| p.1).unwrap_or(0.0),
         slope: line.map(|l| l.slope),
@@ -144,28 +189,68 @@ pub fn fit(series: &Series, opts: &FitOptions) -> SeriesFit {
         trend_p: c.trend_p,
         r2: line.map(|l| l.r2),
         growth_pct_per_x: c.growth_pct_per_x,
-        tail_slope: end_slope(&xs[c.warmup.min(xs.len())..], &ys[c.warmup.min(ys.len())..]),
+        rate: c.rate,
+        rate_ci95,
+        end_slope: c.end_slope,
+        end_start_x: c.end_start_x,
+        plateau: c.plateau,
+        steps: c.steps.clone(),
+        decided_by: c.decided_by,
         verdict: c.verdict,
         warmup: c.warmup,
         runs_needed: c.runs_needed,
-        reason: c.reason,
+        reason: c.reason.clone(),
         processes: series.processes,
         intercept: line.map(|l| l.intercept),
         mean_level: stats::mean(&ys[warm..]).unwrap_or(0.0),
-        x_span: match (xs.get(c.warmup), xs.last()) {
+        x_span: match (xs.get(warm), xs.last()) {
             (Some(a), Some(b)) => b - a,
             _ => 0.0,
         },
+        model: model(c),
     }
 }
 
-/// Least-squares slope over the second half of the points: "is it still
-/// growing at the end", in the plainest terms. (The verdict's own test uses
-/// a two-segment fit, whose tail slope can dip below zero right after a
-/// plateau's knee; this one reads as people expect.)
-fn end_slope(xs: &[f64], ys: &[f64]) -> Option<f64> {
-    let half = xs.len() / 2;
-    stats::ols(&xs[half..], &ys[half..]).map(|l| l.slope)
+/// The CI of the headline rate: the troughs' line's when they decided, the
+/// end's line's when the rate is the end's slope, else the least-squares one.
+fn rate_ci(c: &verdict::Classification, xs: &[f64], ys: &[f64]) -> Option<(f64, f64)> {
+    let rate = c.rate?;
+    if c.decided_by == DecidedBy::Troughs {
+        return c.envelope.as_ref()?.fit.as_ref()?.slope_ci95;
+    }
+    let ols = c.fit.as_ref();
+    if ols.is_some_and(|f| (f.slope - rate).abs() <= 1e-9 * rate.abs().max(1.0)) {
+        return ols?.slope_ci95;
+    }
+    match (c.end_slope, c.end_start_x) {
+        (Some(end), Some(from)) if (end - rate).abs() <= 1e-9 * rate.abs().max(1.0) => {
+            let k = xs.partition_point(|&x| x < from);
+            stats::ols(&xs[k..], &ys[k..])?.slope_ci95
+        }
+        _ => None,
+    }
+}
+
+/// What the verdict rested on, for the charts: the troughs of a saw-tooth;
+/// the segments of a series judged by them (a plateau, steps, a leak that
+/// started part-way); nothing when the straight line was what was judged.
+fn model(c: verdict::Classification) -> Model {
+    let troughs = c.decided_by == DecidedBy::Troughs;
+    let on_the_line = match (c.rate, &c.fit) {
+        (Some(rate), Some(f)) => (f.slope - rate).abs() <= 1e-9 * rate.abs().max(1.0),
+        _ => false,
+    };
+    let by_segments =
+        c.segments.len() > 1 && !troughs && !(c.verdict == Verdict::Leak && on_the_line);
+    let envelope = c.envelope.filter(|_| troughs);
+    Model {
+        segments: if by_segments { c.segments } else { Vec::new() },
+        troughs: envelope
+            .as_ref()
+            .map(|e| e.points.clone())
+            .unwrap_or_default(),
+        trough_line: envelope.and_then(|e| e.fit).map(|f| (f.slope, f.intercept)),
+    }
 }
 
 /// When the main series reaches `--limit`, and when to recycle under `--budget`.
@@ -196,7 +281,10 @@ fn project(main: &SeriesFit, judged: Verdict, opts: &FitOptions) -> Option<Proje
     if opts.limit_bytes.is_none() && opts.budget_bytes.is_none() {
         return None;
     }
-    let slope = main.slope.filter(|s| *s > 0.0 && judged == Verdict::Leak);
+    let slope = main
+        .rate
+        .or(main.slope)
+        .filter(|s| *s > 0.0 && judged == Verdict::Leak);
     let x_to_limit = opts
         .limit_bytes
         .zip(slope)
@@ -298,6 +386,18 @@ pub fn primary_metric(fits: &[SeriesFit], scope: Scope) -> Metric {
     }
 }
 
+/// `primary_metric` from the series, before they are fitted.
+fn primary_series_metric(series: &[Series], scope: Scope) -> Metric {
+    let has_anon = series
+        .iter()
+        .any(|s| s.scope == scope && s.metric == Metric::AnonBytes && s.points.len() >= 2);
+    if has_anon {
+        Metric::AnonBytes
+    } else {
+        Metric::RssBytes
+    }
+}
+
 /// One headline per scope, in scope order (survivors, pid:…, target,
 /// command): indices into `fits` of each scope's primary metric.
 fn headlines(fits: &[SeriesFit], scopes: &[Scope]) -> Vec<usize> {
@@ -346,9 +446,29 @@ fn overall_verdict(
 
 /// The analysis of everything samples.csv held.
 pub fn analyse(samples: Samples, opts: &FitOptions) -> Analysis {
-    let fits: Vec<SeriesFit> = samples.series.iter().map(|s| fit(s, opts)).collect();
     let mut scopes: Vec<Scope> = samples.series.iter().map(|s| s.scope).collect();
     scopes.dedup();
+    // One warm-up per scope, found on the scope's primary metric, so every
+    // metric of a process tree leaves out the same first fill.
+    let warmups: Vec<(Scope, usize)> = scopes
+        .iter()
+        .map(|&scope| {
+            let primary = samples
+                .series
+                .iter()
+                .filter(|s| s.scope == scope)
+                .find(|s| s.metric == primary_series_metric(&samples.series, scope));
+            (scope, primary.map_or(0, |s| warmup_of(s, opts)))
+        })
+        .collect();
+    let fits: Vec<SeriesFit> = samples
+        .series
+        .iter()
+        .map(|s| {
+            let k = warmups.iter().find(|w| w.0 == s.scope).map_or(0, |w| w.1);
+            fit(s, k)
+        })
+        .collect();
     let headline = headlines(&fits, &scopes);
     let attribution = headline
         .iter()

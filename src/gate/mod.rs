@@ -280,7 +280,14 @@ fn check_growth(f: &SeriesFit, limit: &GrowthLimit, rule: Rule) -> Result<Check,
     );
     // A gate that cannot judge must not pass quietly: a broken command in CI
     // would otherwise "pass" the leak gate.
-    let (Some(slope), Some((lo, _))) = (f.slope, f.slope_ci95) else {
+    // A leak is judged at the rate its verdict rests on (the troughs' for a
+    // saw-tooth, the end's when it started part-way); anything else at its
+    // least-squares slope.
+    let (rate, ci) = match f.verdict {
+        Verdict::Leak => (f.rate.or(f.slope), f.rate_ci95.or(f.slope_ci95)),
+        _ => (f.slope, f.slope_ci95),
+    };
+    let (Some(slope), Some((lo, _))) = (rate, ci) else {
         return Ok(check.outcome(
             false,
             format!(
@@ -601,7 +608,13 @@ mod tests {
             trend_p: Some(0.001),
             r2: Some(0.99),
             growth_pct_per_x: Some(slope / (100.0 * MIB) * 100.0),
-            tail_slope: Some(slope),
+            rate: Some(slope),
+            rate_ci95: Some(ci),
+            end_slope: Some(slope),
+            end_start_x: Some(5.0),
+            plateau: None,
+            steps: Vec::new(),
+            decided_by: crate::fit::DecidedBy::Mean,
             verdict,
             warmup: 0,
             runs_needed: None,
@@ -610,6 +623,7 @@ mod tests {
             intercept: Some(100.0 * MIB),
             x_span: 9.0,
             mean_level: 100.0 * MIB + 4.5 * slope,
+            model: crate::fit::Model::default(),
         }
     }
 

@@ -12,40 +12,11 @@ pub(crate) struct ByteUnit {
     pub factor: f64,
 }
 
-const UNITS: [ByteUnit; 5] = [
-    ByteUnit {
-        name: "B",
-        factor: 1.0,
-    },
-    ByteUnit {
-        name: "KiB",
-        factor: 1024.0,
-    },
-    ByteUnit {
-        name: "MiB",
-        factor: 1024.0 * 1024.0,
-    },
-    ByteUnit {
-        name: "GiB",
-        factor: 1024.0 * 1024.0 * 1024.0,
-    },
-    ByteUnit {
-        name: "TiB",
-        factor: 1024.0 * 1024.0 * 1024.0 * 1024.0,
-    },
-];
-
 /// Largest unit in which `magnitude` is still >= 1, so tick labels stay short (e.g. "156" MiB
-/// rather than "163577856" B or "0.15" GiB).
+/// rather than "163577856" B or "0.15" GiB): the report's own choice (`units::binary_unit`).
 pub(crate) fn byte_unit_for(magnitude: f64) -> ByteUnit {
-    let m = magnitude.abs();
-    let mut chosen = UNITS[0];
-    for u in UNITS {
-        if m >= u.factor {
-            chosen = u;
-        }
-    }
-    chosen
+    let (factor, name) = crate::units::binary_unit(magnitude);
+    ByteUnit { name, factor }
 }
 
 /// A growth as the labels show it: "+" when positive (zero stays "0"), bytes in the report's

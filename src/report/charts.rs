@@ -3,9 +3,12 @@
 
 use crate::Analysis;
 use crate::fit::{SeriesFit, thin};
-use crate::plot::{self, BarChart, FitOverlay, Line, LineChart, PlotError, YUnit};
+use crate::plot::{
+    self, BarChart, FitOverlay, Line, LineChart, ModelLine, ModelStyle, PlotError, YUnit,
+};
 use crate::series::{Metric, Series, XAxis};
 use crate::store::Scope;
+use crate::units::format_signed_bytes;
 
 /// At most this many processes get a line of their own; the fastest growing are kept.
 const MAX_PROCESS_LINES: usize = 20;
@@ -188,31 +191,48 @@ fn series_of(a: &Analysis, scope: Scope, metric: Metric) -> Option<&Series> {
 fn headline(a: &Analysis, f: &SeriesFit) -> Option<Plot> {
     let s = series_of(a, f.scope, f.metric)?;
     let scale = x_scale(f.x, a.duration_s);
-    let points = thin(&s.points);
-    // The fit used the points after warm-up; its line starts at the first of them.
-    let fitted = points.get(f.warmup..).unwrap_or(&[]);
-    // A straight line through a plateau says "grows" when it has stopped:
-    // draw the data alone.
-    let plateau = f.verdict == crate::fit::Verdict::Plateau;
-    let overlay = match (f.slope, f.intercept, fitted.first(), fitted.last()) {
-        (Some(slope), Some(intercept), Some(first), Some(last)) if !plateau => {
-            let k = scale.per_unit;
-            let x_mean = fitted.iter().map(|p| p.0).sum::<f64>() / fitted.len() as f64;
+    let k = scale.per_unit;
+    // Every sample while a chart can show them (a saw-tooth's teeth), means
+    // of consecutive ones beyond.
+    let points = if s.points.len() <= MAX_CHART_POINTS {
+        s.points.clone()
+    } else {
+        thin(&s.points)
+    };
+    // The fit left out the warm-up: it starts at the first point after it.
+    let fit_from = s.points.get(f.warmup).map(|p| p.0);
+    let fit_to = s.points.last().map(|p| p.0);
+    let model = model_lines(f, k);
+    // The chart draws the model the verdict used: segments or troughs when
+    // it used them, the straight least-squares line (and its CI) only when
+    // that is what was judged.
+    let overlay = match (f.slope, f.intercept, fit_from, fit_to) {
+        (Some(slope), Some(intercept), Some(from), Some(to))
+            if model.is_empty() && f.verdict != crate::fit::Verdict::Plateau =>
+        {
+            let fitted = s.points.iter().filter(|p| p.0 >= from);
+            let (sum, n) = fitted.fold((0.0, 0usize), |(s, n), p| (s + p.0, n + 1));
             // y = intercept + slope·x = intercept + (slope·k)·(x/k).
             Some(FitOverlay {
                 slope: slope * k,
                 intercept,
-                x_from: first.0 / k,
-                x_to: last.0 / k,
+                x_from: from / k,
+                x_to: to / k,
                 slope_ci95: f.slope_ci95.map(|(lo, hi)| (lo * k, hi * k)),
-                x_mean: Some(x_mean / k),
+                x_mean: (n > 0).then(|| sum / n as f64 / k),
             })
         }
         _ => None,
     };
-    let warmup_until = (f.warmup > 0)
-        .then(|| fitted.first().map(|p| p.0 / scale.per_unit))
-        .flatten();
+    let drawn = if overlay.is_some() {
+        " with the fitted line and its 95% CI"
+    } else if f.decided_by == crate::fit::DecidedBy::Troughs {
+        " with its troughs, which the verdict judged"
+    } else if !model.is_empty() {
+        " with the segments the verdict judged"
+    } else {
+        ""
+    };
     let per = if f.x == XAxis::Run {
         "per run"
     } else {
@@ -223,14 +243,9 @@ fn headline(a: &Analysis, f: &SeriesFit) -> Option<Plot> {
         scope: f.scope,
         stem: format!("{}-{}", file_safe(f.scope), metric_stem(f.metric)),
         caption: format!(
-            "{} {} {per}{} ({})",
+            "{} {} {per}{drawn} ({})",
             f.scope,
             f.metric.label(),
-            if plateau {
-                ""
-            } else {
-                " with the fitted line and its 95% CI"
-            },
             f.verdict.as_str()
         ),
         chart: Chart::Line(LineChart {
@@ -248,11 +263,75 @@ fn headline(a: &Analysis, f: &SeriesFit) -> Option<Plot> {
                 points: scale.points(&points),
             }],
             fit: overlay,
-            warmup_until,
-            model: Vec::new(),
-            markers: Vec::new(),
+            warmup_until: fit_from.filter(|_| f.warmup > 0).map(|x| x / k),
+            model,
+            markers: markers(f, k),
         }),
     })
+}
+
+/// Most points a chart draws one by one (a day of 1 s samples is averaged).
+const MAX_CHART_POINTS: usize = 4000;
+
+/// The segments of a step or plateau series (a NaN between them: no line
+/// across a jump), or the troughs of a saw-tooth with their line.
+fn model_lines(f: &SeriesFit, k: f64) -> Vec<ModelLine> {
+    let m = &f.model;
+    let mut out = Vec::new();
+    if !m.segments.is_empty() {
+        let mut points = Vec::new();
+        for seg in &m.segments {
+            points.push((seg.x_start / k, seg.level_start));
+            points.push((seg.x_end / k, seg.level_end));
+            points.push((seg.x_end / k, f64::NAN));
+        }
+        out.push(ModelLine {
+            name: "segments".into(),
+            points,
+            style: ModelStyle::Steps,
+        });
+    }
+    if let (Some((slope, intercept)), Some(first), Some(last)) =
+        (m.trough_line, m.troughs.first(), m.troughs.last())
+    {
+        out.push(ModelLine {
+            name: "troughs (lowest of each window)".into(),
+            points: m.troughs.iter().map(|&(x, y)| (x / k, y)).collect(),
+            style: ModelStyle::Envelope,
+        });
+        out.push(ModelLine {
+            name: format!(
+                "troughs' line ({})",
+                f.x.format_rate(slope, f.metric.is_bytes())
+            ),
+            points: [first.0, last.0]
+                .iter()
+                .map(|&x| (x / k, intercept + slope * x))
+                .collect(),
+            style: ModelStyle::Steps,
+        });
+    }
+    out
+}
+
+/// Where a plateau stopped, and the steps, marked on the x axis.
+fn markers(f: &SeriesFit, k: f64) -> Vec<(f64, String)> {
+    let mut out: Vec<(f64, String)> = f
+        .steps
+        .iter()
+        .map(|s| (s.x / k, format!("step {}", format_signed_bytes(s.bytes))))
+        .collect();
+    if let Some(p) = f.plateau
+        && p.fill_rate.is_some()
+    {
+        let at = match f.x {
+            XAxis::Run => format!("run {:.0}", p.stop_x),
+            XAxis::Seconds => format!("{:.0}s", p.stop_x),
+        };
+        out.retain(|m| (m.0 - p.stop_x / k).abs() > f64::EPSILON);
+        out.push((p.stop_x / k, format!("plateau from {at}")));
+    }
+    out
 }
 
 /// RSS, PSS, USS and shared of one scope on one chart: where they part is where pages are

@@ -4,7 +4,7 @@ use std::fmt::Write;
 
 use crate::Analysis;
 use crate::fit::findings::{Finding, RecycleAdvice, TreeTotal};
-use crate::fit::{Projection, SeriesFit, Verdict};
+use crate::fit::{DecidedBy, Projection, SeriesFit, Verdict};
 use crate::series::XAxis;
 use crate::store::Scope;
 use crate::units::{format_bytes, format_signed_bytes};
@@ -22,15 +22,18 @@ fn level(f: &SeriesFit, v: f64) -> String {
     }
 }
 
-/// `+4.00 MiB/run (95% CI +3.99 MiB/run … +4.01 MiB/run)`.
+/// `+4.00 MiB/run (95% CI +3.99 MiB/run … +4.01 MiB/run)`: the least-squares
+/// slope and its CI (the Growth table's columns).
 pub fn rate_with_ci(f: &SeriesFit) -> String {
-    match (f.slope, f.slope_ci95) {
-        (Some(s), Some((lo, hi))) => {
-            format!("{} (95% CI {} … {})", rate(f, s), rate(f, lo), rate(f, hi))
-        }
-        (Some(s), None) => rate(f, s),
-        (None, _) => "no slope (fewer than 2 points)".to_string(),
-    }
+    with_ci(f, f.slope, f.slope_ci95)
+        .unwrap_or_else(|| "no slope (fewer than 2 points)".to_string())
+}
+
+fn with_ci(f: &SeriesFit, v: Option<f64>, ci: Option<(f64, f64)>) -> Option<String> {
+    Some(match ci {
+        Some((lo, hi)) => format!("{} (95% CI {} … {})", rate(f, v?), rate(f, lo), rate(f, hi)),
+        None => rate(f, v?),
+    })
 }
 
 /// `3.7%/run` or `0.41%/h`.
@@ -38,13 +41,49 @@ pub fn pct(f: &SeriesFit) -> Option<String> {
     Some(f.x.format_pct(f.growth_pct_per_x?))
 }
 
+/// Where x is, for people: `run 15`, or a time since the start.
+pub fn at_x(x: XAxis, v: f64) -> String {
+    match x {
+        XAxis::Run => format!("run {v:.0}"),
+        XAxis::Seconds => human_seconds(v),
+    }
+}
+
+/// What the verdict rests on: the headline rate of a leak (its troughs' for
+/// a saw-tooth), a plateau's fill and the level it holds, a one-off step.
+fn headline_rate(f: &SeriesFit) -> Option<String> {
+    match (f.verdict, f.plateau) {
+        (Verdict::Plateau, Some(p)) => Some(match p.fill_rate {
+            Some(fill) => format!(
+                "filled at {} until {}, holds {}",
+                rate(f, fill),
+                at_x(f.x, p.stop_x),
+                level(f, p.level)
+            ),
+            None => {
+                let step = f.steps.last().map_or(0.0, |s| s.bytes);
+                format!(
+                    "one-off step of {} at {}, holds {}",
+                    format_signed_bytes(step),
+                    at_x(f.x, p.stop_x),
+                    level(f, p.level)
+                )
+            }
+        }),
+        (Verdict::Leak, _) if f.decided_by == DecidedBy::Troughs => with_ci(f, f.rate, f.rate_ci95)
+            .map(|r| format!("{r} in its troughs (what is left after each collection)")),
+        (Verdict::Leak, _) => with_ci(f, f.rate.or(f.slope), f.rate_ci95.or(f.slope_ci95)),
+        _ => f.slope.map(|_| rate_with_ci(f)),
+    }
+}
+
 /// One line per series: `survivors: leak, +4.00 MiB/run (95% CI …), 3.7%/run, anon`.
 pub fn verdict_line(a: &Analysis, f: &SeriesFit) -> String {
     let mut line = format!("{} {}: {}", f.scope, f.metric.label(), f.verdict.as_str());
-    if f.slope.is_some() {
-        line.push_str(&format!(", {}", rate_with_ci(f)));
+    if let Some(r) = headline_rate(f) {
+        line.push_str(&format!(", {r}"));
     }
-    if let Some(p) = pct(f).filter(|_| f.verdict != Verdict::Stable) {
+    if let Some(p) = pct(f).filter(|_| matches!(f.verdict, Verdict::Leak | Verdict::Inconclusive)) {
         line.push_str(&format!(", {p}"));
     }
     if f.verdict == Verdict::Leak
@@ -58,7 +97,7 @@ pub fn verdict_line(a: &Analysis, f: &SeriesFit) -> String {
     }
     match f.verdict {
         Verdict::Plateau => {
-            if let Some(t) = f.tail_slope {
+            if let Some(t) = f.end_slope {
                 line.push_str(&format!("; flat at the end ({})", rate(f, t)));
             }
         }

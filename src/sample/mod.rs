@@ -5,6 +5,7 @@ pub mod attach;
 pub mod cgroup;
 pub mod confine;
 pub mod proc;
+pub mod pysites;
 pub mod reaper;
 pub mod run;
 // Targets beyond a PID and Prometheus as a source (issue 12).

@@ -54,7 +54,12 @@ fn export_writes_the_finished_runs_fit_as_openmetrics() {
         &text,
         "leakwatch_growth_bytes_per_second{series=\"target\",metric=\"anon_bytes\"}",
     );
-    assert_eq!(exported, fit["slope"].as_f64().unwrap());
+    // (serde_json reads floats to within an ulp: compare to 1e-12.)
+    let rate = fit["rate"].as_f64().or(fit["slope"].as_f64()).unwrap();
+    assert!(
+        (exported - rate).abs() <= 1e-12 * rate.abs(),
+        "{exported} vs {rate}"
+    );
     assert_eq!(
         sample(
             &text,

@@ -153,7 +153,13 @@ fn check_against_a_baseline_catches_a_regression() {
     assert_eq!(bad.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&bad.stderr);
     assert!(stderr.contains("gate: FAILED"), "{stderr}");
-    assert!(stderr.contains("survivors pss_bytes: slope 4."), "{stderr}");
+    // About 4 MiB/run: PSS moves a little while other tests' processes map
+    // the same fixture binary (3.97 under a full parallel `cargo test`).
+    assert!(
+        stderr.contains("survivors pss_bytes: slope 4.")
+            || stderr.contains("survivors pss_bytes: slope 3.9"),
+        "{stderr}"
+    );
 }
 
 #[test]

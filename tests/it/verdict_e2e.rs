@@ -132,9 +132,11 @@ fn plateauing_daemon_is_a_plateau_not_a_leak_every_time() {
         let anon = series(&s, &name, "anon_bytes");
         assert_eq!(anon["verdict"], "plateau", "attempt {attempt}: {anon:#}");
         assert_eq!(s["verdict"], "plateau");
-        // Flat at the end, and 5 x 4 MiB in all.
-        let tail = anon["tail_slope"].as_f64().unwrap();
-        assert!(tail.abs() < 64.0 * 1024.0, "tail slope {tail}");
+        // Filled at 4 MiB/run, flat at the end, and 5 x 4 MiB in all.
+        let end = anon["end_slope"].as_f64().unwrap();
+        assert!(end.abs() < 64.0 * 1024.0, "end slope {end}");
+        let fill = anon["plateau"]["fill_rate"].as_f64().unwrap();
+        assert_within("fill rate", fill, 4.0 * MIB, 0.10);
         let grown = anon["last"].as_f64().unwrap() - anon["first"].as_f64().unwrap();
         assert_within("total growth", grown, 20.0 * MIB, 0.02);
     }
