@@ -303,6 +303,10 @@ fn analyze_in_chunks(port: u16, out: &Path, leak: &str, rate: f64) {
     );
     let found = series(&s, "series:0", "rss_bytes");
     assert!(found["n"].as_u64().unwrap() > 2000, "{found}");
+    eprintln!(
+        "analyze --step 10ms: series:0 n={} slope {:.0} B/s ({})",
+        found["n"], found["slope"], found["verdict"]
+    );
     assert_within(
         "slope at 10 ms",
         found["slope"].as_f64().unwrap(),
