@@ -326,3 +326,22 @@ fn attach_unit_without_systemd_says_what_to_do_instead() {
         "{err}"
     );
 }
+
+#[test]
+fn bad_targets_and_public_addresses_are_usage_errors_naming_the_fix() {
+    let cases: [(&[&str], &str); 4] = [
+        (&["--cgroup", "/no/such/cgroup"], "no such cgroup"),
+        (&["--name", "(unclosed"], "is not a regular expression"),
+        (&["1", "--serve", "0.0.0.0:9464"], "--serve-public"),
+        (&["1", "--serve", "nowhere"], "is not an address"),
+    ];
+    for (args, expected) in cases {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("out");
+        let o = attach(args, &out);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(expected), "{args:?}: {err}");
+        assert!(!out.exists(), "{args:?} wrote {}", out.display());
+    }
+}
