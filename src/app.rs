@@ -144,7 +144,8 @@ fn report_again(opts: &ReportOptions) -> Result<Exit> {
     check_outputs(&opts.gate)?;
     let analysis = fit::analyse(read(&samples)?, &opts.fit);
     output::create_dir(&dir)?;
-    finish(&analysis, &dir, opts.output.quiet, &opts.gate)
+    let gate = fleet::gate_every_series(&analysis, &opts.gate);
+    finish(&analysis, &dir, opts.output.quiet, &gate)
 }
 
 /// Creates the output directory, samples into it, then analyses what is on

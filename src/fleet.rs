@@ -20,7 +20,7 @@ use crate::error::Exit;
 use crate::fit::{self, FitOptions};
 use crate::gate::GateOn;
 use crate::openmetrics::{self, Latest};
-use crate::options::{AnalyzeOptions, ExportOptions, ServeOptions};
+use crate::options::{AnalyzeOptions, ExportOptions, GateSetup, ServeOptions};
 use crate::output;
 use crate::sample::prometheus::{self, Life, RangeQuery};
 use crate::series::{self, Metric, Series, XAxis};
@@ -133,7 +133,7 @@ fn write_samples(
     counts: &[usize],
     start: f64,
     metric: Metric,
-    note: &str,
+    notes: &[String],
 ) -> Result<u64> {
     let mut writer = SampleWriter::create(path)?;
     let mut head: Vec<Row> = lives
@@ -142,7 +142,7 @@ fn write_samples(
         .enumerate()
         .map(|(i, (l, &n))| store::note_row("labels", &format!("{i} {}", life_labels(l, n))))
         .collect();
-    head.push(store::note_row("note", note));
+    head.extend(notes.iter().map(|n| store::note_row("note", n)));
     writer.write_batch(&head)?;
     let mut points: Vec<(f64, usize, f64)> = lives
         .iter()
@@ -180,6 +180,67 @@ fn write_samples(
     }
     writer.write_batch(&batch)?;
     Ok(writer.rows_written())
+}
+
+/// Growth within the lives of one label set, pooled over them: one
+/// intercept per life, one shared slope (a fixed-effects regression, as
+/// worker leaks are pooled over recycled workers), with a Student t 95% CI
+/// on N − G − 1 degrees of freedom. Per second.
+fn pooled_within_lives(lives: &[&Life]) -> Option<(f64, (f64, f64))> {
+    let centred: Vec<Vec<(f64, f64)>> = lives
+        .iter()
+        .filter(|l| l.points.len() >= 2)
+        .map(|l| {
+            let k = l.points.len() as f64;
+            let mx = l.points.iter().map(|p| p.0).sum::<f64>() / k;
+            let my = l.points.iter().map(|p| p.1).sum::<f64>() / k;
+            l.points.iter().map(|p| (p.0 - mx, p.1 - my)).collect()
+        })
+        .collect();
+    let n: usize = centred.iter().map(Vec::len).sum();
+    let df = n.checked_sub(centred.len() + 1).filter(|d| *d >= 1)? as f64;
+    let sxx: f64 = centred.iter().flatten().map(|p| p.0 * p.0).sum();
+    let sxy: f64 = centred.iter().flatten().map(|p| p.0 * p.1).sum();
+    if sxx <= 0.0 {
+        return None;
+    }
+    let slope = sxy / sxx;
+    let sse: f64 = centred
+        .iter()
+        .flatten()
+        .map(|p| (p.1 - slope * p.0).powi(2))
+        .sum();
+    let half = fit::stats::student_t_quantile(0.975, df) * (sse / df / sxx).sqrt();
+    Some((slope, (slope - half, slope + half)))
+}
+
+/// A note per label set that restarted: its growth within a life, pooled
+/// over its lives (each life is judged on its own as well).
+fn pooled_notes(lives: &[Life], metric: Metric) -> Vec<String> {
+    let mut by_labels: BTreeMap<String, Vec<&Life>> = BTreeMap::new();
+    for l in lives {
+        by_labels
+            .entry(prometheus::label_text(&l.labels))
+            .or_default()
+            .push(l);
+    }
+    let rate = |v: f64| XAxis::Seconds.format_rate(v, metric.is_bytes());
+    by_labels
+        .into_iter()
+        .filter(|(_, l)| l.len() > 1)
+        .filter_map(|(labels, l)| {
+            let (slope, (lo, hi)) = pooled_within_lives(&l)?;
+            Some(format!(
+                "{labels} restarted {} time(s): growth within a life, pooled over its {} \
+                 lives: {} (95% CI {} … {})",
+                l.len() - 1,
+                l.len(),
+                rate(slope),
+                rate(lo),
+                rate(hi)
+            ))
+        })
+        .collect()
 }
 
 /// `leakwatch analyze --prometheus URL --query PROMQL`.
@@ -236,26 +297,45 @@ pub fn analyze(opts: &AnalyzeOptions) -> Result<Exit> {
             String::new()
         }
     );
+    let mut notes = vec![note];
+    notes.extend(pooled_notes(&lives, opts.metric));
     let dir = app::new_out_dir(&opts.output)?;
     output::create_dir(&dir).context("--out")?;
     let samples = dir.join("samples.csv");
-    write_samples(&samples, &lives, &counts, start, opts.metric, &note)?;
+    write_samples(&samples, &lives, &counts, start, opts.metric, &notes)?;
     let analysis = fit::analyse(app::read(&samples)?, &opts.fit);
-    let mut gate = opts.gate.clone();
-    if gate.gate.gate_on.is_empty() {
-        // Every series is gated: the command fails when any leaks too fast.
-        gate.gate.gate_on = (0..lives.len() as u32)
-            .map(|i| GateOn {
-                series: Scope::Series(i),
-                metric: opts.metric,
-            })
-            .filter(|g| analysis.fit_of(g.series, g.metric).is_some())
-            .collect();
-    }
+    let gate = gate_every_series(&analysis, &opts.gate);
     if !opts.output.quiet {
         console::say(&legend(&analysis, opts.metric));
     }
     app::finish(&analysis, &dir, opts.output.quiet, &gate)
+}
+
+/// The gate of an analysis of Prometheus series: unless `--gate-on` says
+/// otherwise, every series is gated (on its judged metric), so the command
+/// fails when any leaks too fast. Other analyses: the gate as given.
+pub fn gate_every_series(analysis: &fit::Analysis, gate: &GateSetup) -> GateSetup {
+    let mut gate = gate.clone();
+    if gate.gate.gate_on.is_empty() && !analysis.labels.is_empty() {
+        gate.gate.gate_on = analysis
+            .labels
+            .keys()
+            .map(|&i| Scope::Series(i))
+            .filter_map(|series| {
+                // The judged metric; an analysis of one `--as` metric
+                // (fds, threads) has only that one.
+                let primary = fit::primary_metric(&analysis.fits, series);
+                analysis
+                    .fit_of(series, primary)
+                    .or_else(|| analysis.fits.iter().find(|f| f.scope == series))
+                    .map(|f| GateOn {
+                        series,
+                        metric: f.metric,
+                    })
+            })
+            .collect();
+    }
+    gate
 }
 
 fn iso(t: f64) -> String {

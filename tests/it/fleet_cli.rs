@@ -346,6 +346,29 @@ fn analyze_splits_restarts_and_gaps_into_lives_and_lists_the_worst_first() {
             "leak"
         );
     }
+    // Pod a's two lives pooled: 1 MiB/min = 60 MiB/h within a life.
+    let notes: Vec<&str> = s["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("pod=\"a\"} restarted 1 time(s)") && n.contains("+60.0 MiB/h")),
+        "{notes:?}"
+    );
+    // `report` on the directory gates every series again, as analyze did.
+    let again = leakwatch()
+        .arg("report")
+        .arg(&out)
+        .args(["--max-growth", "100MiB/h", "--quiet"])
+        .output()
+        .unwrap();
+    assert_eq!(again.status.code(), Some(1));
+    let gate = &summary(&out)["gate"]["checks"];
+    assert_eq!(gate.as_array().unwrap().len(), 5, "{gate}");
     let report = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(report.contains("Series by label set"), "{report}");
     assert!(stderr.contains("worst first"), "{stderr}");
