@@ -75,6 +75,11 @@ fn intro(a: &Analysis) -> Vec<Inline> {
         ))],
         (None, None) => vec![text(match &a.target {
             Some(target) => format!("Attached to {target} for {}.", seconds(a.duration_s)),
+            None if !a.labels.is_empty() => format!(
+                "{} series from Prometheus over {}, worst first.",
+                a.labels.len(),
+                seconds(a.duration_s)
+            ),
             None => format!("Samples over {}.", seconds(a.duration_s)),
         })],
     }
