@@ -5,6 +5,7 @@ pub mod attribution;
 pub mod changepoint;
 pub mod envelope;
 pub mod findings;
+pub mod sites;
 pub mod stats;
 pub mod verdict;
 
@@ -336,6 +337,11 @@ pub struct Analysis {
     pub recycle: Vec<findings::RecycleAdvice>,
     pub interrupted: bool,
     pub notes: Vec<String>,
+    /// Where in the code (`--py-sites`): allocation sites, judged.
+    pub sites: Vec<sites::SiteFit>,
+    /// What tracing cost each scope's Python processes (tracemalloc's own
+    /// memory), bytes.
+    pub py_overhead: Vec<crate::series::sites::Overhead>,
 }
 
 impl Analysis {
@@ -488,8 +494,11 @@ pub fn analyse(samples: Samples, opts: &FitOptions) -> Analysis {
             .unwrap_or(f);
         project(rss, f.verdict, &project_opts)
     });
+    let site_fits = sites::fit_sites(&samples.sites, &fits, &tree.findings);
     Analysis {
         options: *opts,
+        sites: site_fits,
+        py_overhead: samples.py_overhead,
         series: samples.series,
         lives: samples.lives,
         fits,

@@ -27,6 +27,7 @@ pub fn document(a: &Analysis, gate: Option<&GateResult>, plots: &[Plot]) -> Vec<
     verdict(a, plots, &mut doc);
     growth(a, &mut doc);
     attribution(a, plots, &mut doc);
+    where_in_the_code(a, &mut doc);
     process_tree(a, &mut doc);
     projection(a, &mut doc);
     doc.extend(gate.map(gate_section).unwrap_or_default());
@@ -301,6 +302,95 @@ fn attribution(a: &Analysis, plots: &[Plot], doc: &mut Vec<Block>) {
     if !section.is_empty() {
         doc.push(heading(2, "Where it grows"));
         doc.extend(section);
+    }
+}
+
+/// `--py-sites`: the Python lines that leak, fastest first, with their
+/// tracebacks and the share of the anon growth they explain; then what grew
+/// once or holds much; what tracing cost.
+fn where_in_the_code(a: &Analysis, doc: &mut Vec<Block>) {
+    if a.sites.is_empty() && a.py_overhead.is_empty() {
+        return;
+    }
+    doc.push(heading(2, "Where in the code"));
+    doc.push(para(vec![text(
+        "Python allocation sites (tracemalloc, innermost frame of your code), their growth per \
+         run pooled over the processes that hold them (a recycled worker's growth counts while \
+         it lived), judged like every other series. tracemalloc sees Python's allocators only: \
+         memory C extensions allocate themselves is not in these lines.",
+    )]));
+    let rate = |v: Option<f64>| {
+        v.map(|r| XAxis::Run.format_rate(r, true))
+            .unwrap_or_else(|| "–".into())
+    };
+    let rows = a
+        .sites
+        .iter()
+        .map(|s| {
+            vec![
+                s.site.clone(),
+                s.scope.to_string(),
+                s.verdict.as_str().to_string(),
+                match s.bytes_per_task {
+                    Some(t) => format!("{}/task", format_signed_bytes(t)),
+                    None => rate(s.bytes_per_run),
+                },
+                match (s.bytes_per_task_ci95, s.bytes_per_run_ci95) {
+                    (Some((lo, hi)), _) => format!(
+                        "{}/task … {}/task",
+                        format_signed_bytes(lo),
+                        format_signed_bytes(hi)
+                    ),
+                    (None, Some((lo, hi))) => format!("{} … {}", rate(Some(lo)), rate(Some(hi))),
+                    _ => "–".into(),
+                },
+                s.share_of_anon
+                    .map(|f| format!("{:.0}%", f * 100.0))
+                    .unwrap_or_else(|| "–".into()),
+                format_bytes(s.held_bytes as f64),
+            ]
+        })
+        .collect();
+    doc.push(Block::Table(Table::new(
+        [
+            "site",
+            "scope",
+            "verdict",
+            "growth",
+            "95% CI",
+            "of anon growth",
+            "holds",
+        ],
+        rows,
+    )));
+    for s in a
+        .sites
+        .iter()
+        .filter(|s| s.verdict == crate::fit::Verdict::Leak)
+    {
+        doc.push(para(vec![
+            strong(format!(
+                "{} leaks {}",
+                s.site,
+                match s.bytes_per_task {
+                    Some(t) => format!("{} per task", format_signed_bytes(t)),
+                    None => rate(s.bytes_per_run),
+                }
+            )),
+            text(format!(
+                " in {} process(es) of {}; traceback, innermost first:",
+                s.processes, s.scope
+            )),
+        ]));
+        doc.push(Block::Code(s.traceback.join("\n") + "\n"));
+    }
+    for o in &a.py_overhead {
+        doc.push(para(vec![text(format!(
+            "Tracing cost in {}: tracemalloc's own memory reached {} (part of the processes' \
+             RSS while --py-sites runs).",
+            o.scope,
+            format_bytes(o.bytes as f64)
+        ))]));
     }
 }
 

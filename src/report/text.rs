@@ -187,6 +187,26 @@ pub fn render(a: &Analysis) -> String {
             );
         }
     }
+    for site in a
+        .sites
+        .iter()
+        .filter(|s| s.verdict == Verdict::Leak)
+        .take(3)
+    {
+        let growth = match site.bytes_per_task {
+            Some(t) => format!("{} per task", format_signed_bytes(t)),
+            None => XAxis::Run.format_rate(site.bytes_per_run.unwrap_or(0.0), true),
+        };
+        let share = site
+            .share_of_anon
+            .map(|f| format!(" ({:.0}% of the anon growth)", f * 100.0))
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "  where: {} leaks {growth} in {}{share}",
+            site.site, site.scope
+        );
+    }
     for r in &a.recycle {
         let _ = writeln!(out, "  {}", recycle_line(r));
     }

@@ -7,6 +7,7 @@ pub mod proc;
 pub mod pysites;
 pub mod reaper;
 pub mod run;
+pub mod site_rows;
 
 use std::time::Instant;
 
@@ -254,6 +255,8 @@ pub enum ResolveError {
     CommandNotExecutable(String),
     #[error("PID {pid} ({name}) is a kernel thread: it has no user memory to sample")]
     KernelThread { pid: u32, name: String },
+    #[error("--py-sites: {0}")]
+    PySites(String),
 }
 
 /// Errors that end sampling early. Samples taken before stay on disk.

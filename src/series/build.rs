@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use super::sites::{Overhead, SiteSeries, Sites};
 use super::thin::Thinned;
 use super::{Metric, RunRecord, Series, XAxis};
 use crate::store::{Row, Scope, Tier};
@@ -42,6 +43,9 @@ pub struct Samples {
     /// Notes recorded during the session, then what the rows show (survivors
     /// that exited on their own, a last line cut short).
     pub notes: Vec<String>,
+    /// Python allocation sites (`--py-sites`), and what tracing cost.
+    pub sites: Vec<SiteSeries>,
+    pub py_overhead: Vec<Overhead>,
     /// Rows read.
     pub rows: u64,
 }
@@ -262,6 +266,7 @@ pub struct Builder {
     notes: Vec<String>,
     exits: Vec<String>,
     exits_more: usize,
+    sites: Sites,
     rows: u64,
 }
 
@@ -289,6 +294,7 @@ impl Builder {
             notes: Vec::new(),
             exits: Vec::new(),
             exits_more: 0,
+            sites: Sites::default(),
             rows: 0,
         }
     }
@@ -316,6 +322,7 @@ impl Builder {
         match row.tier {
             Tier::Event => self.event(&row),
             Tier::Mapping => self.mapping(row),
+            Tier::Site => self.sites.push(&row),
             Tier::Cheap | Tier::Deep => self.process(row, x),
         }
     }
@@ -538,6 +545,7 @@ impl Builder {
             ));
         }
         let (t0, t1) = self.t_range;
+        let (sites, py_overhead) = self.sites.finish();
         Samples {
             x_axis,
             series,
@@ -550,6 +558,8 @@ impl Builder {
             span_s: if t1 >= t0 { t1 - t0 } else { 0.0 },
             interrupted: self.interrupted,
             notes,
+            sites,
+            py_overhead,
             rows: self.rows,
         }
     }

@@ -11,6 +11,7 @@ mod cli;
 mod gate_e2e;
 mod hostile;
 mod pool_e2e;
+mod py_sites;
 mod report_output;
 mod run_e2e;
 mod verdict_e2e;
