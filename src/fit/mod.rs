@@ -195,7 +195,7 @@ pub fn fit(series: &Series, warmup: usize) -> SeriesFit {
         end_slope: c.end_slope,
         end_start_x: c.end_start_x,
         plateau: c.plateau,
-        steps: c.steps.clone(),
+        steps: real_steps(&c),
         decided_by: c.decided_by,
         verdict: c.verdict,
         warmup: c.warmup,
@@ -210,6 +210,23 @@ pub fn fit(series: &Series, warmup: usize) -> SeriesFit {
         },
         model: model(c),
     }
+}
+
+/// The jumps a person would see: a ramp that stops reads, extrapolated to
+/// midway, as a drop into the flat segment after it; kept only are jumps
+/// the segments' own ends show (same sign, at least half the size).
+fn real_steps(c: &verdict::Classification) -> Vec<Step> {
+    c.steps
+        .iter()
+        .filter(|step| {
+            let i = c.segments.iter().position(|s| s.x_start == step.x);
+            let seen = i
+                .filter(|&i| i > 0)
+                .map(|i| c.segments[i].level_start - c.segments[i - 1].level_end);
+            seen.is_none_or(|d| d * step.bytes > 0.0 && d.abs() >= 0.5 * step.bytes.abs())
+        })
+        .copied()
+        .collect()
 }
 
 /// The CI of the headline rate: the troughs' line's when they decided, the

@@ -608,19 +608,22 @@ fn how_to_read(doc: &mut Vec<Block>) {
         vec![
             strong("leak"),
             text(format!(
-                ": significant growth (Mann–Kendall trend test and the slope's 95% CI above \
-                 zero) that is large enough to matter (more than {} or 0.1% of the level \
-                 per run, or per hour over time) and still going at the end: the second half \
-                 of the series grows at least half as fast as the whole.",
+                ": significant growth (Mann–Kendall trend test and the 95% CI above zero), large \
+                 enough to matter (more than {} or 0.1% of the level per run, or per hour over \
+                 time), and still going at the end. Memory moves in steps and saw-teeth, so a \
+                 series is first cut at its change points: a leak is a last segment that still \
+                 rises, or steps that keep coming at a steady average rate. A saw-tooth (a \
+                 garbage collector, per-request scratch) is judged on its troughs, what is left \
+                 after each collection. The rate shown is the one the verdict rests on.",
                 format_bytes(MIN_SLOPE_BYTES)
             )),
         ],
         vec![
             strong("plateau"),
             text(
-                ": significant growth that has levelled off, the second half growing at less \
-                 than half the overall rate: a cache filling up, an allocator's high-water \
-                 mark.",
+                ": growth that stopped: a fill (a cache, an allocator's high-water mark) whose \
+                 last segment no longer rises, shown with its fill rate, where it stopped and the \
+                 level it holds; or a one-off step, which is not a rate.",
             ),
         ],
         vec![
@@ -637,7 +640,8 @@ fn how_to_read(doc: &mut Vec<Block>) {
     ]));
     doc.push(para(vec![text(
         "Warm-up: leading points left out of the fit (a first run that loads code and fills \
-         caches); the charts shade them. The 95% CI is the range the true slope lies in with \
+         caches), the same for every metric of a process tree; the charts shade them and draw \
+         the model the verdict used (segments, troughs, or the fitted line). The 95% CI is the range the true slope lies in with \
          95% confidence; more runs narrow it.",
     )]));
     doc.push(heading(3, "Copy-on-write after fork"));
