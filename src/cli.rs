@@ -87,6 +87,19 @@ pub struct RunArgs {
     #[arg(long, value_name = "DUR")]
     pub timeout: Option<String>,
 
+    /// Find the Python lines whose memory grows run after run: every
+    /// Python process the command starts (daemons it detaches, workers they
+    /// fork) runs tracemalloc through a bootstrap sitecustomize and is asked
+    /// for its allocation sites after each run. Slows allocation-heavy
+    /// Python code (2–6× at one frame).
+    #[arg(long)]
+    pub py_sites: bool,
+
+    /// Frames recorded per allocation with --py-sites (more frames show the
+    /// callers, and cost much more on Python 3.11+).
+    #[arg(long, value_name = "N", requires = "py_sites", default_value_t = 1)]
+    pub py_frames: usize,
+
     /// Leave the processes the command left behind running at the end
     /// (by default they get TERM, then KILL after 3s).
     #[arg(long)]

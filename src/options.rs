@@ -43,6 +43,8 @@ pub enum OptionsError {
     ZeroInterval { flag: &'static str, value: String },
     #[error("{what} '{value}' is not a PID; give the number `pgrep NAME` prints")]
     NotAPid { what: &'static str, value: String },
+    #[error("--py-frames {0}: give 1 to 64 frames; try --py-frames 1 (the default)")]
+    PyFrames(usize),
     #[error("--deep-budget '{0}' is not a fraction; try '0.1%' or '0.001'")]
     DeepBudget(String),
     #[error("--tolerance '{0}' is not a percentage; try '10%'")]
@@ -271,6 +273,16 @@ impl RunOptions {
                     .map(|t| positive("timeout", t))
                     .transpose()?,
                 keep_survivors: args.keep_survivors,
+                py_sites: args
+                    .py_sites
+                    .then(|| {
+                        if (1..=64).contains(&args.py_frames) {
+                            Ok(args.py_frames)
+                        } else {
+                            Err(OptionsError::PyFrames(args.py_frames))
+                        }
+                    })
+                    .transpose()?,
                 command: args.command.clone(),
             },
             fit: fit_options(&args.analysis)?,

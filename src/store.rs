@@ -103,6 +103,11 @@ pub enum Tier {
     /// One mapping name of one process from `smaps` (`comm` holds the
     /// mapping: `[heap]`, `[anon]`, a path), taken at the first and last run.
     Mapping,
+    /// One Python allocation site of one process (`--py-sites`): `comm`
+    /// holds the site (`file:line`), `site_bytes`/`site_blocks` what it
+    /// holds after the run. With `event` `traceback`, `comm` holds the site
+    /// and its traceback, one frame a line.
+    Site,
 }
 
 impl Row {
@@ -147,6 +152,8 @@ impl Row {
             slab_unreclaimable_bytes: None,
             kernel_stack_bytes: None,
             pagetables_bytes: None,
+            site_bytes: None,
+            site_blocks: None,
         }
     }
 
@@ -215,6 +222,11 @@ pub struct Row {
     pub kernel_stack_bytes: Option<u64>,
     #[serde(default)]
     pub pagetables_bytes: Option<u64>,
+    /// A Python allocation site's live bytes and blocks (tier `site`).
+    #[serde(default)]
+    pub site_bytes: Option<u64>,
+    #[serde(default)]
+    pub site_blocks: Option<u64>,
 }
 
 /// Spreadsheet-safe text cells, as OWASP's CSV-injection advice has it: a
@@ -386,7 +398,8 @@ impl SampleKeys {
                 self.keys.clear();
             }
         }
-        let mapping = if row.tier == Tier::Mapping {
+        // A process has one row per sample, and one per mapping or site.
+        let mapping = if matches!(row.tier, Tier::Mapping | Tier::Site) {
             row.comm.clone()
         } else {
             String::new()

@@ -6,8 +6,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::Analysis;
 use crate::fit::findings::{Finding, RecycleAdvice, TreeTotal};
+use crate::fit::sites::SiteFit;
 use crate::fit::{Attribution, Projection, SeriesFit};
 use crate::gate::GateResult;
+use crate::series::sites::Overhead;
 
 pub const SCHEMA_VERSION: u32 = 1;
 
@@ -65,6 +67,13 @@ pub struct Summary {
     pub failed_runs: Vec<u32>,
     #[serde(default)]
     pub notes: Vec<String>,
+    /// Where in the code (`run --py-sites`): Python allocation sites that
+    /// leak (fastest first), grew and stopped, or hold much.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub py_sites: Vec<SiteFit>,
+    /// tracemalloc's own memory in each scope's Python processes, bytes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub py_overhead: Vec<Overhead>,
     /// The CI gate, when limits were given: `passed`, the `rule`, each
     /// check and the `violations`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -140,6 +149,8 @@ pub fn summary(a: &Analysis, gate: Option<&GateResult>) -> Summary {
             .map(|r| r.run)
             .collect(),
         notes: a.notes.clone(),
+        py_sites: a.sites.clone(),
+        py_overhead: a.py_overhead.clone(),
         gate: gate.cloned(),
     }
 }

@@ -5,6 +5,7 @@ pub mod attribution;
 pub mod changepoint;
 pub mod envelope;
 pub mod findings;
+pub mod sites;
 pub mod stats;
 pub mod verdict;
 
@@ -194,7 +195,7 @@ pub fn fit(series: &Series, warmup: usize) -> SeriesFit {
         end_slope: c.end_slope,
         end_start_x: c.end_start_x,
         plateau: c.plateau,
-        steps: c.steps.clone(),
+        steps: real_steps(&c),
         decided_by: c.decided_by,
         verdict: c.verdict,
         warmup: c.warmup,
@@ -209,6 +210,23 @@ pub fn fit(series: &Series, warmup: usize) -> SeriesFit {
         },
         model: model(c),
     }
+}
+
+/// The jumps a person would see: a ramp that stops reads, extrapolated to
+/// midway, as a drop into the flat segment after it; kept only are jumps
+/// the segments' own ends show (same sign, at least half the size).
+fn real_steps(c: &verdict::Classification) -> Vec<Step> {
+    c.steps
+        .iter()
+        .filter(|step| {
+            let i = c.segments.iter().position(|s| s.x_start == step.x);
+            let seen = i
+                .filter(|&i| i > 0)
+                .map(|i| c.segments[i].level_start - c.segments[i - 1].level_end);
+            seen.is_none_or(|d| d * step.bytes > 0.0 && d.abs() >= 0.5 * step.bytes.abs())
+        })
+        .copied()
+        .collect()
 }
 
 /// The CI of the headline rate: the troughs' line's when they decided, the
@@ -340,6 +358,11 @@ pub struct Analysis {
     pub target: Option<String>,
     /// The label set of each `series:<N>` (`analyze --prometheus`).
     pub labels: std::collections::BTreeMap<u32, String>,
+    /// Where in the code (`--py-sites`): allocation sites, judged.
+    pub sites: Vec<sites::SiteFit>,
+    /// What tracing cost each scope's Python processes (tracemalloc's own
+    /// memory), bytes.
+    pub py_overhead: Vec<crate::series::sites::Overhead>,
 }
 
 impl Analysis {
@@ -491,8 +514,11 @@ pub fn analyse(samples: Samples, opts: &FitOptions) -> Analysis {
             .unwrap_or(f);
         project(rss, f.verdict, &project_opts)
     });
+    let site_fits = sites::fit_sites(&samples.sites, &fits, &tree.findings);
     Analysis {
         options: *opts,
+        sites: site_fits,
+        py_overhead: samples.py_overhead,
         series: samples.series,
         lives: samples.lives,
         fits,

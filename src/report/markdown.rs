@@ -109,7 +109,10 @@ pub fn render(doc: &[Block]) -> String {
             }
             Block::Table(t) => md_table(t, &mut out),
             Block::Code(s) => {
-                out.push_str(&format!("```\n{s}```\n"));
+                // A fence longer than any run of backticks inside.
+                let longest = s.split(|c| c != '`').map(str::len).max().unwrap_or(0);
+                let fence = "`".repeat((longest + 1).max(3));
+                out.push_str(&format!("{fence}\n{s}{fence}\n"));
             }
             Block::Chart { stem, caption } => {
                 let alt = md_text(caption).replace(['[', ']'], "");

@@ -28,6 +28,7 @@ pub fn document(a: &Analysis, gate: Option<&GateResult>, plots: &[Plot]) -> Vec<
     growth(a, &mut doc);
     doc.extend(super::fleet::series_table(a));
     attribution(a, plots, &mut doc);
+    where_in_the_code(a, &mut doc);
     process_tree(a, &mut doc);
     projection(a, &mut doc);
     doc.extend(gate.map(gate_section).unwrap_or_default());
@@ -321,6 +322,95 @@ fn attribution(a: &Analysis, plots: &[Plot], doc: &mut Vec<Block>) {
     }
 }
 
+/// `--py-sites`: the Python lines that leak, fastest first, with their
+/// tracebacks and the share of the anon growth they explain; then what grew
+/// once or holds much; what tracing cost.
+fn where_in_the_code(a: &Analysis, doc: &mut Vec<Block>) {
+    if a.sites.is_empty() && a.py_overhead.is_empty() {
+        return;
+    }
+    doc.push(heading(2, "Where in the code"));
+    doc.push(para(vec![text(
+        "Python allocation sites (tracemalloc, innermost frame of your code), their growth per \
+         run pooled over the processes that hold them (a recycled worker's growth counts while \
+         it lived), judged like every other series. tracemalloc sees Python's allocators only: \
+         memory C extensions allocate themselves is not in these lines.",
+    )]));
+    let rate = |v: Option<f64>| {
+        v.map(|r| XAxis::Run.format_rate(r, true))
+            .unwrap_or_else(|| "–".into())
+    };
+    let rows = a
+        .sites
+        .iter()
+        .map(|s| {
+            vec![
+                s.site.clone(),
+                s.scope.to_string(),
+                s.verdict.as_str().to_string(),
+                match s.bytes_per_task {
+                    Some(t) => format!("{}/task", format_signed_bytes(t)),
+                    None => rate(s.bytes_per_run),
+                },
+                match (s.bytes_per_task_ci95, s.bytes_per_run_ci95) {
+                    (Some((lo, hi)), _) => format!(
+                        "{}/task … {}/task",
+                        format_signed_bytes(lo),
+                        format_signed_bytes(hi)
+                    ),
+                    (None, Some((lo, hi))) => format!("{} … {}", rate(Some(lo)), rate(Some(hi))),
+                    _ => "–".into(),
+                },
+                s.share_of_anon
+                    .map(|f| format!("{:.0}%", f * 100.0))
+                    .unwrap_or_else(|| "–".into()),
+                format_bytes(s.held_bytes as f64),
+            ]
+        })
+        .collect();
+    doc.push(Block::Table(Table::new(
+        [
+            "site",
+            "scope",
+            "verdict",
+            "growth",
+            "95% CI",
+            "of anon growth",
+            "holds",
+        ],
+        rows,
+    )));
+    for s in a
+        .sites
+        .iter()
+        .filter(|s| s.verdict == crate::fit::Verdict::Leak)
+    {
+        doc.push(para(vec![
+            strong(format!(
+                "{} leaks {}",
+                s.site,
+                match s.bytes_per_task {
+                    Some(t) => format!("{} per task", format_signed_bytes(t)),
+                    None => rate(s.bytes_per_run),
+                }
+            )),
+            text(format!(
+                " in {} process(es) of {}; traceback, innermost first:",
+                s.processes, s.scope
+            )),
+        ]));
+        doc.push(Block::Code(s.traceback.join("\n") + "\n"));
+    }
+    for o in &a.py_overhead {
+        doc.push(para(vec![text(format!(
+            "Tracing cost in {}: tracemalloc's own memory reached {} (part of the processes' \
+             RSS while --py-sites runs).",
+            o.scope,
+            format_bytes(o.bytes as f64)
+        ))]));
+    }
+}
+
 fn process_tree(a: &Analysis, doc: &mut Vec<Block>) {
     if a.findings.is_empty() && a.trees.is_empty() && a.recycle.is_empty() {
         return;
@@ -535,19 +625,22 @@ fn how_to_read(doc: &mut Vec<Block>) {
         vec![
             strong("leak"),
             text(format!(
-                ": significant growth (Mann–Kendall trend test and the slope's 95% CI above \
-                 zero) that is large enough to matter (more than {} or 0.1% of the level \
-                 per run, or per hour over time) and still going at the end: the second half \
-                 of the series grows at least half as fast as the whole.",
+                ": significant growth (Mann–Kendall trend test and the 95% CI above zero), large \
+                 enough to matter (more than {} or 0.1% of the level per run, or per hour over \
+                 time), and still going at the end. Memory moves in steps and saw-teeth, so a \
+                 series is first cut at its change points: a leak is a last segment that still \
+                 rises, or steps that keep coming at a steady average rate. A saw-tooth (a \
+                 garbage collector, per-request scratch) is judged on its troughs, what is left \
+                 after each collection. The rate shown is the one the verdict rests on.",
                 format_bytes(MIN_SLOPE_BYTES)
             )),
         ],
         vec![
             strong("plateau"),
             text(
-                ": significant growth that has levelled off, the second half growing at less \
-                 than half the overall rate: a cache filling up, an allocator's high-water \
-                 mark.",
+                ": growth that stopped: a fill (a cache, an allocator's high-water mark) whose \
+                 last segment no longer rises, shown with its fill rate, where it stopped and the \
+                 level it holds; or a one-off step, which is not a rate.",
             ),
         ],
         vec![
@@ -564,7 +657,8 @@ fn how_to_read(doc: &mut Vec<Block>) {
     ]));
     doc.push(para(vec![text(
         "Warm-up: leading points left out of the fit (a first run that loads code and fills \
-         caches); the charts shade them. The 95% CI is the range the true slope lies in with \
+         caches), the same for every metric of a process tree; the charts shade them and draw \
+         the model the verdict used (segments, troughs, or the fitted line). The 95% CI is the range the true slope lies in with \
          95% confidence; more runs narrow it.",
     )]));
     doc.push(heading(3, "Copy-on-write after fork"));

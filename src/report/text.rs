@@ -98,7 +98,7 @@ pub fn verdict_line(a: &Analysis, f: &SeriesFit) -> String {
     match f.verdict {
         Verdict::Plateau => {
             if let Some(t) = f.end_slope {
-                line.push_str(&format!("; flat at the end ({})", rate(f, t)));
+                line.push_str(&format!("; the end does not rise ({})", rate(f, t)));
             }
         }
         Verdict::Inconclusive => {
@@ -193,6 +193,26 @@ pub fn render(a: &Analysis) -> String {
                 "  {recycled} worker(s) ended and were replaced (see report.md)"
             );
         }
+    }
+    for site in a
+        .sites
+        .iter()
+        .filter(|s| s.verdict == Verdict::Leak)
+        .take(3)
+    {
+        let growth = match site.bytes_per_task {
+            Some(t) => format!("{} per task", format_signed_bytes(t)),
+            None => XAxis::Run.format_rate(site.bytes_per_run.unwrap_or(0.0), true),
+        };
+        let share = site
+            .share_of_anon
+            .map(|f| format!(" ({:.0}% of the anon growth)", f * 100.0))
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "  where: {} leaks {growth} in {}{share}",
+            site.site, site.scope
+        );
     }
     for r in &a.recycle {
         let _ = writeln!(out, "  {}", recycle_line(r));

@@ -10,6 +10,7 @@ pub mod reaper;
 pub mod run;
 // Targets beyond a PID and Prometheus as a source (issue 12).
 pub mod prometheus;
+pub mod site_rows;
 pub mod targets;
 
 use std::time::Instant;
@@ -258,6 +259,8 @@ pub enum ResolveError {
     CommandNotExecutable(String),
     #[error("PID {pid} ({name}) is a kernel thread: it has no user memory to sample")]
     KernelThread { pid: u32, name: String },
+    #[error("--py-sites: {0}")]
+    PySites(String),
 }
 
 /// Errors that end sampling early. Samples taken before stay on disk.

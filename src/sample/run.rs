@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 
 use super::confine::{self, Cgroup, Record};
 use super::proc::ProcRoot;
+use super::pysites::PySites;
 use super::reaper::{self, Exit, Interrupt, Reaped};
+use super::site_rows::SiteSession;
 use super::{
     Clock, Context, Outcome, Progress, ResolveError, SampleError, event_row, mapping_rows,
     sample_scope,
@@ -36,16 +38,20 @@ pub struct RunPlan {
     /// Stop a run that takes longer (its tree gets TERM, then KILL).
     pub timeout: Option<Duration>,
     pub keep_survivors: bool,
+    /// `--py-sites`: instrument Python processes, recording this many
+    /// frames per allocation.
+    pub py_sites: Option<usize>,
     /// The command and its arguments, as typed.
     pub command: Vec<OsString>,
 }
 
 /// A plan checked against the environment: the program found, the watched
-/// processes alive.
-#[derive(Debug, Clone)]
+/// processes alive, the Python bootstrap in place.
+#[derive(Debug)]
 pub struct Prepared {
     plan: RunPlan,
     program: PathBuf,
+    sites: Option<PySites>,
 }
 
 /// Finds the program and checks the watched PIDs, before any output exists.
@@ -64,9 +70,16 @@ pub fn prepare(plan: &RunPlan) -> Result<Prepared, ResolveError> {
         .first()
         .map(|a| a.to_string_lossy().into_owned())
         .unwrap_or_default();
+    let program = resolve_program(&name)?;
+    let sites = plan
+        .py_sites
+        .map(PySites::prepare)
+        .transpose()
+        .map_err(|e| ResolveError::PySites(e.to_string()))?;
     Ok(Prepared {
         plan: plan.clone(),
-        program: resolve_program(&name)?,
+        program,
+        sites,
     })
 }
 
@@ -139,6 +152,9 @@ struct Session<'a> {
     /// This session's record (and where it is kept), for a later session
     /// to find what this one left should it be killed.
     record: Option<(Record, PathBuf)>,
+    /// `--py-sites`: the bootstrap's directory, and what was asked so far.
+    sites: Option<&'a PySites>,
+    site_session: SiteSession,
 }
 
 pub fn run(
@@ -180,6 +196,8 @@ pub fn run(
         noted: BTreeSet::new(),
         cgroup: Cgroup::create(std::process::id()),
         record: None,
+        sites: prepared.sites.as_ref(),
+        site_session: SiteSession::default(),
     };
     session.open_record();
     // A write error is returned after the survivors are stopped.
@@ -234,6 +252,9 @@ impl Session<'_> {
         command
             .args(self.plan.command.iter().skip(1))
             .stdin(Stdio::null());
+        if let Some(sites) = self.sites {
+            command.envs(sites.env(std::env::var_os("PYTHONPATH").as_deref()));
+        }
         if let Some(cgroup) = &self.cgroup {
             // SAFETY: the hook only opens, writes and closes a file (see
             // `confine::join`): async-signal-safe, as a pre_exec hook must be.
@@ -372,6 +393,13 @@ impl Session<'_> {
         }
         self.write(&rows)?;
         self.update_record(&rows);
+        // Asked after the deep sample: a snapshot costs the process memory
+        // (a copy of its traces) that must not show in the sample.
+        if let Some(sites) = self.sites {
+            let (site_rows, notes) = self.site_session.collect(sites, &ctx, &rows);
+            self.outcome.notes.extend(notes);
+            self.write(&site_rows)?;
+        }
         Ok(rows)
     }
 

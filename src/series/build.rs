@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use super::sites::{Overhead, SiteSeries, Sites};
 use super::thin::Thinned;
 use super::{Metric, RunRecord, Series, XAxis};
 use crate::store::{Row, Scope, Tier};
@@ -42,6 +43,9 @@ pub struct Samples {
     /// Notes recorded during the session, then what the rows show (survivors
     /// that exited on their own, a last line cut short).
     pub notes: Vec<String>,
+    /// Python allocation sites (`--py-sites`), and what tracing cost.
+    pub sites: Vec<SiteSeries>,
+    pub py_overhead: Vec<Overhead>,
     /// Rows read.
     pub rows: u64,
     /// What was attached to when it is not one PID (`cgroup /sys/fs/…`,
@@ -269,6 +273,7 @@ pub struct Builder {
     notes: Vec<String>,
     exits: Vec<String>,
     exits_more: usize,
+    sites: Sites,
     rows: u64,
     target: Option<String>,
     labels: BTreeMap<u32, String>,
@@ -298,6 +303,7 @@ impl Builder {
             notes: Vec::new(),
             exits: Vec::new(),
             exits_more: 0,
+            sites: Sites::default(),
             rows: 0,
             target: None,
             labels: BTreeMap::new(),
@@ -327,6 +333,7 @@ impl Builder {
         match row.tier {
             Tier::Event => self.event(&row),
             Tier::Mapping => self.mapping(row),
+            Tier::Site => self.sites.push(&row),
             Tier::Cheap | Tier::Deep => self.process(row, x),
         }
     }
@@ -563,6 +570,7 @@ impl Builder {
             ));
         }
         let (t0, t1) = self.t_range;
+        let (sites, py_overhead) = self.sites.finish();
         Samples {
             x_axis,
             series,
@@ -575,6 +583,8 @@ impl Builder {
             span_s: if t1 >= t0 { t1 - t0 } else { 0.0 },
             interrupted: self.interrupted,
             notes,
+            sites,
+            py_overhead,
             rows: self.rows,
             target: self.target,
             labels: self.labels,

@@ -2,6 +2,7 @@
 //! `target`) and metric, one point per run or per sample; and per process.
 
 pub mod build;
+pub mod sites;
 pub mod thin;
 
 pub use build::{Builder, ProcessLife, Samples, from_rows};

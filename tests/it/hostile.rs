@@ -409,4 +409,41 @@ fn hostile_process_names_are_inert_in_csv_and_markdown() {
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(md.contains("!\\[x\\](//e.vil/p"), "{md}");
     assert!(!md.contains("![x]("), "{md}");
+    rendered_by_github_makes_no_link_or_image(&out.join("report.md"));
+}
+
+/// report.md through cmark-gfm (GitHub's renderer, from the test venv):
+/// no image, no link to the outside, no raw HTML from the names.
+fn rendered_by_github_makes_no_link_or_image(md: &Path) {
+    let venv = std::env::var_os("LEAKWATCH_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| manifest("target/leakwatch-venv"));
+    let python = venv.join("bin/python");
+    let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false");
+    if !python.exists() {
+        assert!(!ci, "{} is missing: run `bash .ci/deps`", python.display());
+        eprintln!("SKIPPED (not in CI): cmark-gfm check; run `bash .ci/deps`");
+        return;
+    }
+    let out = Command::new(&python)
+        .args([
+            "-c",
+            "import sys, cmarkgfm; print(cmarkgfm.github_flavored_markdown_to_html(open(sys.argv[1]).read()))",
+        ])
+        .arg(md)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let html = String::from_utf8_lossy(&out.stdout);
+    // The only images are leakwatch's own charts, and nothing links out.
+    for img in html.split("<img ").skip(1) {
+        let src = img.split('"').nth(1).unwrap_or("");
+        assert!(src.ends_with(".svg") && !src.contains('/'), "image {src}");
+    }
+    assert!(!html.contains("<a "), "a link: {html}");
+    assert!(html.contains("=cmd|&#39;/C calc&#39;!") || html.contains("=cmd|'/C calc'!"));
 }

@@ -13,6 +13,7 @@ mod gate_e2e;
 mod hostile;
 mod pool_e2e;
 mod prometheus_e2e;
+mod py_sites;
 mod report_output;
 mod run_e2e;
 mod targets_e2e;

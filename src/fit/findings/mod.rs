@@ -12,7 +12,7 @@
 
 mod cow;
 mod tree;
-mod workers;
+pub(crate) mod workers;
 
 use std::collections::BTreeSet;
 

@@ -66,7 +66,7 @@ pub(super) fn pooled_slope(workers: &[Vec<(f64, f64)>]) -> Option<(f64, (f64, f6
 /// Growth steps of workers, one per task handled: in run mode a worker that
 /// handled a task in a run grows in that run, one that sat idle does not.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(super) struct TaskSteps {
+pub(crate) struct TaskSteps {
     /// Mean step, bytes per task, with its 95% CI (Student t).
     pub per_task: f64,
     pub ci: (f64, f64),
@@ -81,7 +81,7 @@ pub(super) struct TaskSteps {
 /// changes. None unless at least three steps
 /// are seen and the workers' net growth accounts for at least half of them
 /// (steps that fall back again are churn, not tasks leaving memory behind).
-pub(super) fn task_steps(lives: &[Vec<(f64, f64)>], floor: f64) -> Option<TaskSteps> {
+pub(crate) fn task_steps(lives: &[Vec<(f64, f64)>], floor: f64) -> Option<TaskSteps> {
     let mut deltas: Vec<(f64, bool)> = Vec::new();
     let mut net = 0.0;
     for pts in lives.iter().filter(|p| p.len() >= 2) {
@@ -115,6 +115,15 @@ pub(super) fn task_steps(lives: &[Vec<(f64, f64)>], floor: f64) -> Option<TaskSt
     })
 }
 
+/// Task steps that make a leak: at least three, their CI above the
+/// threshold, and still coming late in the workers' lives (a quarter of
+/// them at least in each life's later half).
+pub(crate) fn leaking_steps(lives: &[Vec<(f64, f64)>], threshold: f64) -> Option<TaskSteps> {
+    let steps = task_steps(lives, threshold)?;
+    let keeps_growing = steps.late * 4 >= steps.steps && steps.late >= 1;
+    (steps.ci.0 > threshold && keeps_growing).then_some(steps)
+}
+
 /// A leak in the workers: growth within each worker's life, pooled over
 /// workers (recycled ones included), significant and above the practical
 /// threshold, and still going late in the workers' lives — a one-off step
@@ -131,14 +140,7 @@ pub(super) fn leak(scope: Scope, workers: &[&ProcessLife], x: XAxis) -> Option<F
     let threshold = MIN_SLOPE_BYTES / x.per_rate_unit();
     let (slope, ci) = pooled_slope(&series)?;
     let steps = match x {
-        XAxis::Run => {
-            let steps = task_steps(&series, threshold)?;
-            let keeps_growing = steps.late * 4 >= steps.steps && steps.late >= 1;
-            if !(steps.ci.0 > threshold && keeps_growing) {
-                return None;
-            }
-            Some(steps)
-        }
+        XAxis::Run => Some(leaking_steps(&series, threshold)?),
         XAxis::Seconds => {
             let tails: Vec<Vec<(f64, f64)>> =
                 series.iter().map(|p| p[p.len() / 2..].to_vec()).collect();

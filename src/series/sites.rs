@@ -1,0 +1,186 @@
+//! Python allocation sites (`run --py-sites`) as series: per scope and site,
+//! the growth a site showed run after run, pooled over the processes that
+//! hold it. A process that exits (a recycled worker) takes its memory with
+//! it, but what grew while it lived still counts; a new one starts from what
+//! it holds at its first answer. So a leak that recycling keeps hidden in
+//! the totals still shows as growth per run, here as in the worker findings.
+
+use std::collections::BTreeMap;
+
+use crate::store::{Row, Scope};
+
+/// Site names in parentheses are not code: what tracing costs.
+pub const TRACEMALLOC: &str = "(tracemalloc)";
+
+/// One site of one scope over the runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SiteSeries {
+    pub scope: Scope,
+    /// `file:line` of the innermost user frame.
+    pub site: String,
+    /// (run, growth since the site was first seen, bytes), one per run.
+    pub points: Vec<(f64, f64)>,
+    /// Bytes the site holds in the processes that answered last.
+    pub last_bytes: u64,
+    /// Processes the site was seen in.
+    pub processes: usize,
+    /// The largest traceback seen for it, innermost first, one frame a line.
+    pub traceback: Option<String>,
+    /// Each process's own (run, bytes) points, a forked one's starting from
+    /// what its parent held: per-task growth steps are read from these.
+    pub lives: Vec<Vec<(f64, f64)>>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Building {
+    /// run → growth in that run, summed over processes.
+    growth: BTreeMap<u32, f64>,
+    /// (pid, start time) → bytes at its last answer.
+    held: BTreeMap<(u32, u64), u64>,
+    /// (pid, start time) → its (run, bytes) points.
+    lives: BTreeMap<(u32, u64), Vec<(f64, f64)>>,
+    traceback: Option<String>,
+}
+
+/// Most processes whose own points a site keeps (a pool recycling workers
+/// for hours has thousands; the first ones tell the per-task growth).
+const MAX_LIVES: usize = 256;
+
+/// Gathers site rows as they are read. (Cloned with the `Builder` by
+/// `attach --serve`'s refits.)
+#[derive(Debug, Clone, Default)]
+pub struct Sites {
+    sites: BTreeMap<(Scope, String), Building>,
+    /// What tracing itself cost, per scope: (run, sum over its processes
+    /// in that run, the largest such sum).
+    overhead: BTreeMap<Scope, (u32, u64, u64)>,
+}
+
+/// What tracing cost one scope's processes (tracemalloc's own memory).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Overhead {
+    pub scope: Scope,
+    pub bytes: u64,
+}
+
+impl Sites {
+    pub fn push(&mut self, row: &Row) {
+        let Some(run) = row.run else { return };
+        if row.event.as_deref() == Some("traceback") {
+            let (site, frames) = row.comm.split_once('\n').unwrap_or((&row.comm, ""));
+            let b = self.sites.entry((row.scope, site.to_string())).or_default();
+            b.traceback = Some(frames.to_string());
+            return;
+        }
+        let bytes = row.site_bytes.unwrap_or(0);
+        if row.comm == TRACEMALLOC {
+            let (at, sum, max) = self.overhead.entry(row.scope).or_insert((run, 0, 0));
+            if *at != run {
+                (*at, *sum) = (run, 0);
+            }
+            *sum += bytes;
+            *max = (*max).max(*sum);
+            return;
+        }
+        let b = self.sites.entry((row.scope, row.comm.clone())).or_default();
+        // A process seen for the first time grew from what its parent held
+        // when it forked it (a worker inherits its master's traces), if its
+        // parent is followed too; else its history is unknown: no growth.
+        let parent = b
+            .held
+            .iter()
+            .find(|(k, _)| k.0 == row.ppid)
+            .map(|(_, &held)| held);
+        let before = b.held.insert((row.pid, row.start_time), bytes);
+        let delta = match (before, parent) {
+            (Some(old), _) => bytes as f64 - old as f64,
+            (None, Some(parent)) => bytes as f64 - parent as f64,
+            (None, None) => 0.0,
+        };
+        *b.growth.entry(run).or_insert(0.0) += delta;
+        let key = (row.pid, row.start_time);
+        if b.lives.contains_key(&key) || b.lives.len() < MAX_LIVES {
+            let life = b.lives.entry(key).or_default();
+            if let (true, Some(parent)) = (life.is_empty(), parent.filter(|_| before.is_none())) {
+                // Forked since the last run: it started from its parent's.
+                life.push((f64::from(run) - 0.5, parent as f64));
+            }
+            life.push((f64::from(run), bytes as f64));
+        }
+    }
+
+    pub fn finish(self) -> (Vec<SiteSeries>, Vec<Overhead>) {
+        let series = self
+            .sites
+            .into_iter()
+            .filter(|(_, b)| !b.growth.is_empty())
+            .map(|((scope, site), b)| {
+                let mut total = 0.0;
+                let points = b
+                    .growth
+                    .iter()
+                    .map(|(&run, &g)| {
+                        total += g;
+                        (f64::from(run), total)
+                    })
+                    .collect();
+                SiteSeries {
+                    scope,
+                    site,
+                    points,
+                    last_bytes: b.held.values().sum(),
+                    processes: b.held.len(),
+                    traceback: b.traceback,
+                    lives: b.lives.into_values().collect(),
+                }
+            })
+            .collect();
+        let overhead = self
+            .overhead
+            .into_iter()
+            .map(|(scope, (_, _, bytes))| Overhead { scope, bytes })
+            .collect();
+        (series, overhead)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Tier;
+
+    fn site(run: u32, pid: u32, site: &str, bytes: u64) -> Row {
+        Row {
+            run: Some(run),
+            pid,
+            start_time: u64::from(pid),
+            comm: site.into(),
+            tier: Tier::Site,
+            site_bytes: Some(bytes),
+            ..Row::new(Scope::Pid(1))
+        }
+    }
+
+    #[test]
+    fn growth_is_pooled_over_recycled_workers() {
+        const M: u64 = 1 << 20;
+        // Worker 10 keeps 1 MiB per run for runs 1-3, then is replaced by
+        // worker 11, which starts from 1 MiB and keeps going.
+        let rows = [
+            site(1, 10, "app.py:71", M),
+            site(2, 10, "app.py:71", 2 * M),
+            site(3, 10, "app.py:71", 3 * M),
+            site(4, 11, "app.py:71", M),
+            site(5, 11, "app.py:71", 2 * M),
+            site(6, 11, "app.py:71", 3 * M),
+        ];
+        let mut sites = Sites::default();
+        for r in &rows {
+            sites.push(r);
+        }
+        let (series, _) = sites.finish();
+        let ys: Vec<f64> = series[0].points.iter().map(|p| p.1 / M as f64).collect();
+        assert_eq!(ys, [0.0, 1.0, 2.0, 2.0, 3.0, 4.0]);
+        assert_eq!(series[0].processes, 2);
+    }
+}

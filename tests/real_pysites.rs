@@ -1,0 +1,66 @@
+//! Issue 13 on a real prefork pool: gunicorn, started by its client under
+//! `leakwatch run --py-sites`, recycles its 2 workers every 5 requests; the
+//! app keeps 1 MiB per request at the line marked `# LEAK`. The site must be
+//! found in the workers, its growth per task pooled over recycled workers.
+//! Fails under `CI=true` when gunicorn is missing (`bash .ci/deps`).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "real_support.rs"]
+mod real;
+
+use std::process::{Command, Stdio};
+
+#[test]
+fn real_gunicorn_pool_leaking_line_is_found_in_recycled_workers() {
+    let Some(_) = real::venv_bin("gunicorn") else {
+        return;
+    };
+    let app = real::fixture("gunicorn_leaky_app.py");
+    let line = std::fs::read_to_string(&app)
+        .unwrap()
+        .lines()
+        .position(|l| l.contains("# LEAK:"))
+        .unwrap()
+        + 1;
+    let site = format!("fixtures/real/gunicorn_leaky_app.py:{line}");
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let port = real::free_port().to_string();
+    let status = Command::new(env!("CARGO_BIN_EXE_leakwatch"))
+        .args([
+            "run",
+            "-n",
+            "20",
+            "--settle",
+            "300ms",
+            "--py-sites",
+            "--quiet",
+        ])
+        .arg("--out")
+        .arg(&out)
+        .arg("--")
+        .arg(real::python())
+        .arg(real::fixture("gunicorn_client.py"))
+        .args(["--port", &port, "--quiet"])
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.code().is_some_and(|c| c <= 1), "{status}");
+    let text = std::fs::read_to_string(out.join("summary.json")).unwrap();
+    let s: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let sites = s["py_sites"].as_array().expect("py_sites");
+    let leak = &sites[0];
+    assert!(
+        leak["site"].as_str().unwrap().ends_with(&site),
+        "{site} first? {sites:#?}"
+    );
+    assert_eq!(leak["verdict"], "leak");
+    // In the workers, recycled ones included: more processes than the two
+    // alive at a time.
+    assert!(leak["processes"].as_u64().unwrap() >= 3, "{leak:#}");
+    // 1 MiB per request (the app's bytes object: 1,048,576 + 33 bytes).
+    let per_task = leak["bytes_per_task"].as_f64().unwrap();
+    let err = (per_task - 1_048_609.0).abs() / 1_048_609.0;
+    assert!(err <= 0.15, "per task {per_task}: {:.1}% off", err * 100.0);
+}
