@@ -25,7 +25,7 @@ pub struct Summary {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub target_pid: Option<u32>,
     /// What was attached to when it is not one PID: `cgroup /sys/fs/…`,
-    /// `name 'regex' (all matches)`.
+    /// `processes matching 'regex' (all, matched at each sample)`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<String>,
     /// `analyze --prometheus`: the label set of each `series:<N>` name, as
