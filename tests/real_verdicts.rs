@@ -6,7 +6,8 @@
 //! - a gunicorn pool recycling its 2 workers every 5 requests, 1 MiB kept per
 //!   request: a worker leak found, its rate per request within 15%, and
 //!   `--budget` gives a recycle count;
-//! - redis overwriting the same keys every run: stable, 5 tries of 5;
+//! - redis overwriting the same keys every run: stable, 5 tries of 5 (after
+//!   a first try on the fresh server, which may see its allocator settle);
 //! - a churning daemon (20–50 MiB allocated and freed every 0.5 s) under
 //!   attach: with 100 KiB/s retained, a leak within 25% of truth, decided by
 //!   its troughs; with nothing retained, never a leak.
@@ -165,7 +166,10 @@ fn real_gunicorn_pool_with_max_requests_shows_the_worker_leak_per_request() {
 #[test]
 fn real_redis_overwriting_the_same_keys_is_stable_every_time() {
     let Some(rd) = real::redis() else { return };
-    for attempt in 0..5 {
+    // The first try meets a fresh server (its first fill, then its allocator
+    // settling: stable or a plateau, never a leak or inconclusive); the next
+    // five meet a server that holds its level: stable, 5 of 5.
+    for attempt in 0..6 {
         let t = tmp();
         let dir = out(&t, "redis");
         let s = run_driver(
@@ -190,7 +194,14 @@ fn real_redis_overwriting_the_same_keys_is_stable_every_time() {
         } else {
             anon["verdict"] == "stable"
         };
-        assert!(ok, "attempt {attempt}: {anon:#}");
+        if !ok {
+            let csv = std::fs::read_to_string(dir.join("samples.csv")).unwrap_or_default();
+            let points: Vec<&str> = csv
+                .lines()
+                .filter(|l| l.contains(&format!(",{scope},")) && l.contains(",deep,"))
+                .collect();
+            panic!("attempt {attempt}: {anon:#}\nrows:\n{}", points.join("\n"));
+        }
         assert_ne!(s["verdict"], "leak", "attempt {attempt}");
     }
 }

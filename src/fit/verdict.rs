@@ -897,6 +897,28 @@ impl Ctx<'_> {
         let span = (stop_x - first.x_start).max(f64::MIN_POSITIVE);
         let rise = stop_level - first.level_start;
         let end_level = 0.5 * (last.level_start + last.level_end);
+        let up: f64 = ev
+            .steps
+            .iter()
+            .filter(|s| s.bytes > 0.0)
+            .map(|s| s.bytes)
+            .sum();
+        let first_mean = stats::mean(&self.y[first.start..first.end]).unwrap_or(first.level_start);
+        if ev.up_x.len() == 1 && ev.ramps == 0 && end_level - first_mean < 0.5 * up {
+            // The one step up climbs back from a dip (an allocator giving
+            // pages back, then taking them again): no net rise, so the line
+            // judges it, as when nothing moved.
+            let c = self.not_significant(c, false);
+            if c.verdict == Verdict::Stable {
+                let reason = format!(
+                    "a dip and its recovery ({} up again at {}), no net rise; {end_txt}",
+                    fmt_signed(up),
+                    self.at_x(ev.up_x[0])
+                );
+                return c.decide(Verdict::Stable, reason);
+            }
+            return c;
+        }
         if ev.up_x.len() == 1 && ev.ramps == 0 {
             c.rate = None;
             c.plateau = Some(PlateauInfo {
@@ -1319,6 +1341,22 @@ mod tests {
         // A metric judged with the scope's warm-up gets the same answer.
         let c = classify(&x, &y, Some(1), &per_run());
         assert_eq!(c.verdict, Verdict::Stable);
+    }
+
+    /// A settled redis (a real recording, anon bytes after runs 0–20): the
+    /// allocator gives 188 KiB back at run 2 and takes 209 KiB again at run
+    /// 3, then holds. A dip and its recovery, not a step up: stable.
+    #[test]
+    fn a_dip_and_its_recovery_is_not_a_step() {
+        let y: Vec<f64> = [
+            8536064.0, 8536064.0, 8343552.0, 8503296.0, 8540160.0, 8556544.0, 8556544.0, 8556544.0,
+            8556544.0, 8556544.0, 8556544.0, 8556544.0, 8556544.0, 8556544.0, 8556544.0, 8556544.0,
+            8556544.0, 8556544.0, 8556544.0, 8556544.0, 8556544.0,
+        ]
+        .to_vec();
+        let x: Vec<f64> = (0..=20).map(f64::from).collect();
+        let c = classify(&x, &y, Some(0), &per_run());
+        assert_eq!(c.verdict, Verdict::Stable, "{c:#?}");
     }
 
     /// The LRU of issue 10: +2 MiB/run for 6 runs, flat 7, +2 MiB at run 14, flat to 24.
