@@ -23,11 +23,10 @@ pub mod sample;
 pub mod series;
 pub mod summary;
 
-// Prometheus out (`attach --serve`, `export`) and in (`analyze`).
+// Prometheus out (`attach --serve`, `export`).
 pub mod openmetrics;
 pub mod serve;
 
 pub mod app;
-pub mod fleet;
 
 pub use fit::Analysis;

@@ -259,6 +259,10 @@ mod cell {
     }
 }
 
+/// The site name of `site` rows that carry what tracing itself costs a
+/// process (tracemalloc's own memory), not an allocation site.
+pub const TRACEMALLOC_SITE: &str = "(tracemalloc)";
+
 /// A session-level event row: `note` (its text in `comm`) or `interrupted`.
 pub fn note_row(event: &str, text: &str) -> Row {
     Row {

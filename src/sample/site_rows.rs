@@ -8,8 +8,7 @@ use std::time::Duration;
 use super::Context;
 use super::pysites::wire::{Frame, Snapshot};
 use super::pysites::{PySites, Silence};
-use crate::series::sites::TRACEMALLOC;
-use crate::store::{Row, Scope, Tier};
+use crate::store::{Row, Scope, TRACEMALLOC_SITE as TRACEMALLOC, Tier};
 
 /// How long one process may take to answer (a snapshot of a large heap
 /// takes seconds).

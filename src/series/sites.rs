@@ -9,8 +9,7 @@ use std::collections::BTreeMap;
 
 use crate::store::{Row, Scope};
 
-/// Site names in parentheses are not code: what tracing costs.
-pub const TRACEMALLOC: &str = "(tracemalloc)";
+pub use crate::store::TRACEMALLOC_SITE as TRACEMALLOC;
 
 /// One site of one scope over the runs.
 #[derive(Debug, Clone, PartialEq)]

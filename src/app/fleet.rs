@@ -13,7 +13,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use clap::CommandFactory;
 
-use crate::app;
+use super as app;
 use crate::cli::Cli;
 use crate::console;
 use crate::error::Exit;

@@ -1,6 +1,9 @@
 //! Orchestration: options → the environment resolved → sampling into
 //! samples.csv → analysis → gate → reports. The only place that uses anyhow;
-//! the stages below return typed errors.
+//! the stages below return typed errors. `fleet` holds the commands of
+//! Prometheus in and out, completions and man pages.
+
+mod fleet;
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -12,7 +15,6 @@ use crate::cli::{Cli, Command};
 use crate::console;
 use crate::error::Exit;
 use crate::fit::{self, Analysis, FitOptions};
-use crate::fleet;
 use crate::gate::{self, GateResult};
 use crate::options::{
     AnalyzeOptions, AttachOptions, CheckOptions, ExportOptions, GateSetup, Output, ReportOptions,
