@@ -57,6 +57,11 @@ pub struct Summary {
     pub failed_runs: Vec<u32>,
     #[serde(default)]
     pub notes: Vec<String>,
+    /// What sampling cost and achieved (attach mode): samples taken and the
+    /// mean interval between them, late samples, the cheap sweep's time,
+    /// deep passes, page walks, their time and the longest single walk.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampling: Option<crate::store::SamplingCost>,
     /// The CI gate, when limits were given: `passed`, the `rule`, each
     /// check and the `violations`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -126,6 +131,7 @@ pub fn summary(a: &Analysis, gate: Option<&GateResult>) -> Summary {
             .map(|r| r.run)
             .collect(),
         notes: a.notes.clone(),
+        sampling: a.sampling.clone(),
         gate: gate.cloned(),
     }
 }

@@ -248,6 +248,8 @@ pub struct Analysis {
     pub recycle: Vec<findings::RecycleAdvice>,
     pub interrupted: bool,
     pub notes: Vec<String>,
+    /// What sampling cost (attach mode): ticks, achieved interval, walks.
+    pub sampling: Option<crate::store::SamplingCost>,
 }
 
 impl Analysis {
@@ -386,6 +388,7 @@ pub fn analyse(samples: Samples, opts: &FitOptions) -> Analysis {
         recycle: tree.recycle,
         interrupted: samples.interrupted,
         notes: samples.notes,
+        sampling: samples.sampling,
     }
 }
 

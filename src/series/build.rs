@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use super::thin::Thinned;
 use super::{Metric, RunRecord, Series, XAxis};
-use crate::store::{Row, Scope, Tier};
+use crate::store::{Row, SamplingCost, Scope, Tier};
 
 /// Most points a scope's series keeps (the fit averages further, to 1000).
 const SERIES_CAP: usize = 2048;
@@ -44,6 +44,8 @@ pub struct Samples {
     pub notes: Vec<String>,
     /// Rows read.
     pub rows: u64,
+    /// What sampling cost (attach mode), as recorded by the session.
+    pub sampling: Option<SamplingCost>,
 }
 
 /// The memory of one process over its life: identity (pid and start time, so
@@ -263,6 +265,7 @@ pub struct Builder {
     exits: Vec<String>,
     exits_more: usize,
     rows: u64,
+    sampling: Option<SamplingCost>,
 }
 
 impl Default for Builder {
@@ -290,6 +293,7 @@ impl Builder {
             exits: Vec::new(),
             exits_more: 0,
             rows: 0,
+            sampling: None,
         }
     }
 
@@ -324,6 +328,7 @@ impl Builder {
         match row.event.as_deref() {
             Some("interrupted") => self.interrupted = true,
             Some("note") => self.notes.push(row.comm.clone()),
+            Some("sampling") => self.sampling = serde_json::from_str(&row.comm).ok(),
             _ => {}
         }
     }
@@ -551,6 +556,7 @@ impl Builder {
             interrupted: self.interrupted,
             notes,
             rows: self.rows,
+            sampling: self.sampling,
         }
     }
 }
