@@ -242,8 +242,12 @@ impl Session<'_> {
     }
 
     /// The next tick is late by `by`: said once, as it happens; counted for
-    /// the summary.
+    /// the summary. After a deep pass it is expected (its time is reported
+    /// as the deep tier's cost), and not counted.
     fn behind(&mut self, by: Duration) {
+        if self.cost.last_tick_deep {
+            return;
+        }
         if self.cost.late_ticks == 0 {
             self.progress.line(&format!(
                 "sampling fell behind by {}: a sweep of {} process(es) took {} \
@@ -308,8 +312,11 @@ impl Session<'_> {
         self.cost.sweep(t0.elapsed(), sweep.rows.len());
         self.note_unreadable(sweep.unreadable);
         let mut rows = sweep.rows;
+        let processes = rows.len();
         let first = self.tree.sweeps() == 1;
+        self.cost.last_tick_deep = false;
         if self.budget.is_on() && (first || done || self.budget.allows()) {
+            self.cost.last_tick_deep = true;
             let mapped = self.mapped_set(first);
             let pass = self.tree.deep(&mut rows, &mapped, ctx, SCOPE);
             self.budget.record(pass.cost);
@@ -328,7 +335,6 @@ impl Session<'_> {
                 self.note_skipped_mappings(&mapped);
             }
         }
-        let processes = rows.len();
         rows.extend(tree_events(ctx, &sweep.started, &sweep.exited));
         self.writer.write_batch(&rows)?;
         self.cost.last_tick_cost = t0.elapsed();
@@ -388,18 +394,22 @@ impl Session<'_> {
         skipped.sort_by_key(|&(_, growth)| std::cmp::Reverse(growth));
         let grew: Vec<String> = skipped
             .iter()
+            .filter(|(_, g)| *g > 0)
             .take(3)
             .map(|(pid, g)| format!("pid {pid} ({} RSS)", format_signed_bytes(*g as f64)))
             .collect();
+        let grew = if grew.is_empty() {
+            "none of them grew by RSS".to_string()
+        } else {
+            format!("grew most among them: {}", grew.join(", "))
+        };
         self.outcome.notes.push(format!(
             "mappings (smaps) were read for {} of {total} processes at the last sample \
              (at most {MAPPED_MAX}: the target and the largest at the first sample, then those \
              still running and the largest started since); the other {} had their PSS read \
-             from smaps_rollup, one page walk each, without mapping detail. Grew most among \
-             them: {}",
+             from smaps_rollup, one page walk each, without mapping detail; {grew}",
             mapped.len(),
             skipped.len(),
-            grew.join(", ")
         ));
     }
 
@@ -500,6 +510,7 @@ struct CostMeter {
     processes_max: usize,
     processes_last: usize,
     last_tick_cost: Duration,
+    last_tick_deep: bool,
     deep_samples: u64,
     walks: u64,
     deep_cost: Duration,
@@ -523,6 +534,7 @@ impl CostMeter {
             processes_max: 0,
             processes_last: 0,
             last_tick_cost: Duration::ZERO,
+            last_tick_deep: false,
             deep_samples: 0,
             walks: 0,
             deep_cost: Duration::ZERO,

@@ -191,13 +191,11 @@ impl ProcRoot {
         })
     }
 
-    fn read(&self, pid: u32, file: &str, buf: &mut Vec<u8>) -> Result<(), ProcError> {
+    fn read(&self, pid: u32, file: &str, buf: &mut Vec<u8>) -> Result<usize, ProcError> {
         let path = self.path(pid, file);
-        buf.clear();
         fs::File::open(&path)
-            .and_then(|mut f| f.read_to_end(buf))
-            .map_err(|e| ProcError::from_io(pid, path, e))?;
-        Ok(())
+            .and_then(|f| read_all(f, buf))
+            .map_err(|e| ProcError::from_io(pid, path, e))
     }
 
     /// Running (not exited, not a zombie awaiting its parent's wait).
@@ -207,10 +205,10 @@ impl ProcRoot {
     }
 
     pub fn status(&self, pid: u32) -> Result<Status, ProcError> {
-        let mut buf = Vec::with_capacity(SMALL_FILE);
-        self.read(pid, "status", &mut buf)?;
+        let mut buf = Vec::new();
+        let n = self.read(pid, "status", &mut buf)?;
         let mut status = Status::default();
-        parse_status_into(&buf, &mut status).map_err(|what| ProcError::Parse {
+        parse_status_into(&buf[..n], &mut status).map_err(|what| ProcError::Parse {
             pid,
             path: self.path(pid, "status"),
             what,
@@ -219,14 +217,13 @@ impl ProcRoot {
     }
 
     pub fn smaps_rollup(&self, pid: u32) -> Result<Rollup, ProcError> {
-        self.open_dir(pid)?
-            .smaps_rollup(&mut Vec::with_capacity(SMALL_FILE))
+        self.open_dir(pid)?.smaps_rollup(&mut Vec::new())
     }
 
     pub fn stat(&self, pid: u32) -> Result<Stat, ProcError> {
-        let mut buf = Vec::with_capacity(512);
-        self.read(pid, "stat", &mut buf)?;
-        parse_stat_bytes(&buf).map_err(|what| ProcError::Parse {
+        let mut buf = Vec::new();
+        let n = self.read(pid, "stat", &mut buf)?;
+        parse_stat_bytes(&buf[..n]).map_err(|what| ProcError::Parse {
             pid,
             path: self.path(pid, "stat"),
             what,
@@ -243,7 +240,7 @@ impl ProcRoot {
     pub fn children(&self, pid: u32) -> Result<Vec<u32>, ProcError> {
         let dir = self.open_dir(pid)?;
         let mut children = Vec::new();
-        dir.children(None, &mut Vec::with_capacity(SMALL_FILE), &mut children)?;
+        dir.children(None, &mut Vec::new(), &mut children)?;
         Ok(children)
     }
 
@@ -355,27 +352,23 @@ impl ProcDir {
         }
     }
 
-    /// Reads a whole file into `buf` (cleared first, its capacity reused).
-    pub fn read(&self, name: &str, buf: &mut Vec<u8>) -> Result<(), ProcError> {
-        buf.clear();
-        if buf.capacity() < SMALL_FILE {
-            buf.reserve(SMALL_FILE);
-        }
+    /// Reads a whole file into `buf` (a work area, reused between calls);
+    /// the file is `buf[..n]`.
+    pub fn read(&self, name: &str, buf: &mut Vec<u8>) -> Result<usize, ProcError> {
         self.open(name, OFlag::O_RDONLY)
-            .and_then(|fd| fs::File::from(fd).read_to_end(buf))
-            .map_err(|e| self.error(name, e))?;
-        Ok(())
+            .and_then(|fd| read_all(fs::File::from(fd), buf))
+            .map_err(|e| self.error(name, e))
     }
 
     /// `status` into `out`, reusing its name's allocation.
     pub fn status(&self, buf: &mut Vec<u8>, out: &mut Status) -> Result<(), ProcError> {
-        self.read("status", buf)?;
-        parse_status_into(buf, out).map_err(|what| self.parse_error("status", what))
+        let n = self.read("status", buf)?;
+        parse_status_into(&buf[..n], out).map_err(|what| self.parse_error("status", what))
     }
 
     pub fn stat(&self, buf: &mut Vec<u8>) -> Result<Stat, ProcError> {
-        self.read("stat", buf)?;
-        parse_stat_bytes(buf).map_err(|what| self.parse_error("stat", what))
+        let n = self.read("stat", buf)?;
+        parse_stat_bytes(&buf[..n]).map_err(|what| self.parse_error("stat", what))
     }
 
     /// Number of open file descriptors: the size `stat()` gives the `fd`
@@ -410,14 +403,14 @@ impl ProcDir {
     ) -> Result<(), ProcError> {
         out.clear();
         if threads == Some(1) {
-            self.read(&self.own_children, buf)?;
-            out.extend(pids_in(buf));
+            let n = self.read(&self.own_children, buf)?;
+            out.extend(pids_in(&buf[..n]));
             return Ok(());
         }
         for tid in self.tasks()? {
             let name = format!("task/{tid}/children");
             match self.read(&name, buf) {
-                Ok(()) => out.extend(pids_in(buf)),
+                Ok(n) => out.extend(pids_in(&buf[..n])),
                 // A thread that exits between listing and read is not an error.
                 Err(ProcError::Gone { .. }) => {}
                 Err(e) => return Err(e),
@@ -444,13 +437,14 @@ impl ProcDir {
     /// `smaps_rollup`: one walk of the process's page tables.
     pub fn smaps_rollup(&self, buf: &mut Vec<u8>) -> Result<Rollup, ProcError> {
         const NAME: &str = "smaps_rollup";
-        self.read(NAME, buf)?;
+        let n = self.read(NAME, buf)?;
+        let text = &buf[..n];
         // A process that has exited but not yet been reaped has no mm: the
         // file is empty. That is "gone" as far as memory goes.
-        if buf.iter().all(u8::is_ascii_whitespace) {
+        if text.iter().all(u8::is_ascii_whitespace) {
             return Err(self.error(NAME, io::Error::from(ErrorKind::NotFound)));
         }
-        parse_smaps_rollup_bytes(buf).map_err(|what| self.parse_error(NAME, what))
+        parse_smaps_rollup_bytes(text).map_err(|what| self.parse_error(NAME, what))
     }
 
     /// `smaps`, streamed through `buf`: one walk of the page tables gives
@@ -466,6 +460,28 @@ impl ProcDir {
             return Err(self.error(NAME, io::Error::from(ErrorKind::NotFound)));
         }
         Ok(smaps)
+    }
+}
+
+/// Reads `file` to its end into `buf`, a work area reused between calls
+/// (grown, never shrunk); returns the length read. Plain `read` calls:
+/// `read_to_end` on a `File` first asks its size and position (statx and
+/// lseek), two system calls more per /proc file, which are empty there.
+fn read_all(mut file: fs::File, buf: &mut Vec<u8>) -> io::Result<usize> {
+    if buf.len() < SMALL_FILE {
+        buf.resize(SMALL_FILE, 0);
+    }
+    let mut filled = 0;
+    loop {
+        if filled == buf.len() {
+            buf.resize(buf.len() * 2, 0);
+        }
+        match file.read(&mut buf[filled..]) {
+            Ok(0) => return Ok(filled),
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
     }
 }
 
@@ -536,6 +552,20 @@ pub fn parse_status(text: &str) -> Result<Status, String> {
     Ok(status)
 }
 
+/// The `status` keys leakwatch keeps.
+const STATUS_KEYS: [&[u8]; 10] = [
+    b"Name",
+    b"State",
+    b"PPid",
+    b"VmRSS",
+    b"RssAnon",
+    b"RssFile",
+    b"RssShmem",
+    b"VmSwap",
+    b"VmHWM",
+    b"Threads",
+];
+
 /// Parses `/proc/PID/status` into `out` (every field replaced; the name's
 /// allocation reused).
 pub fn parse_status_into(text: &[u8], out: &mut Status) -> Result<(), String> {
@@ -543,11 +573,18 @@ pub fn parse_status_into(text: &[u8], out: &mut Status) -> Result<(), String> {
     name.clear();
     *out = Status::default();
     let mut saw_name = false;
+    // The keys kept, counted down: the kernel writes them all before
+    // `Threads`, so the signal masks and CPU lists after it are not read.
+    let mut wanted = 10;
     for line in text.split(|&b| b == b'\n') {
+        if wanted == 0 {
+            break;
+        }
         let Some(colon) = line.iter().position(|&b| b == b':') else {
             continue;
         };
         let (key, rest) = (&line[..colon], &line[colon + 1..]);
+        wanted -= usize::from(STATUS_KEYS.contains(&key));
         match key {
             b"Name" => {
                 unescape_name(rest.strip_prefix(b"\t").unwrap_or(rest), &mut name);

@@ -101,12 +101,13 @@ pub struct SmapsParser {
 }
 
 impl SmapsParser {
-    /// Reads `smaps` from `file` through `buf` (reused between calls; it
-    /// grows to `CHUNK` bytes and no further).
+    /// Reads `smaps` from `file` through `buf` (a work area reused between
+    /// calls: at least `CHUNK` bytes, read a buffer at a time).
     pub fn read(file: &mut impl Read, buf: &mut Vec<u8>) -> io::Result<Smaps> {
         let mut parser = SmapsParser::default();
-        buf.clear();
-        buf.resize(CHUNK, 0);
+        if buf.len() < CHUNK {
+            buf.resize(CHUNK, 0);
+        }
         let mut filled = 0;
         loop {
             let n = match file.read(&mut buf[filled..]) {

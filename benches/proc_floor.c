@@ -1,0 +1,80 @@
+/*
+ * The kernel's floor for one sample of a set of processes: the bare system
+ * calls, no parsing, in this process's CPU time. Built and run by
+ * benches/overhead.py with `cc -O2`.
+ *
+ *   proc_floor MODE REPS PID...     prints "us_per_sample=…"
+ *
+ * MODE:
+ *   cheap    what leakwatch's sweep reads: one listing of /proc, then per
+ *            process status (openat through a directory opened beforehand,
+ *            read to the end, close) and fstatat(fd) for the fd count
+ *   statm    what psutil's memory_info reads: /proc/PID/statm by path
+ *   rollup   /proc/PID/smaps_rollup by path (one page walk)
+ *   smaps    /proc/PID/smaps by path (one page walk and every mapping)
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static char buf[1 << 16];
+
+static double cpu(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static void drain(int fd) {
+    if (fd < 0)
+        return;
+    while (read(fd, buf, sizeof buf) > 0)
+        ;
+    close(fd);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 4) {
+        fprintf(stderr, "usage: %s cheap|statm|rollup|smaps REPS PID...\n", argv[0]);
+        return 2;
+    }
+    const char *mode = argv[1];
+    int reps = atoi(argv[2]);
+    int n = argc - 3;
+    int *dirs = calloc(n, sizeof(int));
+    char path[64];
+    for (int i = 0; i < n; i++) {
+        snprintf(path, sizeof path, "/proc/%s", argv[3 + i]);
+        dirs[i] = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    }
+    const char *file = strcmp(mode, "statm") == 0    ? "statm"
+                       : strcmp(mode, "rollup") == 0 ? "smaps_rollup"
+                                                     : "smaps";
+    double t0 = cpu();
+    for (int r = 0; r < reps; r++) {
+        if (strcmp(mode, "cheap") == 0) {
+            DIR *proc = opendir("/proc");
+            while (readdir(proc))
+                ;
+            closedir(proc);
+            struct stat st;
+            for (int i = 0; i < n; i++) {
+                drain(openat(dirs[i], "status", O_RDONLY | O_CLOEXEC));
+                fstatat(dirs[i], "fd", &st, 0);
+            }
+        } else {
+            for (int i = 0; i < n; i++) {
+                snprintf(path, sizeof path, "/proc/%s/%s", argv[3 + i], file);
+                drain(open(path, O_RDONLY | O_CLOEXEC));
+            }
+        }
+    }
+    printf("us_per_sample=%.1f\n", (cpu() - t0) / reps * 1e6);
+    return 0;
+}
