@@ -107,7 +107,7 @@ def start(cmd, marker=None):
 
 def tree(n, mib=8):
     """A Python master and n-1 forked sleepers; the marker names them for smem."""
-    p = start([sys.executable, "-c", FORKER, str(n), str(mib), f"lwbench-tree-{n}"])
+    p = start([sys.executable, "-c", FORKER, str(n), str(mib), f"lwbench-tree-{n}-x"])
     time.sleep(0.5)
     return p.pid
 
@@ -119,10 +119,14 @@ def members(pid):
 
 def measured(cmd, timeout=None):
     """Runs cmd; returns (exit, stdout, stderr, cpu seconds, system seconds,
-    peak RSS MiB, wall seconds) from wait4."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+    peak RSS MiB, wall seconds). CPU from wait4 (the command and what it
+    waited for). The peak from /usr/bin/time: a child forked from this
+    script keeps the script's high-water RSS in ru_maxrss after exec."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
+            tempfile.NamedTemporaryFile("r") as peak:
         t0 = time.monotonic()
-        p = subprocess.Popen(cmd, stdout=out, stderr=err)
+        p = subprocess.Popen(["/usr/bin/time", "-f", "%M", "-o", peak.name, *cmd], stdout=out,
+                             stderr=err)
         _, status, ru = os.wait4(p.pid, 0)
         p.returncode = os.waitstatus_to_exitcode(status)
         wall = time.monotonic() - t0
@@ -134,7 +138,7 @@ def measured(cmd, timeout=None):
             "stderr": err.read().decode(errors="replace"),
             "cpu_s": ru.ru_utime + ru.ru_stime,
             "sys_s": ru.ru_stime,
-            "peak_rss_mib": ru.ru_maxrss / 1024,
+            "peak_rss_mib": int(peak.read().split()[-1]) / 1024,
             "wall_s": wall,
         }
 
@@ -151,9 +155,13 @@ def attach(pid, *args, duration="10s"):
     return r
 
 
-def floor(mode, pids, reps):
+def floor(mode, pids, reps, sleep_ms=0):
+    """The bare reads' CPU ms per sample; with sleep_ms, each sample after a
+    sleep, as a sampler wakes (cold caches) — leakwatch's cheap tier is
+    compared against that, at its own interval."""
+    env = dict(os.environ, FLOOR_SLEEP_MS=str(sleep_ms))
     r = subprocess.run([os.path.join(BIN, "proc_floor"), mode, str(reps), *map(str, pids)],
-                       capture_output=True, text=True, check=True)
+                       capture_output=True, text=True, check=True, env=env)
     return float(r.stdout.split("=")[1]) / 1e3  # ms
 
 
@@ -163,20 +171,20 @@ def marginal(run_short, run_long):
     return (c2 - c1) / max(n2 - n1, 1) * 1e3
 
 
-def leakwatch_cheap_ms(pid, interval="200ms"):
-    runs = []
-    for d in ("2s", "12s"):
-        r = attach(pid, "--deep-budget", "0", "--interval", interval, duration=d)
-        runs.append((r["cpu_s"], r["summary"]["sampling"]["ticks"]))
-    return marginal(*runs), r
+def leakwatch_cheap(pid, interval="200ms"):
+    """leakwatch's own figures (its CPU clocks, to the ns): CPU per sweep,
+    CPU per tick while sampling (samples.csv writing included), and whether
+    it found processes by listing /proc."""
+    r = attach(pid, "--deep-budget", "0", "--interval", interval, duration="10s")
+    s = r["summary"]["sampling"]
+    return {"sweep_cpu_ms": s["sweep_cpu_mean_ms"], "tick_cpu_ms": s["cpu_s"] / s["ticks"] * 1e3,
+            "listing": s["listing_sweeps"] > s["ticks"] / 2}
 
 
-def leakwatch_deep_ms(pid):
-    """CPU of one deep pass (first and last samples) over the cheap-only run."""
-    deep = attach(pid, "--interval", "1s", duration="1s")
-    cheap = attach(pid, "--deep-budget", "0", "--interval", "1s", duration="1s")
-    passes = deep["summary"]["sampling"]["deep_samples"]
-    return (deep["cpu_s"] - cheap["cpu_s"]) / max(passes, 1) * 1e3, deep
+def leakwatch_deep(pid):
+    """CPU of one deep pass (the first and the last), from leakwatch's clock."""
+    s = attach(pid, "--interval", "1s", duration="1s")["summary"]["sampling"]
+    return s["deep_cpu_s"] / max(s["deep_samples"], 1) * 1e3, s["mapped_processes"]
 
 
 PSUTIL_LOOP = r"""
@@ -226,23 +234,27 @@ def compare(results):
     single = start([sys.executable, "-c",
                     "import ctypes,signal,os; ctypes.CDLL(None).prctl(1,9); "
                     "x=b'\\x01'*(8<<20); print('ready',os.getpid(),flush=True); signal.pause()",
-                    "lwbench-single"])
-    targets = [("1 process", single.pid, "lwbench-single"),
-               ("100 processes", tree(100), "lwbench-tree-100"),
-               ("1000 processes", tree(1000), "lwbench-tree-1000")]
+                    "lwbench-single-x"])
+    targets = [("1 process", single.pid, "lwbench-single-x"),
+               ("100 processes", tree(100), "lwbench-tree-100-x"),
+               ("1000 processes", tree(1000), "lwbench-tree-1000-x")]
     rows = []
     for name, pid, marker in targets:
         pids = members(pid) if name != "1 process" else [pid]
         k = 50 if len(pids) > 1 else 2000
         log(f"compare: {name}")
         row = {"target": name, "processes": len(pids)}
-        row["floor_cheap_ms"] = floor("cheap", pids, k)
+        cheap = leakwatch_cheap(pid)
+        row["leakwatch_sweep_ms"] = cheap["sweep_cpu_ms"]
+        row["leakwatch_tick_ms"] = cheap["tick_cpu_ms"]
+        row["leakwatch_listing"] = cheap["listing"]
+        row["floor_cheap_ms"] = floor("listing" if cheap["listing"] else "children", pids, 40,
+                                      sleep_ms=200)
         row["floor_statm_ms"] = floor("statm", pids, k)
+        row["leakwatch_deep_pass_ms"], row["leakwatch_mapped"] = leakwatch_deep(pid)
+        row["floor_deep_ms"] = floor(f"deep:{row['leakwatch_mapped']}", pids, max(k // 10, 3))
         row["floor_rollup_ms"] = floor("rollup", pids, max(k // 10, 3))
         row["floor_smaps_ms"] = floor("smaps", pids, max(k // 10, 3))
-        row["leakwatch_cheap_ms"], _ = leakwatch_cheap_ms(pid)
-        row["leakwatch_deep_pass_ms"], deep = leakwatch_deep_ms(pid)
-        row["leakwatch_mapped"] = deep["summary"]["sampling"]["mapped_processes"]
         row["psutil_memory_info_ms"] = psutil_ms(pid, "memory_info", k, discover=True)
         row["psutil_memory_info_known_ms"] = psutil_ms(pid, "memory_info", k, discover=False)
         row["psutil_memory_full_info_ms"] = psutil_ms(pid, "memory_full_info", max(k // 10, 3),
@@ -263,7 +275,10 @@ def goals(results, long):
     g["tree1000_200ms"]["sampling"] = r["summary"]["sampling"]
     deep = attach(t1000, "--interval", "1s", duration="1s")
     cheap = attach(t1000, "--deep-budget", "0", "--interval", "1s", duration="1s")
-    g["tree1000_first_last_deep_cpu_s"] = deep["cpu_s"] - cheap["cpu_s"]
+    # leakwatch's CPU clock over the two deep passes; and the whole process's
+    # extra CPU over a run without them (the report's PSS charts included).
+    g["tree1000_first_last_deep_cpu_s"] = deep["summary"]["sampling"]["deep_cpu_s"]
+    g["tree1000_first_last_whole_process_extra_cpu_s"] = deep["cpu_s"] - cheap["cpu_s"]
     g["tree1000_first_last"] = deep["summary"]["sampling"]
     r = attach(t1000, duration="60s")
     g["tree1000_default_60s"] = {k: r[k] for k in ("cpu_s", "peak_rss_mib", "wall_s")}
@@ -276,13 +291,71 @@ def goals(results, long):
     g["tree100_default"]["cpu_pct_of_one_core"] = r["cpu_s"] / r["wall_s"] * 100
     g["tree100_default"]["sampling"] = r["summary"]["sampling"]
 
-    log("goals: 1 GiB target, 10 s at 100 ms")
+    log("goals: 1 GiB target, 10 s at 100 ms, 5 times each (rusage counts 4 ms ticks)")
     gib = start([os.path.join(BIN, "mmap_loop"), "1", "hold"])
     for mode, args in (("default", []), ("deep_budget_0", ["--deep-budget", "0"])):
-        r = attach(gib.pid, "--interval", "100ms", *args, duration="10s")
-        g[f"gib_{mode}"] = {k: r[k] for k in ("cpu_s", "sys_s", "peak_rss_mib")}
-        g[f"gib_{mode}"]["sampling"] = r["summary"]["sampling"]
+        runs = [attach(gib.pid, "--interval", "100ms", *args, duration="10s") for _ in range(5)]
+        sys_s = [r["sys_s"] for r in runs]
+        g[f"gib_{mode}"] = {
+            "sys_s_mean": sum(sys_s) / len(sys_s), "sys_s_max": max(sys_s),
+            "cpu_s_mean": sum(r["cpu_s"] for r in runs) / len(runs),
+            "page_walks_max": max(r["summary"]["sampling"]["page_walks"] for r in runs),
+            "deep_cpu_s_mean": sum(r["summary"]["sampling"]["deep_cpu_s"] for r in runs) / 5,
+            "longest_walk_ms_max": max(r["summary"]["sampling"].get("longest_walk", {})
+                                       .get("ms", 0) for r in runs),
+            "peak_rss_mib": max(r["peak_rss_mib"] for r in runs),
+        }
     results["goals"] = g
+
+
+CHURNER = r"""
+import ctypes, os, signal, sys, time
+libc = ctypes.CDLL(None)
+libc.prctl(1, signal.SIGKILL)
+signal.signal(signal.SIGCHLD, lambda *a: [os.waitpid(-1, os.WNOHANG) for _ in range(64)])
+print("ready", os.getpid(), flush=True)
+while True:  # a worker every 20 ms, each living 200 ms: ~10 alive, 50 new a second
+    if os.fork() == 0:
+        x = b"\x01" * (1 << 20)
+        time.sleep(0.2)
+        os._exit(0)
+    time.sleep(0.02)
+"""
+
+
+def churn(results, durations=(30, 180)):
+    """leakwatch's RSS while attached to a tree that recycles 50 workers a
+    second, polled during sampling, for two session lengths: bounded state
+    means the same peak."""
+    out = []
+    for seconds in durations:
+        master = start([sys.executable, "-c", CHURNER])
+        d = tempfile.mkdtemp(prefix="lwbench-")
+        lw = subprocess.Popen([LEAKWATCH, "attach", str(master.pid), "--interval", "100ms",
+                               "--duration", f"{seconds}s", "--quiet", "--out",
+                               os.path.join(d, "r")])
+        peak, t0 = 0, time.monotonic()
+        # Polled while sampling: the analysis and reports come after.
+        while lw.poll() is None and time.monotonic() - t0 < seconds - 0.5:
+            try:
+                with open(f"/proc/{lw.pid}/status") as f:
+                    for line in f:
+                        if line.startswith("VmRSS:"):
+                            peak = max(peak, int(line.split()[1]))
+            except OSError:
+                pass
+            time.sleep(0.5)
+        lw.wait()
+        with open(os.path.join(d, "r", "summary.json")) as f:
+            s = json.load(f)
+        events = sum(1 for _ in open(os.path.join(d, "r", "samples.csv")) if ",started," in _)
+        out.append({"seconds": seconds, "sampling_peak_rss_mib": peak / 1024,
+                    "workers_started": events, "ticks": s["sampling"]["ticks"],
+                    "cpu_s": s["sampling"]["cpu_s"]})
+        log(json.dumps(out[-1]))
+        shutil.rmtree(d, ignore_errors=True)
+        os.killpg(master.pid, signal.SIGKILL)
+    results["churn"] = out
 
 
 def interference(results, rounds=3, seconds=20, gib=3):
@@ -321,31 +394,42 @@ def report(results):
             cells = [f"{r[key]:.2f} ({r[key] / r[base]:.1f}×)" for r in results["compare"]]
             print(f"| {label} | " + " | ".join(cells) + " |")
 
-        line("kernel floor: /proc listing + status + fstat(fd)", "floor_cheap_ms", "floor_cheap_ms")
-        line("leakwatch cheap sample", "leakwatch_cheap_ms", "floor_cheap_ms")
-        line("kernel floor: statm", "floor_statm_ms", "floor_statm_ms")
+        line("kernel floor: status + fstat(fd) + children or a /proc listing, every 200 ms",
+             "floor_cheap_ms",
+             "floor_cheap_ms")
+        line("leakwatch sweep (its CPU clock)", "leakwatch_sweep_ms", "floor_cheap_ms")
+        line("leakwatch whole tick (sweep, samples.csv, timing)", "leakwatch_tick_ms",
+             "floor_cheap_ms")
+        line("kernel floor: statm (tight loop, as psutil is measured)", "floor_statm_ms",
+             "floor_statm_ms")
         line("psutil memory_info, children found each sample", "psutil_memory_info_ms",
              "floor_statm_ms")
         line("psutil memory_info, processes known", "psutil_memory_info_known_ms",
              "floor_statm_ms")
         line("psrecord --include-children (marginal)", "psrecord_ms", "floor_statm_ms")
+        line("kernel floor: deep pass (smaps ≤32, smaps_rollup the rest)", "floor_deep_ms",
+             "floor_deep_ms")
+        line("leakwatch deep pass (its CPU clock)", "leakwatch_deep_pass_ms", "floor_deep_ms")
         line("kernel floor: smaps_rollup", "floor_rollup_ms", "floor_rollup_ms")
-        line("leakwatch deep pass (smaps ≤32, rollup the rest)", "leakwatch_deep_pass_ms",
-             "floor_rollup_ms")
         line("psutil memory_full_info", "psutil_memory_full_info_ms", "floor_rollup_ms")
         line("kernel floor: smaps", "floor_smaps_ms", "floor_smaps_ms")
         line("smem (one run, start-up taken off)", "smem_ms", "floor_smaps_ms")
-        print("\nleakwatch cheap sample against each tool's cost per sample:")
+        print("\nTools against leakwatch, per sample:")
         for r in results["compare"]:
-            lw = r["leakwatch_cheap_ms"]
-            print(f"- {r['target']}: psutil memory_info {r['psutil_memory_info_ms'] / lw:.1f}×, "
-                  f"psrecord {r['psrecord_ms'] / lw:.1f}×; deep pass vs memory_full_info "
-                  f"{r['psutil_memory_full_info_ms'] / r['leakwatch_deep_pass_ms']:.1f}×, "
-                  f"smem {r['smem_ms'] / r['leakwatch_deep_pass_ms']:.1f}× "
-                  f"(smem reads full smaps of all, leakwatch of {r['leakwatch_mapped']})")
+            lw, deep = r["leakwatch_tick_ms"], r["leakwatch_deep_pass_ms"]
+            print(f"- {r['target']}: psutil memory_info {r['psutil_memory_info_ms'] / lw:.1f}× "
+                  f"a leakwatch tick, psrecord {r['psrecord_ms'] / lw:.1f}×; psutil "
+                  f"memory_full_info {r['psutil_memory_full_info_ms'] / deep:.1f}× a leakwatch "
+                  f"deep pass, smem {r['smem_ms'] / deep:.1f}× (smem reads full smaps of every "
+                  f"process, leakwatch of {r['leakwatch_mapped']})")
     if "goals" in results:
         print("\n### Goals\n")
         print(json.dumps(results["goals"], indent=1))
+    if "churn" in results:
+        print("\n### Worker churn (50 new workers a second), leakwatch's RSS while sampling\n")
+        for c in results["churn"]:
+            print(f"- {c['seconds']} s: {c['workers_started']} workers started, peak RSS "
+                  f"{c['sampling_peak_rss_mib']:.1f} MiB, {c['cpu_s']:.2f} s CPU")
     if "interference" in results:
         print("\n### Interference (mmap/touch/munmap of 256 KiB, 3 GiB resident), µs\n")
         print("| mode | rounds | p99 | p99.9 | worst | longest walk reported |")
@@ -364,7 +448,7 @@ def report(results):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--long", action="store_true", help="attach to the 100-process tree for 10 min")
-    ap.add_argument("--only", choices=["compare", "goals", "interference"])
+    ap.add_argument("--only", choices=["compare", "goals", "churn", "interference"])
     ap.add_argument("--json", default=os.path.join(TARGET, "overhead.json"))
     args = ap.parse_args()
     atexit.register(cleanup)
@@ -374,6 +458,8 @@ def main():
         compare(results)
     if args.only in (None, "goals"):
         goals(results, args.long)
+    if args.only in (None, "churn"):
+        churn(results)
     if args.only in (None, "interference"):
         interference(results)
     with open(args.json, "w") as f:

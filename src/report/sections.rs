@@ -486,13 +486,15 @@ fn sampling_cost(a: &Analysis, doc: &mut Vec<Block>) {
         strong("Sampling cost:"),
         text(format!(
             " {} samples, every {} on average (asked {}){late}; a cheap sweep of up to {} \
-             process(es) took {:.1} ms on average, {:.1} ms at most; {walks}.",
+             process(es) took {:.1} ms on average, {:.1} ms at most; {walks}. leakwatch used \
+             {:.2} s of CPU while sampling.",
             s.ticks,
             seconds(s.achieved_interval_s),
             seconds(s.interval_s),
             s.processes_max,
             s.sweep_mean_ms,
-            s.sweep_max_ms
+            s.sweep_max_ms,
+            s.cpu_s
         )),
     ]));
 }

@@ -9,6 +9,8 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
+use nix::time::{ClockId, clock_gettime};
+
 use super::proc::{ProcRoot, Stat};
 use super::reaper::Interrupt;
 use super::sweep::{DeepPass, Member, TargetState, Tree, Walk};
@@ -201,10 +203,27 @@ pub fn attach(
             Some(d) => wait.min(d.saturating_sub(session.started.elapsed())),
             None => wait,
         };
-        interrupt.sleep(wait);
+        wait_for(wait, interrupt);
     }
     session.finish()?;
     Ok(session.outcome)
+}
+
+/// How often the wait between ticks looks at the interrupt flag: Ctrl-C is
+/// seen within this; `Interrupt::sleep`'s 20 ms steps would wake leakwatch
+/// 50 times a second between samples, for nothing.
+const WAKE_STEP: Duration = Duration::from_millis(100);
+
+/// Sleeps for `d`, in `WAKE_STEP`s, until then or an interrupt.
+fn wait_for(d: Duration, interrupt: &Interrupt) {
+    let end = Instant::now() + d;
+    while !interrupt.is_set() {
+        let now = Instant::now();
+        if now >= end {
+            return;
+        }
+        std::thread::sleep((end - now).min(WAKE_STEP));
+    }
 }
 
 /// samples.csv's rows before a long session starts sampling at half the
@@ -304,12 +323,18 @@ impl Session<'_> {
     /// Returns false when the target is gone (recorded).
     fn tick(&mut self, ctx: &Context, done: bool) -> Result<bool, SampleError> {
         let t0 = Instant::now();
+        let cpu0 = thread_cpu();
         let sweep = self.tree.sweep(ctx, SCOPE);
         if sweep.target != TargetState::Alive {
             self.target_gone(ctx, sweep.target)?;
             return Ok(false);
         }
-        self.cost.sweep(t0.elapsed(), sweep.rows.len());
+        self.cost.sweep(
+            t0.elapsed(),
+            thread_cpu().saturating_sub(cpu0),
+            sweep.rows.len(),
+            sweep.listed,
+        );
         self.note_unreadable(sweep.unreadable);
         let mut rows = sweep.rows;
         let processes = rows.len();
@@ -318,9 +343,15 @@ impl Session<'_> {
         if self.budget.is_on() && (first || done || self.budget.allows()) {
             self.cost.last_tick_deep = true;
             let mapped = self.mapped_set(first);
+            let cpu0 = thread_cpu();
             let pass = self.tree.deep(&mut rows, &mapped, ctx, SCOPE);
             self.budget.record(pass.cost);
-            self.cost.deep(&pass, mapped.len(), rows.len());
+            self.cost.deep(
+                &pass,
+                thread_cpu().saturating_sub(cpu0),
+                mapped.len(),
+                rows.len(),
+            );
             self.note_denied(&pass.denied);
             // Mappings at the first and the last sample, for attribution;
             // in between the newest snapshot is held back in case the
@@ -506,7 +537,9 @@ struct CostMeter {
     late_ticks: u64,
     sweeps: u64,
     sweep_total: Duration,
+    sweep_cpu: Duration,
     sweep_max: Duration,
+    listing_sweeps: u64,
     processes_max: usize,
     processes_last: usize,
     last_tick_cost: Duration,
@@ -514,9 +547,12 @@ struct CostMeter {
     deep_samples: u64,
     walks: u64,
     deep_cost: Duration,
+    deep_cpu: Duration,
     longest: Option<Walk>,
     mapped: usize,
     mapped_of: usize,
+    /// The process's CPU time when sampling started.
+    cpu_start: Duration,
 }
 
 impl CostMeter {
@@ -530,7 +566,9 @@ impl CostMeter {
             late_ticks: 0,
             sweeps: 0,
             sweep_total: Duration::ZERO,
+            sweep_cpu: Duration::ZERO,
             sweep_max: Duration::ZERO,
+            listing_sweeps: 0,
             processes_max: 0,
             processes_last: 0,
             last_tick_cost: Duration::ZERO,
@@ -538,9 +576,11 @@ impl CostMeter {
             deep_samples: 0,
             walks: 0,
             deep_cost: Duration::ZERO,
+            deep_cpu: Duration::ZERO,
             longest: None,
             mapped: 0,
             mapped_of: 0,
+            cpu_start: process_cpu(),
         }
     }
 
@@ -552,18 +592,21 @@ impl CostMeter {
         self.ticks += 1;
     }
 
-    fn sweep(&mut self, took: Duration, processes: usize) {
+    fn sweep(&mut self, took: Duration, cpu: Duration, processes: usize, listed: bool) {
         self.sweeps += 1;
         self.sweep_total += took;
+        self.sweep_cpu += cpu;
+        self.listing_sweeps += u64::from(listed);
         self.sweep_max = self.sweep_max.max(took);
         self.processes_max = self.processes_max.max(processes);
         self.processes_last = processes;
     }
 
-    fn deep(&mut self, pass: &DeepPass, mapped: usize, of: usize) {
+    fn deep(&mut self, pass: &DeepPass, cpu: Duration, mapped: usize, of: usize) {
         self.deep_samples += 1;
         self.walks += pass.walks;
         self.deep_cost += pass.cost;
+        self.deep_cpu += cpu;
         if let Some(w) = &pass.longest
             && self
                 .longest
@@ -582,6 +625,13 @@ impl CostMeter {
             _ => 0.0,
         };
         let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+        let per_sweep = |d: Duration| {
+            if self.sweeps > 0 {
+                ms(d) / self.sweeps as f64
+            } else {
+                0.0
+            }
+        };
         SamplingCost {
             interval_s: self.interval.as_secs_f64(),
             ticks: self.ticks,
@@ -591,17 +641,16 @@ impl CostMeter {
                 0.0
             },
             late_ticks: self.late_ticks,
-            sweep_mean_ms: if self.sweeps > 0 {
-                ms(self.sweep_total) / self.sweeps as f64
-            } else {
-                0.0
-            },
+            sweep_mean_ms: per_sweep(self.sweep_total),
             sweep_max_ms: ms(self.sweep_max),
+            sweep_cpu_mean_ms: per_sweep(self.sweep_cpu),
             processes_max: self.processes_max as u64,
+            listing_sweeps: self.listing_sweeps,
             deep_budget: self.deep_budget,
             deep_samples: self.deep_samples,
             page_walks: self.walks,
             deep_cost_s: self.deep_cost.as_secs_f64(),
+            deep_cpu_s: self.deep_cpu.as_secs_f64(),
             longest_walk: self.longest.as_ref().map(|w| LongestWalk {
                 pid: w.pid,
                 comm: w.comm.clone(),
@@ -609,8 +658,29 @@ impl CostMeter {
             }),
             mapped_processes: self.mapped as u64,
             mapped_of: self.mapped_of as u64,
+            cpu_s: (process_cpu().saturating_sub(self.cpu_start)).as_secs_f64(),
         }
     }
+}
+
+/// CPU time (user + system) of this thread, to the nanosecond; zero where
+/// the clock cannot be read.
+fn thread_cpu() -> Duration {
+    cpu_clock(ClockId::CLOCK_THREAD_CPUTIME_ID)
+}
+
+/// CPU time of the whole process (every thread).
+fn process_cpu() -> Duration {
+    cpu_clock(ClockId::CLOCK_PROCESS_CPUTIME_ID)
+}
+
+fn cpu_clock(clock: ClockId) -> Duration {
+    clock_gettime(clock).map_or(Duration::ZERO, |t| {
+        Duration::new(
+            t.tv_sec().max(0) as u64,
+            t.tv_nsec().clamp(0, 999_999_999) as u32,
+        )
+    })
 }
 
 /// Events for descendants that appeared or disappeared since the last sample

@@ -139,9 +139,10 @@ struct Listing {
     /// only valid then).
     primed: bool,
     foreign: HashMap<u32, u64>,
-    /// /proc entries at the last listing, and pids read because they were
-    /// new: what a listing costs.
-    entries: usize,
+    /// /proc entries at the last listing (none yet: not needed while the
+    /// tree is one or two processes), and pids read because they were new:
+    /// what a listing costs.
+    entries: Option<usize>,
     probes: usize,
 }
 
@@ -182,7 +183,6 @@ impl Tree {
         };
         let member = tree.admit(target)?;
         tree.members.insert(target, member);
-        tree.listing.entries = tree.list().len();
         Ok(tree)
     }
 
@@ -437,7 +437,16 @@ impl Tree {
             .filter(|m| m.state == State::Live)
             .map(Member::children_reads)
             .sum();
-        let listing = self.listing.entries / 20 + self.listing.probes + 1;
+        if children <= 2 {
+            // No listing costs less than one or two reads.
+            self.listing.on = false;
+            return false;
+        }
+        let entries = match self.listing.entries {
+            Some(n) => n,
+            None => self.list().len(),
+        };
+        let listing = entries / 20 + self.listing.probes + 1;
         // Hysteresis: switch only when the other way is clearly cheaper.
         self.listing.on = self.proc_dir.is_some()
             && if self.listing.on {
@@ -461,7 +470,7 @@ impl Tree {
                 Some((pid, entry.ino()))
             })
             .collect();
-        self.listing.entries = listing.len();
+        self.listing.entries = Some(listing.len());
         listing
     }
 
