@@ -68,6 +68,15 @@ fn bench(c: &mut Criterion) {
         group.finish();
     }
 
+    // The smaps parser alone, on the target's smaps captured once.
+    let text = std::fs::read_to_string(format!("/proc/{pid}/smaps")).expect("smaps");
+    let mut group = c.benchmark_group("smaps");
+    group.bench_function(
+        format!("parse only ({} KiB in memory)", text.len() / 1024),
+        |b| b.iter(|| black_box(leakwatch::sample::smaps::SmapsParser::parse(&text))),
+    );
+    group.finish();
+
     let mut group = c.benchmark_group("process");
     let dir = root.open_dir(pid).expect("dir");
     let mut status = leakwatch::sample::proc::Status::default();
