@@ -150,7 +150,9 @@ pub struct AttachArgs {
     pub duration: Option<String>,
 
     /// Largest fraction of wall time spent walking the target's page tables
-    /// for PSS/USS (smaps_rollup holds the target's mmap lock while it runs).
+    /// for PSS/USS (each walk holds the process's mmap lock while it runs),
+    /// over the whole tree; 0: cheap tier only, no walk at all (no PSS/USS,
+    /// no mappings, no stall).
     #[arg(long, default_value = "0.1%", value_name = "PERCENT")]
     pub deep_budget: String,
 

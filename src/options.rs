@@ -499,7 +499,8 @@ fn parse_fraction(text: &str) -> Option<f64> {
         Some(p) => p.trim().parse::<f64>().ok()? / 100.0,
         None => t.parse::<f64>().ok()?,
     };
-    (value > 0.0 && value <= 1.0).then_some(value)
+    // 0 turns the deep tier off (`attach --deep-budget 0`: no page walk).
+    (0.0..=1.0).contains(&value).then_some(value)
 }
 
 #[cfg(test)]
@@ -535,7 +536,9 @@ mod tests {
     fn fractions() {
         assert_eq!(parse_fraction("0.1%"), Some(0.001));
         assert_eq!(parse_fraction("0.5"), Some(0.5));
-        assert_eq!(parse_fraction("0%"), None);
+        assert_eq!(parse_fraction("0%"), Some(0.0));
+        assert_eq!(parse_fraction("0"), Some(0.0));
+        assert_eq!(parse_fraction("-1%"), None);
         assert_eq!(parse_fraction("abc%"), None);
     }
 }

@@ -273,6 +273,62 @@ pub fn note_row(event: &str, text: &str) -> Row {
     }
 }
 
+/// What sampling cost and achieved in `attach` mode. Recorded in samples.csv
+/// as a session event (`sampling`, this as JSON in `comm`) so that `report`
+/// rebuilds it; summary.json's `sampling`. Times in seconds or ms as named.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SamplingCost {
+    /// The mean interval asked (`--interval`, doubled by long sessions).
+    pub interval_s: f64,
+    /// Samples taken, and the mean time from one to the next.
+    pub ticks: u64,
+    pub achieved_interval_s: f64,
+    /// Samples that started later than due: a sweep (or a deep pass) took
+    /// longer than the wait before it.
+    pub late_ticks: u64,
+    /// The cheap sweep of the tree (status and fd count of every process).
+    pub sweep_mean_ms: f64,
+    pub sweep_max_ms: f64,
+    /// CPU time of one sweep, on average.
+    pub sweep_cpu_mean_ms: f64,
+    pub processes_max: u64,
+    /// Sweeps that found new processes by listing /proc (a large tree), the
+    /// others through each process's `children`.
+    pub listing_sweeps: u64,
+    /// `--deep-budget` (fraction of wall time; 0: no page walk at all).
+    pub deep_budget: f64,
+    /// Deep passes (first, last, and those the budget allowed), the page
+    /// walks they made (one per process each) and their time in all.
+    pub deep_samples: u64,
+    pub page_walks: u64,
+    pub deep_cost_s: f64,
+    /// CPU time of the deep passes.
+    pub deep_cpu_s: f64,
+    /// The longest single walk: the longest leakwatch held one process's
+    /// mmap lock, which its page faults, mmap and munmap waited on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub longest_walk: Option<LongestWalk>,
+    /// Processes whose mappings (smaps) the last deep pass read, of all.
+    pub mapped_processes: u64,
+    pub mapped_of: u64,
+    /// leakwatch's own CPU time (user + system) while sampling, writing
+    /// samples.csv included, the analysis and reports not.
+    pub cpu_s: f64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LongestWalk {
+    pub pid: u32,
+    pub comm: String,
+    pub ms: f64,
+}
+
+/// The session event row that carries a `SamplingCost`.
+pub fn sampling_row(cost: &SamplingCost) -> Row {
+    note_row("sampling", &serde_json::to_string(cost).unwrap_or_default())
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error(transparent)]

@@ -74,6 +74,11 @@ pub struct Summary {
     /// tracemalloc's own memory in each scope's Python processes, bytes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub py_overhead: Vec<Overhead>,
+    /// What sampling cost and achieved (attach mode): samples taken and the
+    /// mean interval between them, late samples, the cheap sweep's time,
+    /// deep passes, page walks, their time and the longest single walk.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampling: Option<crate::store::SamplingCost>,
     /// The CI gate, when limits were given: `passed`, the `rule`, each
     /// check and the `violations`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -151,6 +156,7 @@ pub fn summary(a: &Analysis, gate: Option<&GateResult>) -> Summary {
         notes: a.notes.clone(),
         py_sites: a.sites.clone(),
         py_overhead: a.py_overhead.clone(),
+        sampling: a.sampling.clone(),
         gate: gate.cloned(),
     }
 }

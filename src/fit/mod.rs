@@ -363,6 +363,8 @@ pub struct Analysis {
     /// What tracing cost each scope's Python processes (tracemalloc's own
     /// memory), bytes.
     pub py_overhead: Vec<crate::series::sites::Overhead>,
+    /// What sampling cost (attach mode): ticks, achieved interval, walks.
+    pub sampling: Option<crate::store::SamplingCost>,
 }
 
 impl Analysis {
@@ -537,6 +539,7 @@ pub fn analyse(samples: Samples, opts: &FitOptions) -> Analysis {
         notes: samples.notes,
         target: samples.target,
         labels: samples.labels,
+        sampling: samples.sampling,
     }
 }
 

@@ -33,6 +33,7 @@ pub fn document(a: &Analysis, gate: Option<&GateResult>, plots: &[Plot]) -> Vec<
     projection(a, &mut doc);
     doc.extend(gate.map(gate_section).unwrap_or_default());
     runs(a, &mut doc);
+    sampling_cost(a, &mut doc);
     notes(a, &mut doc);
     how_to_read(&mut doc);
     doc
@@ -561,6 +562,48 @@ fn runs(a: &Analysis, doc: &mut Vec<Block>) {
         ["run", "status", "duration", "peak RSS"],
         rows,
     )));
+}
+
+/// What sampling cost (attach mode), in one paragraph: the interval kept,
+/// the cheap sweep, the page walks and the longest one — the longest the
+/// target's memory map was locked by leakwatch.
+fn sampling_cost(a: &Analysis, doc: &mut Vec<Block>) {
+    let Some(s) = &a.sampling else {
+        return;
+    };
+    let late = match s.late_ticks {
+        0 => String::new(),
+        n => format!(", {n} of them late"),
+    };
+    let walks = match &s.longest_walk {
+        _ if s.deep_budget <= 0.0 => "deep tier off (--deep-budget 0): no page walk".to_string(),
+        None => "no page walk".to_string(),
+        Some(w) => format!(
+            "{} deep sample(s), {} page walk(s), {:.0} ms in all; the longest walk took \
+             {:.1} ms (pid {}, {}): the longest the target's memory map was locked",
+            s.deep_samples,
+            s.page_walks,
+            s.deep_cost_s * 1000.0,
+            w.ms,
+            w.pid,
+            w.comm
+        ),
+    };
+    doc.push(para(vec![
+        strong("Sampling cost:"),
+        text(format!(
+            " {} samples, every {} on average (asked {}){late}; a cheap sweep of up to {} \
+             process(es) took {:.1} ms on average, {:.1} ms at most; {walks}. leakwatch used \
+             {:.2} s of CPU while sampling.",
+            s.ticks,
+            seconds(s.achieved_interval_s),
+            seconds(s.interval_s),
+            s.processes_max,
+            s.sweep_mean_ms,
+            s.sweep_max_ms,
+            s.cpu_s
+        )),
+    ]));
 }
 
 fn notes(a: &Analysis, doc: &mut Vec<Block>) {

@@ -1,20 +1,26 @@
 //! `leakwatch attach`: sample a running process and its descendants over
-//! time. The cheap tier every tick; the deep tier (smaps_rollup, a page-table
-//! walk under the target's mmap lock) only while its cost stays within a
-//! budget fraction of wall time.
+//! time. The cheap tier every tick (`sweep::Tree`, at the kernel's floor);
+//! the deep tier (a page-table walk per process under its mmap lock) at the
+//! first and last sample and while its cost stays within a budget fraction
+//! of wall time, across the whole tree; none at all with a budget of 0.
+//! What it cost — ticks, the interval achieved, walks, the longest walk —
+//! is recorded for the summary.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+use nix::time::{ClockId, clock_gettime};
+
 use super::proc::{ProcRoot, Stat};
 use super::reaper::Interrupt;
+use super::sweep::{DeepPass, Member, TargetState, Tree, Walk};
 use super::targets::{Members, Target, TargetError};
 use super::{
     Clock, Context, Outcome, Progress, ResolveError, SampleError, event_row, mapping_rows,
     sample_scope,
 };
-use crate::store::{Row, SampleWriter, Scope};
-use crate::units::{format_bytes, format_duration};
+use crate::store::{self, LongestWalk, Row, SampleWriter, SamplingCost, Scope};
+use crate::units::{format_bytes, format_duration, format_signed_bytes};
 
 const SCOPE: Scope = Scope::Target;
 
@@ -71,7 +77,8 @@ fn jittered(interval: Duration, rng: &mut fastrand::Rng) -> Duration {
 }
 
 /// Decides when a deep read is affordable: after the first, only while the
-/// total time spent in deep reads stays under `budget` × elapsed time.
+/// total time spent in deep reads stays under `budget` × elapsed time. A
+/// budget of 0 turns the deep tier off.
 pub struct DeepBudget {
     budget: f64,
     spent: Duration,
@@ -89,10 +96,15 @@ impl DeepBudget {
         }
     }
 
+    /// Whether page walks are allowed at all (`--deep-budget` above 0).
+    pub fn is_on(&self) -> bool {
+        self.budget > 0.0
+    }
+
     pub fn allows(&self) -> bool {
         let elapsed = self.started.elapsed().as_secs_f64();
         let next = (self.spent + self.last_cost).as_secs_f64();
-        self.spent.is_zero() || next <= self.budget * elapsed
+        self.is_on() && (self.spent.is_zero() || next <= self.budget * elapsed)
     }
 
     pub fn record(&mut self, cost: Duration) {
@@ -101,27 +113,55 @@ impl DeepBudget {
     }
 }
 
+/// Most processes whose mappings (`smaps`) a deep pass reads; the others
+/// get `smaps_rollup` (the same one walk, no per-mapping detail). At the
+/// first pass: the target and the largest by RSS. Later: those of the first
+/// still running, then the largest started since (all their mappings are
+/// growth since the first snapshot), at least `MAPPED_NEW` of them.
+const MAPPED_MAX: usize = 32;
+const MAPPED_NEW: usize = 8;
+/// Processes named one by one in the "left out" note, before a count.
+const NOTED_MAX: usize = 32;
+
+/// What is followed: one process with its descendants (`Tree`, at the
+/// kernel's floor), or a group — a cgroup's processes, every match of a
+/// name — read afresh each tick.
+enum Followed {
+    Tree {
+        pid: u32,
+        tree: Tree,
+    },
+    Group {
+        root: ProcRoot,
+        /// (pid, start time) → comm at the last tick, for started/exited events.
+        known: BTreeMap<(u32, u64), String>,
+        ticks: u64,
+    },
+}
+
 /// One `attach` session and what it has seen so far.
 struct Session<'a> {
     plan: &'a AttachPlan,
-    /// Which processes each tick samples (and a cgroup's own row).
-    members: Members,
-    /// The process attached to; for a cgroup or `--name --all`, a stand-in.
     target: Stat,
     writer: &'a mut SampleWriter,
     progress: &'a Progress,
-    root: ProcRoot,
+    followed: Followed,
+    members: Members,
     clock: Clock,
     outcome: Outcome,
     budget: DeepBudget,
+    cost: CostMeter,
     started: Instant,
     last_progress: Instant,
-    /// (pid, start time) → comm, for "started"/"exited" events of descendants.
-    known: BTreeMap<(u32, u64), String>,
     denied_noted: bool,
+    /// Processes noted as unreadable (at most `NOTED_MAX`, then a count).
     unreadable_noted: BTreeSet<u32>,
+    unreadable_more: bool,
     /// How often the sampling rate was halved to bound samples.csv.
     halvings: u32,
+    /// (pid, start time) of the processes whose mappings the first deep
+    /// pass read.
+    mapped_first: BTreeSet<(u32, u64)>,
     /// The newest mapping snapshot, written only if the target exits before
     /// the final one can be taken (so attribution still has an end point).
     latest_maps: Vec<Row>,
@@ -135,61 +175,105 @@ pub fn attach(
 ) -> Result<Outcome, SampleError> {
     let root = ProcRoot::default();
     let members = Members::new(&plan.target);
-    let target = match members.leader() {
-        Some(pid) => root
-            .stat(pid)
-            .map_err(|error| SampleError::Target { pid, error })?,
-        None => Stat {
-            comm: members.describe().unwrap_or_default(),
-            state: 'R',
-            ppid: 0,
-            start_time: 0,
-        },
+    let (target, followed) = match members.leader() {
+        Some(pid) => {
+            let target = root
+                .stat(pid)
+                .map_err(|error| SampleError::Target { pid, error })?;
+            let tree = Tree::new(root, pid, Some(std::process::id()))
+                .map_err(|error| SampleError::Target { pid, error })?;
+            (target, Followed::Tree { pid, tree })
+        }
+        None => {
+            let target = Stat {
+                comm: members.describe().unwrap_or_default(),
+                state: 'R',
+                ppid: 0,
+                start_time: 0,
+            };
+            let group = Followed::Group {
+                root,
+                known: BTreeMap::new(),
+                ticks: 0,
+            };
+            (target, group)
+        }
     };
     if let Some(what) = members.describe() {
-        writer.write_batch(&[crate::store::note_row("target", &what)])?;
+        writer.write_batch(&[store::note_row("target", &what)])?;
     }
     let mut session = Session {
         plan,
-        members,
         target,
         writer,
         progress,
-        root,
+        followed,
+        members,
         clock: Clock::new(),
         outcome: Outcome::default(),
         budget: DeepBudget::new(plan.deep_budget),
+        cost: CostMeter::new(plan),
         started: Instant::now(),
         last_progress: Instant::now(),
-        known: BTreeMap::new(),
         denied_noted: false,
         unreadable_noted: BTreeSet::new(),
+        unreadable_more: false,
         halvings: 0,
+        mapped_first: BTreeSet::new(),
         latest_maps: Vec::new(),
     };
     let mut rng = fastrand::Rng::new();
+    // Ticks are due at fixed (jittered) times, not a fixed wait after each
+    // sweep: a slow sweep shortens the next wait instead of shifting every
+    // later sample, and a sweep longer than the interval makes the next
+    // tick late (counted and noted) rather than silently dropping ticks.
+    let mut due = Instant::now();
     loop {
         let done = plan
             .duration
             .is_some_and(|d| session.started.elapsed() >= d)
             || interrupt.is_set();
         let ctx = session.clock.context(None);
-        if !session.target_alive(&ctx)? {
+        session.cost.tick(due);
+        if !session.tick(&ctx, done)? {
             break;
         }
-        session.tick(&ctx, done)?;
         if done {
             session.outcome.interrupted = interrupt.is_set();
             break;
         }
-        let wait = jittered(session.interval(), &mut rng);
+        due += jittered(session.interval(), &mut rng);
+        let now = Instant::now();
+        if now > due {
+            session.behind(now - due);
+            due = now;
+        }
+        let wait = due - now;
         let wait = match plan.duration {
             Some(d) => wait.min(d.saturating_sub(session.started.elapsed())),
             None => wait,
         };
-        interrupt.sleep(wait);
+        wait_for(wait, interrupt);
     }
+    session.finish()?;
     Ok(session.outcome)
+}
+
+/// How often the wait between ticks looks at the interrupt flag: Ctrl-C is
+/// seen within this; `Interrupt::sleep`'s 20 ms steps would wake leakwatch
+/// 50 times a second between samples, for nothing.
+const WAKE_STEP: Duration = Duration::from_millis(100);
+
+/// Sleeps for `d`, in `WAKE_STEP`s, until then or an interrupt.
+fn wait_for(d: Duration, interrupt: &Interrupt) {
+    let end = Instant::now() + d;
+    while !interrupt.is_set() {
+        let now = Instant::now();
+        if now >= end {
+            return;
+        }
+        std::thread::sleep((end - now).min(WAKE_STEP));
+    }
 }
 
 /// samples.csv's rows before a long session starts sampling at half the
@@ -215,7 +299,8 @@ impl Session<'_> {
                 ROWS_PER_HALVING
             ));
         }
-        self.halved(self.halvings)
+        self.cost.interval = self.halved(self.halvings);
+        self.cost.interval
     }
 
     fn halved(&self, halvings: u32) -> Duration {
@@ -225,20 +310,36 @@ impl Session<'_> {
             .min(crate::units::MAX_DURATION)
     }
 
-    /// Whether the target is still the process attached to; when it exited
-    /// or its pid was reused, records that (and the last mapping snapshot).
-    fn target_alive(&mut self, ctx: &Context) -> Result<bool, SampleError> {
-        let Some(pid) = self.members.leader() else {
-            return self.group_alive(ctx);
-        };
-        let (event, comm, note) = match self.root.stat(pid) {
-            Ok(s) if s.state != 'Z' && s.start_time == self.target.start_time => return Ok(true),
-            Ok(s) if s.start_time != self.target.start_time => {
+    /// The next tick is late by `by`: said once, as it happens; counted for
+    /// the summary. After a deep pass it is expected (its time is reported
+    /// as the deep tier's cost), and not counted.
+    fn behind(&mut self, by: Duration) {
+        if self.cost.last_tick_deep {
+            return;
+        }
+        if self.cost.late_ticks == 0 {
+            self.progress.line(&format!(
+                "sampling fell behind by {}: a sweep of {} process(es) took {} \
+                 (interval {}); samples now come as fast as the tree can be read",
+                format_duration(by),
+                self.cost.processes_last,
+                format_duration(self.cost.last_tick_cost),
+                format_duration(self.cost.interval)
+            ));
+        }
+        self.cost.late_ticks += 1;
+    }
+
+    /// Records that the target exited or its pid was reused, and files the
+    /// last mapping snapshot taken.
+    fn target_gone(&mut self, ctx: &Context, fate: TargetState) -> Result<(), SampleError> {
+        let pid = self.members.leader().unwrap_or(0);
+        let (event, comm, note) = match fate {
+            TargetState::Replaced(comm) => {
                 let note = format!(
-                    "target {pid} exited and its pid was reused by '{}'; sampling stopped",
-                    s.comm
+                    "target {pid} exited and its pid was reused by '{comm}'; sampling stopped"
                 );
-                ("pid_reused", s.comm, note)
+                ("pid_reused", comm, note)
             }
             _ => {
                 let note = format!(
@@ -264,52 +365,232 @@ impl Session<'_> {
             })
             .collect();
         self.writer.write_batch(&maps)?;
-        Ok(false)
+        Ok(())
     }
 
-    /// A cgroup or `--name --all` target: alive until the cgroup is removed
-    /// or nothing matches any more.
-    fn group_alive(&mut self, ctx: &Context) -> Result<bool, SampleError> {
-        let Some(note) = self.members.ended(&self.root) else {
-            return Ok(true);
-        };
-        let comm = self.target.comm.clone();
-        self.writer
-            .write_batch(&[event_row(ctx, SCOPE, 0, &comm, "exited", None)])?;
-        self.outcome.notes.push(note);
-        Ok(false)
-    }
-
-    /// One sample of the tree: cheap, or deep when the budget allows (the
-    /// last sample is always deep, so PSS/USS have an end point).
-    fn tick(&mut self, ctx: &Context, done: bool) -> Result<(), SampleError> {
-        let deep = self.budget.allows() || done;
-        let tree = self.members.pids(&self.root, std::process::id());
+    /// One sample of the tree: the cheap tier; deep at the first and last
+    /// sample and when the budget allows (never with a budget of 0).
+    /// Returns false when the target is gone (recorded).
+    fn tick(&mut self, ctx: &Context, done: bool) -> Result<bool, SampleError> {
+        if matches!(self.followed, Followed::Group { .. }) {
+            return self.group_tick(ctx, done);
+        }
         let t0 = Instant::now();
-        let (mut rows, unreadable, denied) = sample_scope(&self.root, ctx, SCOPE, &tree, deep);
-        self.note_unreadable(unreadable);
-        // Mappings at the first and the last sample, for attribution; in
-        // between, a snapshot with each deep sample, held back in case the
-        // target exits (smaps costs the same walk: it counts in the budget).
-        if ctx.sample == 0 || done {
-            rows.extend(mapping_rows(&self.root, ctx, SCOPE, &tree));
-        } else if deep {
-            self.latest_maps = mapping_rows(&self.root, ctx, SCOPE, &tree);
+        let cpu0 = thread_cpu();
+        let Followed::Tree { tree, .. } = &mut self.followed else {
+            return Ok(false);
+        };
+        let sweep = tree.sweep(ctx, SCOPE);
+        let first = tree.sweeps() == 1;
+        if sweep.target != TargetState::Alive {
+            self.target_gone(ctx, sweep.target)?;
+            return Ok(false);
         }
-        if deep {
-            self.budget.record(t0.elapsed());
+        self.cost.sweep(
+            t0.elapsed(),
+            thread_cpu().saturating_sub(cpu0),
+            sweep.rows.len(),
+            sweep.listed,
+        );
+        self.note_unreadable(sweep.unreadable);
+        let mut rows = sweep.rows;
+        let processes = rows.len();
+        self.cost.last_tick_deep = false;
+        if self.budget.is_on() && (first || done || self.budget.allows()) {
+            self.cost.last_tick_deep = true;
+            let mapped = self.mapped_set(first);
+            let cpu0 = thread_cpu();
+            let Followed::Tree { tree, .. } = &mut self.followed else {
+                return Ok(false);
+            };
+            let pass = tree.deep(&mut rows, &mapped, ctx, SCOPE);
+            self.budget.record(pass.cost);
+            self.cost.deep(
+                &pass,
+                thread_cpu().saturating_sub(cpu0),
+                mapped.len(),
+                rows.len(),
+            );
+            self.note_denied(&pass.denied);
+            // Mappings at the first and the last sample, for attribution;
+            // in between the newest snapshot is held back in case the
+            // target exits.
+            if first || done {
+                rows.extend(pass.mapping_rows);
+                self.latest_maps.clear();
+            } else {
+                self.latest_maps = pass.mapping_rows;
+            }
+            if done {
+                self.note_skipped_mappings(&mapped);
+            }
         }
-        self.note_denied(&denied);
-        rows.extend(tree_events(ctx, &rows, &mut self.known));
-        rows.extend(self.members.own_rows(ctx));
+        rows.extend(tree_events(ctx, &sweep.started, &sweep.exited));
         self.writer.write_batch(&rows)?;
-        self.show_progress(&rows, tree.len());
+        self.cost.last_tick_cost = t0.elapsed();
+        self.show_progress(&rows, processes);
+        Ok(true)
+    }
+
+    /// One sample of a group target (a cgroup's processes, every match of
+    /// a name), read afresh: the cheap tier of each, deep by the same budget,
+    /// mappings of up to `MAPPED_MAX` at the first and last sample, and the
+    /// cgroup's own accounting. Returns false when the group is gone.
+    fn group_tick(&mut self, ctx: &Context, done: bool) -> Result<bool, SampleError> {
+        let Followed::Group { root, known, ticks } = &mut self.followed else {
+            return Ok(false);
+        };
+        if let Some(note) = self.members.ended(root) {
+            let comm = self.target.comm.clone();
+            self.writer
+                .write_batch(&[event_row(ctx, SCOPE, 0, &comm, "exited", None)])?;
+            self.outcome.notes.push(note);
+            return Ok(false);
+        }
+        *ticks += 1;
+        let first = *ticks == 1;
+        let t0 = Instant::now();
+        let pids = self.members.pids(root, std::process::id());
+        let deep = self.budget.is_on() && (first || done || self.budget.allows());
+        let (mut rows, unreadable, denied) = sample_scope(root, ctx, SCOPE, &pids, deep);
+        if deep && (first || done) {
+            let mapped: Vec<u32> = pids.iter().take(MAPPED_MAX).copied().collect();
+            rows.extend(mapping_rows(root, ctx, SCOPE, &mapped));
+        }
+        let events = group_events(ctx, &rows, known);
+        let own = self.members.own_rows(ctx);
+        let took = t0.elapsed();
+        if deep {
+            self.budget.record(took);
+        }
+        self.cost.sweep(took, Duration::ZERO, rows.len(), false);
+        self.cost.last_tick_deep = deep;
+        self.note_unreadable(unreadable);
+        self.note_denied(&denied);
+        let processes = rows.len();
+        rows.extend(events);
+        rows.extend(own);
+        self.writer.write_batch(&rows)?;
+        self.cost.last_tick_cost = took;
+        self.show_progress(&rows, processes);
+        Ok(true)
+    }
+
+    /// Whose mappings this deep pass reads (see `MAPPED_MAX`).
+    fn mapped_set(&mut self, first: bool) -> BTreeSet<u32> {
+        let Followed::Tree { pid: target, tree } = &self.followed else {
+            return BTreeSet::new();
+        };
+        let mut live: Vec<(u32, &Member)> = tree.members().filter(|(_, m)| m.is_live()).collect();
+        // Largest first; the target before all.
+        live.sort_by_key(|(pid, m)| {
+            (
+                pid != target,
+                std::cmp::Reverse(m.status.rss_bytes.unwrap_or(0)),
+            )
+        });
+        if first {
+            let chosen: Vec<(u32, u64)> = live
+                .iter()
+                .take(MAPPED_MAX)
+                .map(|(pid, m)| (*pid, m.start_time))
+                .collect();
+            self.mapped_first = chosen.iter().copied().collect();
+            return chosen.into_iter().map(|(pid, _)| pid).collect();
+        }
+        let mut mapped: BTreeSet<u32> = live
+            .iter()
+            .filter(|(pid, m)| self.mapped_first.contains(&(*pid, m.start_time)))
+            .map(|(pid, _)| *pid)
+            .collect();
+        let room = MAPPED_MAX.saturating_sub(mapped.len()).max(MAPPED_NEW);
+        mapped.extend(
+            live.iter()
+                .filter(|(_, m)| m.found_at > 1)
+                .take(room)
+                .map(|(pid, _)| *pid),
+        );
+        mapped
+    }
+
+    /// At the last deep pass: whose mappings were not read, and which of
+    /// them grew most (by the cheap tier), so a reader knows what the
+    /// mapping attribution does not cover.
+    fn note_skipped_mappings(&mut self, mapped: &BTreeSet<u32>) {
+        let Followed::Tree { tree, .. } = &self.followed else {
+            return;
+        };
+        let mut skipped: Vec<(u32, i64)> = tree
+            .members()
+            .filter(|(pid, m)| m.is_live() && !mapped.contains(pid))
+            .map(|(pid, m)| (pid, m.rss_growth()))
+            .collect();
+        if skipped.is_empty() {
+            return;
+        }
+        let total = skipped.len() + mapped.len();
+        skipped.sort_by_key(|&(_, growth)| std::cmp::Reverse(growth));
+        let grew: Vec<String> = skipped
+            .iter()
+            .filter(|(_, g)| *g > 0)
+            .take(3)
+            .map(|(pid, g)| format!("pid {pid} ({} RSS)", format_signed_bytes(*g as f64)))
+            .collect();
+        let grew = if grew.is_empty() {
+            "none of them grew by RSS".to_string()
+        } else {
+            format!("grew most among them: {}", grew.join(", "))
+        };
+        self.outcome.notes.push(format!(
+            "mappings (smaps) were read for {} of {total} processes at the last sample \
+             (at most {MAPPED_MAX}: the target and the largest at the first sample, then those \
+             still running and the largest started since); the other {} had their PSS read \
+             from smaps_rollup, one page walk each, without mapping detail; {grew}",
+            mapped.len(),
+            skipped.len(),
+        ));
+    }
+
+    /// The sampling cost record (samples.csv, so `report` rebuilds it) and
+    /// the notes on what the deep tier did.
+    fn finish(&mut self) -> Result<(), SampleError> {
+        let record = self.cost.record();
+        if !self.budget.is_on() {
+            self.outcome.notes.push(
+                "deep tier off (--deep-budget 0): the target's page tables were never walked; \
+                 RSS and its anon/file/shmem split only, no PSS/USS and no mappings"
+                    .to_string(),
+            );
+        }
+        if record.late_ticks > 0 {
+            self.outcome.notes.push(format!(
+                "{} of {} samples started late: a cheap sweep took up to {:.1} ms (mean \
+                 {:.1} ms, up to {} processes) and the deep passes {:.0} ms in all, against \
+                 an interval of {}; samples came every {} on average",
+                record.late_ticks,
+                record.ticks,
+                record.sweep_max_ms,
+                record.sweep_mean_ms,
+                record.processes_max,
+                record.deep_cost_s * 1000.0,
+                format_duration(self.cost.interval),
+                format_duration(Duration::from_secs_f64(record.achieved_interval_s.max(0.0)))
+            ));
+        }
+        if self.unreadable_more {
+            self.outcome.notes.push(format!(
+                "more processes than the {NOTED_MAX} named above could not be read"
+            ));
+        }
+        self.writer.write_batch(&[store::sampling_row(&record)])?;
         Ok(())
     }
 
     fn note_unreadable(&mut self, unreadable: Vec<(u32, String)>) {
         for (pid, why) in unreadable {
-            if self.unreadable_noted.insert(pid) {
+            if self.unreadable_noted.len() >= NOTED_MAX {
+                self.unreadable_more |= !self.unreadable_noted.contains(&pid);
+            } else if self.unreadable_noted.insert(pid) {
                 self.outcome.notes.push(format!(
                     "process {pid} left out of the target's series: {why}"
                 ));
@@ -320,9 +601,11 @@ impl Session<'_> {
     fn note_denied(&mut self, denied: &[u32]) {
         if !denied.is_empty() && !self.denied_noted {
             self.denied_noted = true;
+            let shown: Vec<u32> = denied.iter().take(NOTED_MAX).copied().collect();
             self.outcome.notes.push(format!(
-                "no PSS/USS for process(es) {denied:?}: smaps_rollup needs ptrace-read access \
-                 (run leakwatch as the target's user or as root); RSS is still sampled"
+                "no PSS/USS for process(es) {shown:?}{}: smaps_rollup needs ptrace-read access \
+                 (run leakwatch as the target's user or as root); RSS is still sampled",
+                if denied.len() > NOTED_MAX { " …" } else { "" }
             ));
         }
     }
@@ -349,9 +632,179 @@ impl Session<'_> {
     }
 }
 
+/// What sampling costs and achieves, measured as it goes (see
+/// `store::SamplingCost`).
+struct CostMeter {
+    /// The mean interval in force.
+    interval: Duration,
+    deep_budget: f64,
+    ticks: u64,
+    first_tick: Option<Instant>,
+    last_tick: Option<Instant>,
+    late_ticks: u64,
+    sweeps: u64,
+    sweep_total: Duration,
+    sweep_cpu: Duration,
+    sweep_max: Duration,
+    listing_sweeps: u64,
+    processes_max: usize,
+    processes_last: usize,
+    last_tick_cost: Duration,
+    last_tick_deep: bool,
+    deep_samples: u64,
+    walks: u64,
+    deep_cost: Duration,
+    deep_cpu: Duration,
+    longest: Option<Walk>,
+    mapped: usize,
+    mapped_of: usize,
+    /// The process's CPU time when sampling started.
+    cpu_start: Duration,
+}
+
+impl CostMeter {
+    fn new(plan: &AttachPlan) -> Self {
+        CostMeter {
+            interval: plan.interval,
+            deep_budget: plan.deep_budget,
+            ticks: 0,
+            first_tick: None,
+            last_tick: None,
+            late_ticks: 0,
+            sweeps: 0,
+            sweep_total: Duration::ZERO,
+            sweep_cpu: Duration::ZERO,
+            sweep_max: Duration::ZERO,
+            listing_sweeps: 0,
+            processes_max: 0,
+            processes_last: 0,
+            last_tick_cost: Duration::ZERO,
+            last_tick_deep: false,
+            deep_samples: 0,
+            walks: 0,
+            deep_cost: Duration::ZERO,
+            deep_cpu: Duration::ZERO,
+            longest: None,
+            mapped: 0,
+            mapped_of: 0,
+            cpu_start: process_cpu(),
+        }
+    }
+
+    /// A tick starts (it was due at `due`).
+    fn tick(&mut self, due: Instant) {
+        let now = Instant::now().max(due);
+        self.first_tick.get_or_insert(now);
+        self.last_tick = Some(now);
+        self.ticks += 1;
+    }
+
+    fn sweep(&mut self, took: Duration, cpu: Duration, processes: usize, listed: bool) {
+        self.sweeps += 1;
+        self.sweep_total += took;
+        self.sweep_cpu += cpu;
+        self.listing_sweeps += u64::from(listed);
+        self.sweep_max = self.sweep_max.max(took);
+        self.processes_max = self.processes_max.max(processes);
+        self.processes_last = processes;
+    }
+
+    fn deep(&mut self, pass: &DeepPass, cpu: Duration, mapped: usize, of: usize) {
+        self.deep_samples += 1;
+        self.walks += pass.walks;
+        self.deep_cost += pass.cost;
+        self.deep_cpu += cpu;
+        if let Some(w) = &pass.longest
+            && self
+                .longest
+                .as_ref()
+                .is_none_or(|l| w.duration > l.duration)
+        {
+            self.longest = Some(w.clone());
+        }
+        self.mapped = mapped;
+        self.mapped_of = of;
+    }
+
+    fn record(&self) -> SamplingCost {
+        let span = match (self.first_tick, self.last_tick) {
+            (Some(a), Some(b)) => (b - a).as_secs_f64(),
+            _ => 0.0,
+        };
+        let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+        let per_sweep = |d: Duration| {
+            if self.sweeps > 0 {
+                ms(d) / self.sweeps as f64
+            } else {
+                0.0
+            }
+        };
+        SamplingCost {
+            interval_s: self.interval.as_secs_f64(),
+            ticks: self.ticks,
+            achieved_interval_s: if self.ticks > 1 {
+                span / (self.ticks - 1) as f64
+            } else {
+                0.0
+            },
+            late_ticks: self.late_ticks,
+            sweep_mean_ms: per_sweep(self.sweep_total),
+            sweep_max_ms: ms(self.sweep_max),
+            sweep_cpu_mean_ms: per_sweep(self.sweep_cpu),
+            processes_max: self.processes_max as u64,
+            listing_sweeps: self.listing_sweeps,
+            deep_budget: self.deep_budget,
+            deep_samples: self.deep_samples,
+            page_walks: self.walks,
+            deep_cost_s: self.deep_cost.as_secs_f64(),
+            deep_cpu_s: self.deep_cpu.as_secs_f64(),
+            longest_walk: self.longest.as_ref().map(|w| LongestWalk {
+                pid: w.pid,
+                comm: w.comm.clone(),
+                ms: ms(w.duration),
+            }),
+            mapped_processes: self.mapped as u64,
+            mapped_of: self.mapped_of as u64,
+            cpu_s: (process_cpu().saturating_sub(self.cpu_start)).as_secs_f64(),
+        }
+    }
+}
+
+/// CPU time (user + system) of this thread, to the nanosecond; zero where
+/// the clock cannot be read.
+fn thread_cpu() -> Duration {
+    cpu_clock(ClockId::CLOCK_THREAD_CPUTIME_ID)
+}
+
+/// CPU time of the whole process (every thread).
+fn process_cpu() -> Duration {
+    cpu_clock(ClockId::CLOCK_PROCESS_CPUTIME_ID)
+}
+
+fn cpu_clock(clock: ClockId) -> Duration {
+    clock_gettime(clock).map_or(Duration::ZERO, |t| {
+        Duration::new(
+            t.tv_sec().max(0) as u64,
+            t.tv_nsec().clamp(0, 999_999_999) as u32,
+        )
+    })
+}
+
 /// Events for descendants that appeared or disappeared since the last sample
 /// (worker recycling shows as one pid ending and another starting).
-fn tree_events(ctx: &Context, rows: &[Row], known: &mut BTreeMap<(u32, u64), String>) -> Vec<Row> {
+fn tree_events(ctx: &Context, started: &[(u32, String)], exited: &[(u32, String)]) -> Vec<Row> {
+    let ended = exited
+        .iter()
+        .map(|(pid, comm)| event_row(ctx, SCOPE, *pid, comm, "exited", None));
+    let began = started
+        .iter()
+        .map(|(pid, comm)| event_row(ctx, SCOPE, *pid, comm, "started", None));
+    ended.chain(began).collect()
+}
+
+/// Events for a group's processes that appeared or disappeared since the
+/// last sample.
+fn group_events(ctx: &Context, rows: &[Row], known: &mut BTreeMap<(u32, u64), String>) -> Vec<Row> {
     let first = known.is_empty();
     let now: BTreeMap<(u32, u64), String> = rows
         .iter()

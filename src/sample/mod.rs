@@ -4,6 +4,8 @@
 pub mod attach;
 pub mod cgroup;
 pub mod confine;
+#[cfg(test)]
+pub mod fake;
 pub mod proc;
 pub mod pysites;
 pub mod reaper;
@@ -11,6 +13,8 @@ pub mod run;
 // Targets beyond a PID and Prometheus as a source (issue 12).
 pub mod prometheus;
 pub mod site_rows;
+pub mod smaps;
+pub mod sweep;
 pub mod targets;
 
 use std::time::Instant;
@@ -33,13 +37,18 @@ pub struct ProcSample {
     pub deep_denied: bool,
 }
 
-/// Reads one process. `Err(Gone)` means it exited: an event, not a failure.
+/// Reads one process: `stat` (identity), `status` and the fd count through
+/// one held directory; `smaps_rollup` too when `deep`. `Err(Gone)` means it
+/// exited: an event, not a failure.
 pub fn read_process(root: &ProcRoot, pid: u32, deep: bool) -> Result<ProcSample, ProcError> {
-    let stat = root.stat(pid)?;
-    let status = root.status(pid)?;
-    let fds = root.fd_count(pid);
+    let dir = root.open_dir(pid)?;
+    let mut buf = Vec::with_capacity(4096);
+    let stat = dir.stat(&mut buf)?;
+    let mut status = proc::Status::default();
+    dir.status(&mut buf, &mut status)?;
+    let fds = dir.fd_count();
     let (rollup, deep_denied) = if deep {
-        match root.smaps_rollup(pid) {
+        match dir.smaps_rollup(&mut buf) {
             Ok(r) => (Some(r), false),
             Err(ProcError::PermissionDenied { .. }) => (None, true),
             Err(e) => return Err(e),
@@ -120,13 +129,12 @@ impl Clock {
 
 /// Turns a process sample into a CSV row for `scope`.
 pub fn to_row(ctx: &Context, scope: Scope, s: &ProcSample) -> Row {
-    let r = s.rollup.as_ref();
-    Row {
+    let mut row = Row {
         pid: s.pid,
         ppid: s.ppid,
         start_time: s.start_time,
         comm: s.comm.clone(),
-        tier: if r.is_some() { Tier::Deep } else { Tier::Cheap },
+        tier: Tier::Cheap,
         rss_bytes: s.status.rss_bytes,
         anon_bytes: s.status.anon_bytes,
         file_bytes: s.status.file_bytes,
@@ -135,17 +143,51 @@ pub fn to_row(ctx: &Context, scope: Scope, s: &ProcSample) -> Row {
         hwm_bytes: s.status.hwm_bytes,
         threads: s.status.threads,
         fds: s.fds,
-        pss_bytes: r.map(|r| r.pss_bytes),
-        pss_anon_bytes: r.and_then(|r| r.pss_anon_bytes),
-        pss_file_bytes: r.and_then(|r| r.pss_file_bytes),
-        pss_shmem_bytes: r.and_then(|r| r.pss_shmem_bytes),
-        shared_clean_bytes: r.map(|r| r.shared_clean_bytes),
-        shared_dirty_bytes: r.map(|r| r.shared_dirty_bytes),
-        private_clean_bytes: r.map(|r| r.private_clean_bytes),
-        private_dirty_bytes: r.map(|r| r.private_dirty_bytes),
-        uss_bytes: r.map(|r| r.uss_bytes()),
-        shared_bytes: r.map(|r| r.shared_bytes()),
-        swap_pss_bytes: r.and_then(|r| r.swap_pss_bytes),
+        ..ctx.row(scope)
+    };
+    if let Some(r) = &s.rollup {
+        fill_deep(&mut row, r);
+    }
+    row
+}
+
+/// Makes a cheap row deep: the rollup's figures (read from `smaps_rollup`,
+/// or summed from `smaps`).
+pub fn fill_deep(row: &mut Row, r: &proc::Rollup) {
+    row.tier = Tier::Deep;
+    row.pss_bytes = Some(r.pss_bytes);
+    row.pss_anon_bytes = r.pss_anon_bytes;
+    row.pss_file_bytes = r.pss_file_bytes;
+    row.pss_shmem_bytes = r.pss_shmem_bytes;
+    row.shared_clean_bytes = Some(r.shared_clean_bytes);
+    row.shared_dirty_bytes = Some(r.shared_dirty_bytes);
+    row.private_clean_bytes = Some(r.private_clean_bytes);
+    row.private_dirty_bytes = Some(r.private_dirty_bytes);
+    row.uss_bytes = Some(r.uss_bytes());
+    row.shared_bytes = Some(r.shared_bytes());
+    row.swap_pss_bytes = r.swap_pss_bytes;
+}
+
+/// The row of one mapping name of one process.
+pub fn mapping_row(
+    ctx: &Context,
+    scope: Scope,
+    pid: u32,
+    ppid: u32,
+    start_time: u64,
+    m: &proc::Mapping,
+) -> Row {
+    Row {
+        pid,
+        ppid,
+        start_time,
+        comm: m.name.clone(),
+        tier: Tier::Mapping,
+        rss_bytes: Some(m.rss_bytes),
+        pss_bytes: Some(m.pss_bytes),
+        anon_bytes: Some(m.anon_bytes),
+        private_dirty_bytes: Some(m.private_dirty_bytes),
+        swap_bytes: Some(m.swap_bytes),
         ..ctx.row(scope)
     }
 }
@@ -206,28 +248,21 @@ pub fn sample_scope(
 /// last sample only, for attribution. Unreadable processes are skipped.
 pub fn mapping_rows(root: &ProcRoot, ctx: &Context, scope: Scope, pids: &[u32]) -> Vec<Row> {
     let mut rows = Vec::new();
+    let mut buf = Vec::new();
     for &pid in pids {
-        let (Ok(stat), Ok(maps)) = (root.stat(pid), root.mappings(pid)) else {
+        let Ok(dir) = root.open_dir(pid) else {
             continue;
         };
-        for m in maps
-            .into_iter()
-            .filter(|m| m.rss_bytes > 0 || m.swap_bytes > 0)
-        {
-            rows.push(Row {
-                pid,
-                ppid: stat.ppid,
-                start_time: stat.start_time,
-                comm: m.name,
-                tier: Tier::Mapping,
-                rss_bytes: Some(m.rss_bytes),
-                pss_bytes: Some(m.pss_bytes),
-                anon_bytes: Some(m.anon_bytes),
-                private_dirty_bytes: Some(m.private_dirty_bytes),
-                swap_bytes: Some(m.swap_bytes),
-                ..ctx.row(scope)
-            });
-        }
+        let (Ok(stat), Ok(smaps)) = (dir.stat(&mut buf), dir.smaps(&mut buf)) else {
+            continue;
+        };
+        rows.extend(
+            smaps
+                .mappings
+                .iter()
+                .filter(|m| m.rss_bytes > 0 || m.swap_bytes > 0)
+                .map(|m| mapping_row(ctx, scope, pid, stat.ppid, stat.start_time, m)),
+        );
     }
     rows
 }

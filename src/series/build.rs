@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use super::sites::{Overhead, SiteSeries, Sites};
 use super::thin::Thinned;
 use super::{Metric, RunRecord, Series, XAxis};
-use crate::store::{Row, Scope, Tier};
+use crate::store::{Row, SamplingCost, Scope, Tier};
 
 /// Most points a scope's series keeps (the fit averages further, to 1000).
 const SERIES_CAP: usize = 2048;
@@ -54,6 +54,8 @@ pub struct Samples {
     /// The label set of each `series:<N>` scope (`analyze --prometheus`),
     /// as `{job="api",pod="api-7d9f"}`: from the session's `labels` rows.
     pub labels: BTreeMap<u32, String>,
+    /// What sampling cost (attach mode), as recorded by the session.
+    pub sampling: Option<SamplingCost>,
 }
 
 /// The memory of one process over its life: identity (pid and start time, so
@@ -277,6 +279,7 @@ pub struct Builder {
     rows: u64,
     target: Option<String>,
     labels: BTreeMap<u32, String>,
+    sampling: Option<SamplingCost>,
 }
 
 impl Default for Builder {
@@ -307,6 +310,7 @@ impl Builder {
             rows: 0,
             target: None,
             labels: BTreeMap::new(),
+            sampling: None,
         }
     }
 
@@ -352,6 +356,7 @@ impl Builder {
                     self.labels.insert(i, labels.to_string());
                 }
             }
+            Some("sampling") => self.sampling = serde_json::from_str(&row.comm).ok(),
             _ => {}
         }
     }
@@ -588,6 +593,7 @@ impl Builder {
             rows: self.rows,
             target: self.target,
             labels: self.labels,
+            sampling: self.sampling,
         }
     }
 }

@@ -141,3 +141,96 @@ fn interrupt_writes_the_reports_and_exits_130() {
     assert!(series(&s, "target", "rss_bytes")["n"].as_u64().unwrap() >= 3);
     assert!(out.join("report.md").exists());
 }
+
+/// What sampling cost reaches summary.json and the report, and `report`
+/// rebuilds it from samples.csv: samples taken at the interval asked, the
+/// first and last deep passes (one walk per process each), the longest walk.
+#[test]
+fn the_sampling_cost_is_recorded_and_rebuilt() {
+    let tmp = tempfile::tempdir().unwrap();
+    let target = Fixture::start(&["steady", "--size", "4MiB"]);
+    let out = out_dir(&tmp, "report");
+    let status = leakwatch()
+        .args(["attach", &target.pid().to_string()])
+        .args([
+            "--interval",
+            "100ms",
+            "--duration",
+            "2s",
+            "--quiet",
+            "--out",
+        ])
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(status.success(), "{status}");
+    let s = summary(&out);
+    let cost = &s["sampling"];
+    let ticks = cost["ticks"].as_u64().unwrap();
+    assert!((12..=25).contains(&ticks), "{cost}");
+    let achieved = cost["achieved_interval_s"].as_f64().unwrap();
+    assert!((0.07..=0.14).contains(&achieved), "{cost}");
+    assert!(cost["deep_samples"].as_u64().unwrap() >= 2, "{cost}");
+    assert_eq!(
+        cost["page_walks"].as_u64().unwrap(),
+        cost["deep_samples"].as_u64().unwrap(),
+        "one walk per process per deep pass: {cost}"
+    );
+    assert_eq!(cost["longest_walk"]["pid"], target.pid());
+    assert!(cost["cpu_s"].as_f64().unwrap() > 0.0);
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("Sampling cost:"), "{md}");
+    assert!(md.contains("the longest walk took"), "{md}");
+
+    let again = tmp.path().join("again");
+    let status = leakwatch()
+        .arg("report")
+        .arg(&out)
+        .args(["--quiet", "--out"])
+        .arg(&again)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert_eq!(summary(&again)["sampling"], s["sampling"]);
+}
+
+/// `--deep-budget 0`: the cheap tier only — no page walk, so no PSS and no
+/// mappings — and the report says so.
+#[test]
+fn a_deep_budget_of_zero_walks_no_page() {
+    let tmp = tempfile::tempdir().unwrap();
+    let target = Fixture::start(&["steady", "--size", "4MiB"]);
+    let out = out_dir(&tmp, "report");
+    let status = leakwatch()
+        .args(["attach", &target.pid().to_string()])
+        .args([
+            "--interval",
+            "100ms",
+            "--duration",
+            "1s",
+            "--deep-budget",
+            "0",
+        ])
+        .args(["--quiet", "--out"])
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(status.success(), "{status}");
+    let s = summary(&out);
+    assert_eq!(s["sampling"]["page_walks"], 0);
+    assert_eq!(s["sampling"]["deep_samples"], 0);
+    assert!(s["sampling"].get("longest_walk").is_none());
+    assert!(series(&s, "target", "rss_bytes")["n"].as_u64().unwrap() >= 5);
+    assert!(
+        !s["series"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|x| x["metric"] == "pss_bytes"),
+        "no walk, no PSS"
+    );
+    let csv = std::fs::read_to_string(out.join("samples.csv")).unwrap();
+    assert!(!csv.contains(",deep,") && !csv.contains(",mapping,"));
+    let notes = s["notes"].to_string();
+    assert!(notes.contains("deep tier off"), "{notes}");
+}
