@@ -10,19 +10,13 @@ use crate::series::{Metric, Samples};
 use crate::store::Scope;
 use crate::units::format_signed_bytes;
 
-/// Kinds a scope's growth can be split into (they add up to RSS), and a
-/// cgroup's kernel memory (which no RSS holds).
-const KINDS: [Metric; 10] = [
+/// Kinds a scope's growth can be split into (they add up to RSS); a
+/// cgroup's kernel memory (`Metric::KERNEL`, which no RSS holds) follows them.
+const PROCESS_KINDS: [Metric; 4] = [
     Metric::AnonBytes,
     Metric::FileBytes,
     Metric::ShmemBytes,
     Metric::SwapBytes,
-    Metric::KernelBytes,
-    Metric::SockBytes,
-    Metric::SlabReclaimableBytes,
-    Metric::SlabUnreclaimableBytes,
-    Metric::KernelStackBytes,
-    Metric::PageTablesBytes,
 ];
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -78,9 +72,10 @@ pub fn attribute(main: &SeriesFit, fits: &[SeriesFit], samples: &Samples) -> Att
             .find(|f| f.scope == main.scope && f.metric == m)
             .and_then(|f| f.slope)
     };
-    let mut kinds: Vec<KindGrowth> = KINDS
-        .iter()
-        .filter_map(|&metric| scope_slope(metric).map(|slope| KindGrowth { metric, slope }))
+    let mut kinds: Vec<KindGrowth> = PROCESS_KINDS
+        .into_iter()
+        .chain(Metric::KERNEL)
+        .filter_map(|metric| scope_slope(metric).map(|slope| KindGrowth { metric, slope }))
         .collect();
     kinds.sort_by(|a, b| b.slope.total_cmp(&a.slope));
     let processes = processes(main, samples);

@@ -135,20 +135,15 @@ fn growth(a: &Analysis, doc: &mut Vec<Block>) {
         Metric::ShmemBytes,
         Metric::Fds,
         Metric::Threads,
-        // A cgroup's own accounting (no process scope has these).
-        Metric::UsageBytes,
-        Metric::KernelBytes,
-        Metric::SockBytes,
-        Metric::SlabReclaimableBytes,
-        Metric::SlabUnreclaimableBytes,
-        Metric::KernelStackBytes,
-        Metric::PageTablesBytes,
-    ];
+    ]
+    .into_iter()
+    // A cgroup's own accounting (no process scope has these).
+    .chain([Metric::UsageBytes])
+    .chain(Metric::KERNEL);
     let mut rows = Vec::new();
     for h in a.headlines() {
         // The scope's judged metric first, then the others in a fixed order.
-        let metrics =
-            std::iter::once(h.metric).chain(listed.into_iter().filter(|m| *m != h.metric));
+        let metrics = std::iter::once(h.metric).chain(listed.clone().filter(|m| *m != h.metric));
         for f in metrics.filter_map(|m| a.fit_of(h.scope, m)) {
             let (slope, ci) = match (f.slope, f.slope_ci95) {
                 (Some(s), Some((lo, hi))) => (
