@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use leakwatch::sample::proc::ProcRoot;
-use leakwatch::sample::read_process;
+use leakwatch::sample::{Depth, read_process};
 
 fn target() -> Child {
     // 256 MiB written (so resident), then held.
@@ -87,10 +87,10 @@ fn bench(c: &mut Criterion) {
         })
     });
     group.bench_function("run's cheap tier (stat+status+fd count)", |b| {
-        b.iter(|| black_box(read_process(&root, pid, false).expect("cheap")))
+        b.iter(|| black_box(read_process(&root, pid, Depth::Cheap).expect("cheap")))
     });
     group.bench_function("deep tier (+smaps_rollup)", |b| {
-        b.iter(|| black_box(read_process(&root, pid, true).expect("deep")))
+        b.iter(|| black_box(read_process(&root, pid, Depth::Rollup).expect("deep")))
     });
     group.bench_function("tree walk (task children)", |b| {
         b.iter(|| black_box(root.tree(pid)))

@@ -16,7 +16,7 @@ use super::reaper::Interrupt;
 use super::sweep::{DeepPass, Member, TargetState, Tree, Walk};
 use super::targets::{Members, Target, TargetError};
 use super::{
-    Clock, Context, Outcome, Progress, ResolveError, SampleError, event_row, mapping_rows,
+    Clock, Context, Depth, Outcome, Progress, ResolveError, SampleError, Scoped, event_row,
     sample_scope,
 };
 use crate::store::{self, LongestWalk, Row, SampleWriter, SamplingCost, Scope};
@@ -452,11 +452,22 @@ impl Session<'_> {
         let t0 = Instant::now();
         let pids = self.members.pids(root, std::process::id());
         let deep = self.budget.is_on() && (first || done || self.budget.allows());
-        let (mut rows, unreadable, denied) = sample_scope(root, ctx, SCOPE, &pids, deep);
-        if deep && (first || done) {
-            let mapped: Vec<u32> = pids.iter().take(MAPPED_MAX).copied().collect();
-            rows.extend(mapping_rows(root, ctx, SCOPE, &mapped));
-        }
+        // One page walk each: `smaps` for up to MAPPED_MAX at the first and
+        // last sample (its sums are the rollup), `smaps_rollup` otherwise.
+        let (depth, mapped) = match (deep, first || done) {
+            (false, _) => (Depth::Cheap, 0),
+            (true, false) => (Depth::Rollup, 0),
+            (true, true) => (Depth::Rollup, MAPPED_MAX.min(pids.len())),
+        };
+        let mut scoped = sample_scope(root, ctx, SCOPE, &pids[..mapped], Depth::Mappings);
+        scoped.extend(sample_scope(root, ctx, SCOPE, &pids[mapped..], depth));
+        let Scoped {
+            mut rows,
+            mapping_rows,
+            unreadable,
+            denied,
+        } = scoped;
+        rows.extend(mapping_rows);
         let events = group_events(ctx, &rows, known);
         let own = self.members.own_rows(ctx);
         let took = t0.elapsed();

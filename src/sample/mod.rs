@@ -33,28 +33,44 @@ pub struct ProcSample {
     pub status: proc::Status,
     pub fds: Option<u64>,
     pub rollup: Option<proc::Rollup>,
+    /// Its mappings by name, when read at `Depth::Mappings`.
+    pub mappings: Vec<proc::Mapping>,
     /// The deep read was refused (another user's process without ptrace-read access).
     pub deep_denied: bool,
 }
 
+/// How far a process is read. Each deep depth walks its page tables once:
+/// `smaps` gives the rollup's figures as well as the mappings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Depth {
+    /// `stat`, `status` and the fd count: no page walk.
+    Cheap,
+    /// And `smaps_rollup`: PSS, USS, shared and private.
+    Rollup,
+    /// And `smaps` instead of `smaps_rollup`: the same figures plus the
+    /// mappings, for attribution at the first and last sample.
+    Mappings,
+}
+
 /// Reads one process: `stat` (identity), `status` and the fd count through
-/// one held directory; `smaps_rollup` too when `deep`. `Err(Gone)` means it
-/// exited: an event, not a failure.
-pub fn read_process(root: &ProcRoot, pid: u32, deep: bool) -> Result<ProcSample, ProcError> {
+/// one held directory; a page walk too at a deep `depth`. `Err(Gone)` means
+/// it exited: an event, not a failure.
+pub fn read_process(root: &ProcRoot, pid: u32, depth: Depth) -> Result<ProcSample, ProcError> {
     let dir = root.open_dir(pid)?;
     let mut buf = Vec::with_capacity(4096);
     let stat = dir.stat(&mut buf)?;
     let mut status = proc::Status::default();
     dir.status(&mut buf, &mut status)?;
     let fds = dir.fd_count();
-    let (rollup, deep_denied) = if deep {
-        match dir.smaps_rollup(&mut buf) {
-            Ok(r) => (Some(r), false),
-            Err(ProcError::PermissionDenied { .. }) => (None, true),
-            Err(e) => return Err(e),
-        }
-    } else {
-        (None, false)
+    let walked = match depth {
+        Depth::Cheap => Ok((None, Vec::new())),
+        Depth::Rollup => dir.smaps_rollup(&mut buf).map(|r| (Some(r), Vec::new())),
+        Depth::Mappings => dir.smaps(&mut buf).map(|s| (Some(s.rollup), s.mappings)),
+    };
+    let ((rollup, mappings), deep_denied) = match walked {
+        Ok(walked) => (walked, false),
+        Err(ProcError::PermissionDenied { .. }) => ((None, Vec::new()), true),
+        Err(e) => return Err(e),
     };
     Ok(ProcSample {
         pid,
@@ -64,6 +80,7 @@ pub fn read_process(root: &ProcRoot, pid: u32, deep: bool) -> Result<ProcSample,
         status,
         fds,
         rollup,
+        mappings,
         deep_denied,
     })
 }
@@ -211,60 +228,73 @@ pub fn event_row(
     }
 }
 
-/// Samples each pid for `scope`. Processes that exited since the tree was
-/// walked are skipped (an event, not an error); zombies and kernel threads
-/// (no memory) are skipped silently. Returns the rows, the processes that
-/// could not be read for another reason (pid, why: the caller notes them,
-/// since they are missing from the sums), and the pids whose deep read was
-/// refused.
+/// What sampling the processes of a scope gave.
+#[derive(Debug, Default)]
+pub struct Scoped {
+    /// One row per process read (zombies and kernel threads have none).
+    pub rows: Vec<Row>,
+    /// Rows per mapping name, at `Depth::Mappings`.
+    pub mapping_rows: Vec<Row>,
+    /// Processes that could not be read for another reason than exiting
+    /// (pid, why): the caller notes them, since they are missing from the sums.
+    pub unreadable: Vec<(u32, String)>,
+    /// Processes whose deep read was refused.
+    pub denied: Vec<u32>,
+}
+
+impl Scoped {
+    /// Adds another part of the same scope's sample.
+    pub fn extend(&mut self, other: Scoped) {
+        self.rows.extend(other.rows);
+        self.mapping_rows.extend(other.mapping_rows);
+        self.unreadable.extend(other.unreadable);
+        self.denied.extend(other.denied);
+    }
+
+    /// The process rows followed by the mapping rows.
+    pub fn all_rows(self) -> Vec<Row> {
+        let mut rows = self.rows;
+        rows.extend(self.mapping_rows);
+        rows
+    }
+}
+
+/// Samples each pid for `scope` at `depth`. Processes that exited since the
+/// tree was walked are skipped (an event, not an error); zombies and kernel
+/// threads (no memory) are skipped silently. Mappings (`Depth::Mappings`)
+/// cost a page-table walk plus a few µs per mapping: asked at the first and
+/// last sample only, for attribution.
 pub fn sample_scope(
     root: &ProcRoot,
     ctx: &Context,
     scope: Scope,
     pids: &[u32],
-    deep: bool,
-) -> (Vec<Row>, Vec<(u32, String)>, Vec<u32>) {
-    let mut rows = Vec::with_capacity(pids.len());
-    let mut unreadable = Vec::new();
-    let mut denied = Vec::new();
+    depth: Depth,
+) -> Scoped {
+    let mut out = Scoped {
+        rows: Vec::with_capacity(pids.len()),
+        ..Scoped::default()
+    };
     for &pid in pids {
-        match read_process(root, pid, deep) {
+        match read_process(root, pid, depth) {
             Ok(s) if s.status.rss_bytes.is_none() => {} // zombie or kernel thread
             Ok(s) => {
                 if s.deep_denied {
-                    denied.push(pid);
+                    out.denied.push(pid);
                 }
-                rows.push(to_row(ctx, scope, &s));
+                out.mapping_rows.extend(
+                    s.mappings
+                        .iter()
+                        .filter(|m| m.rss_bytes > 0 || m.swap_bytes > 0)
+                        .map(|m| mapping_row(ctx, scope, pid, s.ppid, s.start_time, m)),
+                );
+                out.rows.push(to_row(ctx, scope, &s));
             }
             Err(e) if e.is_gone() => {}
-            Err(e) => unreadable.push((pid, e.to_string())),
+            Err(e) => out.unreadable.push((pid, e.to_string())),
         }
     }
-    (rows, unreadable, denied)
-}
-
-/// Mapping rows (`smaps`, summed by mapping name) for each pid of a scope.
-/// Costs a page-table walk plus a few µs per mapping: taken at the first and
-/// last sample only, for attribution. Unreadable processes are skipped.
-pub fn mapping_rows(root: &ProcRoot, ctx: &Context, scope: Scope, pids: &[u32]) -> Vec<Row> {
-    let mut rows = Vec::new();
-    let mut buf = Vec::new();
-    for &pid in pids {
-        let Ok(dir) = root.open_dir(pid) else {
-            continue;
-        };
-        let (Ok(stat), Ok(smaps)) = (dir.stat(&mut buf), dir.smaps(&mut buf)) else {
-            continue;
-        };
-        rows.extend(
-            smaps
-                .mappings
-                .iter()
-                .filter(|m| m.rss_bytes > 0 || m.swap_bytes > 0)
-                .map(|m| mapping_row(ctx, scope, pid, stat.ppid, stat.start_time, m)),
-        );
-    }
-    rows
+    out
 }
 
 /// The fix for the usual reasons a command does not start.

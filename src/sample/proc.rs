@@ -725,6 +725,7 @@ fn parse_stat_bytes(text: &[u8]) -> Result<Stat, String> {
 mod tests {
     use super::*;
 
+    use crate::sample::Depth;
     use crate::sample::fake::{FakeProc, ROLLUP, STATUS};
 
     #[test]
@@ -816,16 +817,49 @@ mod tests {
             std::fs::write(fake.dir.path().join(format!("10/fd/{fd}")), "").unwrap();
         }
         let root = fake.root();
-        let cheap = crate::sample::read_process(&root, 10, false).unwrap();
+        let cheap = crate::sample::read_process(&root, 10, Depth::Cheap).unwrap();
         assert_eq!(cheap.status.anon_bytes, Some(140_000 * 1024));
         assert_eq!(cheap.fds, Some(3));
         assert!(cheap.rollup.is_none());
-        let deep = crate::sample::read_process(&root, 10, true).unwrap();
+        let deep = crate::sample::read_process(&root, 10, Depth::Rollup).unwrap();
         assert_eq!(deep.rollup.map(|r| r.pss_bytes), Some(150_000 * 1024));
         // An exited-but-unreaped process has an empty smaps_rollup: gone.
         fake.file(10, "smaps_rollup", "");
-        let err = crate::sample::read_process(&root, 10, true).unwrap_err();
+        let err = crate::sample::read_process(&root, 10, Depth::Rollup).unwrap_err();
         assert!(err.is_gone(), "{err}");
+    }
+
+    /// At the first and last sample of `run` and of a group target, one
+    /// read of `smaps` gives the row's deep figures and the mappings: no
+    /// `smaps_rollup` read (the fake has an empty one, which would be
+    /// "gone"), so one page walk, not two.
+    #[test]
+    fn a_scope_sampled_with_mappings_walks_each_process_once() {
+        let fake = FakeProc::new();
+        fake.process(10, 1, 'S', &[(10, &[])]);
+        fake.file(10, "smaps_rollup", "");
+        fake.file(
+            10,
+            "smaps",
+            "01000000-01100000 rw-p 00000000 00:00 0 [heap]\n\
+             Rss: 1024 kB\nPss: 1000 kB\nPss_Dirty: 1000 kB\nPrivate_Dirty: 1024 kB\n\
+             Anonymous: 1024 kB\n",
+        );
+        let ctx = crate::sample::Clock::new().context(Some(1));
+        let scope = crate::store::Scope::Survivors;
+        let root = fake.root();
+        let scoped = crate::sample::sample_scope(&root, &ctx, scope, &[10], Depth::Mappings);
+        assert!(scoped.unreadable.is_empty(), "{:?}", scoped.unreadable);
+        assert_eq!(scoped.rows.len(), 1);
+        assert_eq!(scoped.rows[0].tier, crate::store::Tier::Deep);
+        assert_eq!(scoped.rows[0].pss_bytes, Some(1000 * 1024));
+        assert_eq!(scoped.rows[0].pss_anon_bytes, Some(1000 * 1024));
+        assert_eq!(scoped.mapping_rows.len(), 1);
+        assert_eq!(scoped.mapping_rows[0].comm, "[heap]");
+        assert_eq!(scoped.mapping_rows[0].rss_bytes, Some(1024 * 1024));
+        // At `Rollup` the same process reads smaps_rollup (here: gone).
+        let scoped = crate::sample::sample_scope(&root, &ctx, scope, &[10], Depth::Rollup);
+        assert!(scoped.rows.is_empty() && scoped.mapping_rows.is_empty());
     }
 
     #[test]

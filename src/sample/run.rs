@@ -16,7 +16,7 @@ use super::pysites::PySites;
 use super::reaper::{self, Exit, Interrupt, Reaped};
 use super::site_rows::SiteSession;
 use super::{
-    Clock, Context, Outcome, Progress, ResolveError, SampleError, event_row, mapping_rows,
+    Clock, Context, Depth, Outcome, Progress, ResolveError, SampleError, Scoped, event_row,
     sample_scope,
 };
 use crate::store::{Row, SampleWriter, Scope, Tier};
@@ -218,8 +218,7 @@ impl Session<'_> {
             return Ok(());
         }
         let ctx = self.clock.context(Some(0));
-        let mut rows = self.sample_watched(&ctx);
-        rows.extend(self.watched_mappings(&ctx));
+        let rows = self.sample_watched(&ctx, Depth::Mappings);
         self.writer.write_batch(&rows)?;
         Ok(())
     }
@@ -373,24 +372,31 @@ impl Session<'_> {
         self.write(&[end, peak])
     }
 
-    /// The deep sample after a run: survivors and watched processes (and
-    /// the survivors' mappings after the first run).
+    /// The deep sample after a run: survivors and watched processes, with
+    /// their mappings in the same page walk after the first run (the
+    /// survivors'; the watched processes' were read before it) and the last.
     fn sample_after(&mut self, run: u32) -> Result<Vec<Row>, SampleError> {
         let ctx = self.clock.context(Some(run));
+        let last = run == self.plan.repeat;
+        let depth = |mapped: bool| {
+            if mapped {
+                Depth::Mappings
+            } else {
+                Depth::Rollup
+            }
+        };
         let left_behind = survivors(&self.root, self.me);
-        let (mut rows, unreadable, denied) =
-            sample_scope(&self.root, &ctx, Scope::Survivors, &left_behind, true);
-        self.note_denied(&denied);
-        self.note_unreadable(&unreadable);
-        rows.extend(self.sample_watched(&ctx));
-        if run == 1 {
-            rows.extend(mapping_rows(
-                &self.root,
-                &ctx,
-                Scope::Survivors,
-                &left_behind,
-            ));
-        }
+        let scoped = sample_scope(
+            &self.root,
+            &ctx,
+            Scope::Survivors,
+            &left_behind,
+            depth(run == 1 || last),
+        );
+        self.note_denied(&scoped.denied);
+        self.note_unreadable(&scoped.unreadable);
+        let mut rows = scoped.all_rows();
+        rows.extend(self.sample_watched(&ctx, depth(last)));
         self.write(&rows)?;
         self.update_record(&rows);
         // Asked after the deep sample: a snapshot costs the process memory
@@ -403,16 +409,27 @@ impl Session<'_> {
         Ok(rows)
     }
 
-    /// Mappings at the end, for attribution: what grew since the first run.
+    /// Mappings at the end, for attribution (what grew since the first
+    /// run), when the session ended before its last run (interrupted, timed
+    /// out): the last run's own deep sample read them otherwise.
     fn final_mappings(&mut self, last: u32) -> Result<(), SampleError> {
+        if last == self.plan.repeat {
+            return Ok(());
+        }
         let ctx = self.clock.context(Some(last));
-        let mut rows = mapping_rows(
-            &self.root,
-            &ctx,
-            Scope::Survivors,
-            &survivors(&self.root, self.me),
+        let mut pids = vec![(Scope::Survivors, survivors(&self.root, self.me))];
+        pids.extend(
+            self.watched
+                .iter()
+                .filter(|w| w.alive)
+                .map(|w| (w.scope(), watched_tree(&self.root, w.pid))),
         );
-        rows.extend(self.watched_mappings(&ctx));
+        let rows: Vec<Row> = pids
+            .iter()
+            .flat_map(|(scope, pids)| {
+                sample_scope(&self.root, &ctx, *scope, pids, Depth::Mappings).mapping_rows
+            })
+            .collect();
         self.write(&rows)
     }
 
@@ -539,17 +556,6 @@ impl Session<'_> {
         reaper::stop(|| live(root, root.tree(pid)), STOP_GRACE);
     }
 
-    /// Mapping rows for every live watched process tree.
-    fn watched_mappings(&self, ctx: &Context) -> Vec<Row> {
-        self.watched
-            .iter()
-            .filter(|w| w.alive)
-            .flat_map(|w| {
-                mapping_rows(&self.root, ctx, w.scope(), &watched_tree(&self.root, w.pid))
-            })
-            .collect()
-    }
-
     /// Polls the command's tree (cheap tier) every `interval` until the
     /// command is reaped, checking for its exit every few milliseconds so a
     /// short command is not charged a whole interval. An interrupted or
@@ -579,7 +585,7 @@ impl Session<'_> {
             if Instant::now() >= next_sample {
                 let ctx = self.clock.context(Some(run));
                 let tree = self.root.tree(pid);
-                let (rows, _, _) = sample_scope(&self.root, &ctx, Scope::Command, &tree, false);
+                let rows = sample_scope(&self.root, &ctx, Scope::Command, &tree, Depth::Cheap).rows;
                 if let Some(hwm) = rows.iter().find(|r| r.pid == pid).and_then(|r| r.hwm_bytes) {
                     polled_hwm = polled_hwm.max(hwm);
                 }
@@ -620,13 +626,12 @@ impl Session<'_> {
         self.write(&rows)
     }
 
-    /// Deep-samples each live watched process with its descendants. A
-    /// watched process that exited or whose pid was reused is recorded once
-    /// and dropped.
-    fn sample_watched(&mut self, ctx: &Context) -> Vec<Row> {
-        let mut rows = Vec::new();
-        let mut unreadable = Vec::new();
-        let mut denied = Vec::new();
+    /// Deep-samples each live watched process with its descendants (their
+    /// mappings too at `Depth::Mappings`). A watched process that exited or
+    /// whose pid was reused is recorded once and dropped.
+    fn sample_watched(&mut self, ctx: &Context, depth: Depth) -> Vec<Row> {
+        let mut events = Vec::new();
+        let mut sampled = Scoped::default();
         for w in self.watched.iter_mut().filter(|w| w.alive) {
             let current = self.root.stat(w.pid).ok().filter(|s| s.state != 'Z');
             let event = match current {
@@ -636,7 +641,7 @@ impl Session<'_> {
             };
             if let Some(event) = event {
                 w.alive = false;
-                rows.push(event_row(ctx, w.scope(), w.pid, "", event, None));
+                events.push(event_row(ctx, w.scope(), w.pid, "", event, None));
                 self.outcome.notes.push(format!(
                     "watched process {} {} before run {}; its series stops there",
                     w.pid,
@@ -650,14 +655,12 @@ impl Session<'_> {
                 continue;
             }
             let tree = watched_tree(&self.root, w.pid);
-            let (r, u, d) = sample_scope(&self.root, ctx, w.scope(), &tree, true);
-            rows.extend(r);
-            unreadable.extend(u);
-            denied.extend(d);
+            sampled.extend(sample_scope(&self.root, ctx, w.scope(), &tree, depth));
         }
-        self.note_denied(&denied);
-        self.note_unreadable(&unreadable);
-        rows
+        self.note_denied(&sampled.denied);
+        self.note_unreadable(&sampled.unreadable);
+        events.extend(sampled.all_rows());
+        events
     }
 
     /// Records once per process that it could not be read at all (it is then
