@@ -342,6 +342,9 @@ enum Shape {
     /// The LRU of issue 10, scaled to n runs: +2 MiB/run over the first n/4 runs, flat, one
     /// +2 MiB step at run 0.55·n + 1, flat to the end (at 24 runs: 6 runs of fill, step at 14).
     FillThenStep,
+    /// A cache that fills, then a slower leak: +2 MiB/run over the first n/4 runs, then
+    /// +512 KiB/run to the end (the fixture's `--plateau-after 8 --then-leak 512KiB`).
+    FillThenLeak,
     /// redis overwriting the same keys: level 12 MiB, +4.1 MiB from run 1 to run 2, then
     /// +2.8 KiB/run.
     FirstFillCreep,
@@ -349,6 +352,9 @@ enum Shape {
     /// grows `pct_per_h`% of the floor per hour; each tooth's height is drawn from 20–50% of
     /// the floor; the noise sd applies to the floor.
     Sawtooth { period: f64, pct_per_h: f64 },
+    /// The same, whose floor grows `pct_per_h`% per hour for the first 40% of the samples,
+    /// then holds (a cache filling under churn): a plateau.
+    SawtoothFill { period: f64, pct_per_h: f64 },
 }
 
 impl Shape {
@@ -357,6 +363,7 @@ impl Shape {
             Shape::OneOffStep => "one-off step +2 MiB".into(),
             Shape::SteadySteps(k) => format!("steps +1 MiB every {k} runs"),
             Shape::FillThenStep => "fill, then one +2 MiB step".into(),
+            Shape::FillThenLeak => "fill +2 MiB/run, then +512 KiB/run".into(),
             Shape::FirstFillCreep => "first fill +4.1 MiB, creep +2.8 KiB/run".into(),
             Shape::Sawtooth { period, pct_per_h } => {
                 let p = if period < 1.0 {
@@ -370,18 +377,23 @@ impl Shape {
                     format!("saw-tooth {p}, no retention")
                 }
             }
+            Shape::SawtoothFill { period, pct_per_h } => {
+                format!("saw-tooth {period:.0} s, troughs +{pct_per_h}%/h for 40%, then flat")
+            }
         }
     }
 
     fn is_attach(self) -> bool {
-        matches!(self, Shape::Sawtooth { .. })
+        matches!(self, Shape::Sawtooth { .. } | Shape::SawtoothFill { .. })
     }
 
     /// The verdict that is right.
     fn truth(self) -> Verdict {
         match self {
-            Shape::OneOffStep | Shape::FillThenStep => Verdict::Plateau,
-            Shape::SteadySteps(_) => Verdict::Leak,
+            Shape::OneOffStep | Shape::FillThenStep | Shape::SawtoothFill { .. } => {
+                Verdict::Plateau
+            }
+            Shape::SteadySteps(_) | Shape::FillThenLeak => Verdict::Leak,
             Shape::FirstFillCreep => Verdict::Stable,
             Shape::Sawtooth { pct_per_h, .. } => {
                 if pct_per_h > 0.0 {
@@ -397,11 +409,14 @@ impl Shape {
     fn rate(self, n: usize) -> Option<f64> {
         match self {
             Shape::SteadySteps(k) => Some(MIB / k as f64),
+            Shape::FillThenLeak => Some(512.0 * KIB),
             Shape::FillThenStep => {
                 let (fill_runs, step_run) = fill_then_step(n);
                 Some((2.0 * MIB * fill_runs + 2.0 * MIB) / (step_run - 1.0))
             }
-            Shape::Sawtooth { pct_per_h, .. } if pct_per_h > 0.0 => {
+            Shape::Sawtooth { pct_per_h, .. } | Shape::SawtoothFill { pct_per_h, .. }
+                if pct_per_h > 0.0 =>
+            {
                 Some(pct_per_h / 100.0 * LEVEL / 3600.0)
             }
             _ => None,
@@ -412,7 +427,7 @@ impl Shape {
     fn noises(self) -> &'static [f64] {
         match self {
             Shape::FirstFillCreep => &[2.0 * KIB, 4.0 * KIB, 8.0 * KIB],
-            Shape::Sawtooth { .. } => &[64.0 * KIB],
+            Shape::Sawtooth { .. } | Shape::SawtoothFill { .. } => &[64.0 * KIB],
             _ => &[64.0 * KIB, 256.0 * KIB, 1024.0 * KIB],
         }
     }
@@ -420,15 +435,19 @@ impl Shape {
     /// Series lengths of each row.
     fn lengths(self) -> &'static [usize] {
         match self {
-            Shape::Sawtooth { .. } => &[120, 600, 3600],
+            Shape::Sawtooth { .. } | Shape::SawtoothFill { .. } => &[120, 600, 3600],
             Shape::FillThenStep => &[10, 20, 24, 50],
+            Shape::FillThenLeak => &[20, 30, 50],
             _ => &[10, 20, 50],
         }
     }
 
     fn series(self, n: usize, noise: f64, rng: &mut Rng) -> (Vec<f64>, Vec<f64>) {
         if let Shape::Sawtooth { period, pct_per_h } = self {
-            return sawtooth(n, period, pct_per_h, noise, rng);
+            return sawtooth(n, period, pct_per_h, f64::INFINITY, noise, rng);
+        }
+        if let Shape::SawtoothFill { period, pct_per_h } = self {
+            return sawtooth(n, period, pct_per_h, 0.4 * n as f64, noise, rng);
         }
         let x: Vec<f64> = (1..=n).map(|v| v as f64).collect();
         let phase = rng.uniform();
@@ -447,11 +466,17 @@ impl Shape {
                         let step = if r >= step_run { 2.0 * MIB } else { 0.0 };
                         LEVEL + 2.0 * MIB * (r - 1.0).min(fill_runs) + step
                     }
+                    Shape::FillThenLeak => {
+                        let fill_runs = (n as f64 / 4.0).round();
+                        LEVEL
+                            + 2.0 * MIB * (r - 1.0).min(fill_runs)
+                            + 512.0 * KIB * (r - 1.0 - fill_runs).max(0.0)
+                    }
                     Shape::FirstFillCreep => {
                         let fill = if r >= 2.0 { 4.1 * MIB } else { 0.0 };
                         12.0 * MIB + fill + 2.8 * KIB * (r - 1.0)
                     }
-                    Shape::Sawtooth { .. } => LEVEL,
+                    Shape::Sawtooth { .. } | Shape::SawtoothFill { .. } => LEVEL,
                 };
                 mean + noise * rng.normal()
             })
@@ -465,12 +490,13 @@ fn fill_then_step(n: usize) -> (f64, f64) {
     ((n as f64 / 4.0).round(), (0.55 * n as f64).round() + 1.0)
 }
 
-/// Jittered sampling (1 s ± 30%) of a saw-tooth: floor `LEVEL·(1 + pct_per_h/100·t/3600)` plus
-/// Gaussian noise, plus `height·phase` where each tooth's height is drawn from 20–50% of LEVEL.
+/// Jittered sampling (1 s ± 30%) of a saw-tooth: floor `LEVEL·(1 + pct_per_h/100·min(t, stop)/3600)`
+/// plus Gaussian noise, plus `height·phase` where each tooth's height is drawn from 20–50% of LEVEL.
 fn sawtooth(
     n: usize,
     period: f64,
     pct_per_h: f64,
+    stop: f64,
     noise: f64,
     rng: &mut Rng,
 ) -> (Vec<f64>, Vec<f64>) {
@@ -483,18 +509,19 @@ fn sawtooth(
         while heights.len() <= cycle {
             heights.push((0.2 + 0.3 * rng.uniform()) * LEVEL);
         }
-        let floor = LEVEL * (1.0 + pct_per_h / 100.0 * t / 3600.0);
+        let floor = LEVEL * (1.0 + pct_per_h / 100.0 * t.min(stop) / 3600.0);
         x.push(t);
         y.push(floor + heights[cycle] * (t / period).fract() + noise * rng.normal());
     }
     (x, y)
 }
 
-const SHAPES: [Shape; 15] = [
+const SHAPES: [Shape; 18] = [
     Shape::OneOffStep,
     Shape::SteadySteps(3),
     Shape::SteadySteps(5),
     Shape::FillThenStep,
+    Shape::FillThenLeak,
     Shape::FirstFillCreep,
     Shape::Sawtooth {
         period: 0.5,
@@ -533,6 +560,14 @@ const SHAPES: [Shape; 15] = [
         pct_per_h: 30.0,
     },
     Shape::Sawtooth {
+        period: 30.0,
+        pct_per_h: 30.0,
+    },
+    Shape::SawtoothFill {
+        period: 1.0,
+        pct_per_h: 30.0,
+    },
+    Shape::SawtoothFill {
         period: 30.0,
         pct_per_h: 30.0,
     },
@@ -609,6 +644,12 @@ fn check_shapes(shapes: &[Shape], lengths: &[usize], seeds: u64) {
                     let plateau = cell.share(Verdict::Plateau);
                     assert!(plateau >= 0.9, "{what}: plateau {plateau}");
                 }
+                // A fill, then a slower leak: the leak at the end's rate, not a plateau.
+                if shape == Shape::FillThenLeak && noise <= 256.0 * KIB {
+                    assert!(leak >= 0.95, "{what}: found {leak}");
+                    let err = cell.rel_err / cell.rated as f64;
+                    assert!(err <= 0.05, "{what}: rate error {err}");
+                }
                 if shape == Shape::FirstFillCreep {
                     let stable = cell.share(Verdict::Stable);
                     assert!(stable >= 0.99, "{what}: stable {stable}");
@@ -635,13 +676,13 @@ fn check_shapes(shapes: &[Shape], lengths: &[usize], seeds: u64) {
 
 #[test]
 fn shapes_in_run_mode() {
-    check_shapes(&SHAPES[..5], &[10, 20, 24, 50], 200);
+    check_shapes(&SHAPES[..6], &[10, 20, 24, 30, 50], 200);
 }
 
 /// Saw-teeth are slow in debug builds (Mann–Kendall and Theil–Sen on 600 points), so few seeds.
 #[test]
 fn sawteeth_at_120_and_600_samples() {
-    check_shapes(&SHAPES[5..], &[120, 600], 20);
+    check_shapes(&SHAPES[6..], &[120, 600], 20);
 }
 
 #[test]

@@ -53,6 +53,11 @@
 //! * the last segment rises (one-sided α/10 — the search chose where it starts — above
 //!   max(thr, half the average rate before it), 5+ points and a fifth of the series, Theil–Sen
 //!   above thr) → leak at the last segment's slope;
+//! * a fill, then a slower leak: the last segment rises above thr (one-sided α/10, robustly),
+//!   spans 8+ points and a third of the series, keeps its pace inside (its second half's slope
+//!   above half of its own at α/10), and what came before did not slow down (its second half
+//!   not below ¾ of its first at α) → leak at the last segment's slope. A saturating curve
+//!   slows down all along, so it fails one of the last two;
 //! * the last segment is flat (its upper bound below that boundary): one step up and no ramp →
 //!   plateau, "one-off step", no rate; three or more steps with no gap (before, between, or
 //!   after them to the end) over twice their mean spacing, and the whole series rising
@@ -63,8 +68,11 @@
 //!
 //! Rules of the trough path (a saw-tooth: `Envelope::sharpness` < `SAWTOOTH_SHARPNESS`): see
 //! `judge_troughs` — Mann–Kendall at α/10 on the window minima plus a one-sided t test at α,
-//! slope and Theil–Sen above thr → leak; 95% upper bound within thr → stable; fewer than
-//! `envelope::MIN_WINDOWS` windows of two teeth → inconclusive.
+//! slope and Theil–Sen above thr → the floor rises: a plateau if it stopped (the minima's
+//! last change-point segment, or the second half of a broken stick, below half the pace
+//! before it at α), inconclusive if its second half rose less than half the pace, else a
+//! leak; 95% upper bound within thr → stable; fewer than `envelope::MIN_WINDOWS` windows of
+//! two teeth → inconclusive.
 
 use super::changepoint::{self, Segment};
 use super::envelope::{self, Envelope};
@@ -700,6 +708,40 @@ fn points_needed(sd: f64, dx: f64, target: f64, p: f64, power: f64) -> Option<us
     Some(m)
 }
 
+/// The jump from segment `a` to the next, `b`: the smaller gap between
+/// their lines at the two points that separate them (a's last, b's first),
+/// and none when the lines cross in between — a kink where a ramp slows or
+/// stops at a sample is not a step, however the points were split.
+fn jump_between(a: &Segment, b: &Segment) -> f64 {
+    let at_end = b.level_at(a.x_end) - a.level_end;
+    let at_start = b.level_start - a.level_at(b.x_start);
+    if at_end.signum() != at_start.signum() {
+        0.0
+    } else if at_end.abs() < at_start.abs() {
+        at_end
+    } else {
+        at_start
+    }
+}
+
+/// A broken stick over `x`, `y` with the knot at their median x.
+fn halves(x: &[f64], y: &[f64]) -> Option<stats::SegmentedFit> {
+    let mut sorted = x.to_vec();
+    stats::segmented_fit(x, y, stats::median(&mut sorted)?)
+}
+
+/// Whether a ramp `a` ran into the next segment `b` nearer to b's first
+/// point than to its own last: where their lines cross, the kink a sample
+/// was assigned to `b`.
+fn ramp_met_at_end(a: &Segment, b: &Segment) -> bool {
+    let converging = a.slope - b.slope;
+    if converging <= 0.0 {
+        return false;
+    }
+    let cross = a.x_end + (b.level_at(a.x_end) - a.level_end) / converging;
+    cross - a.x_end > b.x_start - cross
+}
+
 /// Growth events read off the segments.
 #[derive(Default)]
 struct Events {
@@ -737,8 +779,7 @@ impl Ctx<'_> {
         let z1 = stats::normal_quantile(1.0 - self.t.alpha);
         for pair in segs.windows(2) {
             let (a, b) = (&pair[0], &pair[1]);
-            let mid = 0.5 * (a.x_end + b.x_start);
-            let jump = b.level_at(mid) - a.level_at(mid);
+            let jump = jump_between(a, b);
             let se = sigma * (4.0 / a.len() as f64 + 4.0 / b.len() as f64).sqrt();
             if jump.abs() > z2 * se && jump.abs() > self.thr * self.dx {
                 ev.steps.push(Step {
@@ -835,6 +876,23 @@ impl Ctx<'_> {
             );
             return c.decide(Verdict::Leak, reason);
         }
+        // A fill, then a slower leak: the end rises on its own (above thr
+        // at α/10, a third of the series, robustly) at a steady pace to the
+        // last point, after a rise that did not slow down before it. A
+        // curve levelling off slows down all along, so fails one of them.
+        if end_slope - t_leak * end_se > self.thr
+            && n_last >= 8.max(self.x.len() / 3)
+            && end_robust.is_some_and(|r| r > self.thr)
+            && self.keeps_pace(last.start, self.x.len())
+            && !self.slows_down(0, last.start)
+        {
+            c.rate = Some(end_slope);
+            let reason = format!(
+                "grows {end_txt}, at a steady pace to the end, after a faster rise ({} before)",
+                self.per_x(2.0 * pace),
+            );
+            return c.decide(Verdict::Leak, reason);
+        }
         if end_slope + t1 * end_se < bound {
             let before = segs.len().checked_sub(2).and_then(|i| segs.get(i));
             return self.judge_stopped(c, &ev, first, (before, last), &end_txt);
@@ -849,6 +907,37 @@ impl Ctx<'_> {
             self.at_x(last.x_start)
         );
         c.decide(Verdict::Inconclusive, reason)
+    }
+
+    /// A broken stick over points `a..b`, knot at their median x: (its
+    /// fit, the slope of the whole piece's line, the one-sided t quantile
+    /// at `alpha`).
+    fn halves_of(&self, a: usize, b: usize, alpha: f64) -> Option<(stats::SegmentedFit, f64, f64)> {
+        let (x, y) = (&self.x[a..b], &self.y[a..b]);
+        let fit = halves(x, y)?;
+        let line = stats::ols(x, y)?;
+        Some((
+            fit,
+            line.slope,
+            stats::student_t_quantile(1.0 - alpha, fit.df),
+        ))
+    }
+
+    /// Points `a..b` keep their pace to the last: their second half's
+    /// slope is above half their line's at one-sided α/10 (the half-pace
+    /// rule of the straight-piece path, inside a piece the search chose).
+    fn keeps_pace(&self, a: usize, b: usize) -> bool {
+        self.halves_of(a, b, self.t.alpha / 10.0)
+            .is_some_and(|(h, slope, t)| h.tail_slope - t * h.tail_slope_se > 0.5 * slope)
+    }
+
+    /// Points `a..b` slow down: their second half's slope is below three
+    /// quarters of their first half's at one-sided α. A saturating fill
+    /// does; a fill at a steady pace does not (too few points to tell: no).
+    fn slows_down(&self, a: usize, b: usize) -> bool {
+        self.halves_of(a, b, self.t.alpha).is_some_and(|(h, _, t)| {
+            h.head_slope > 0.0 && h.tail_slope + t * h.tail_slope_se < 0.75 * h.head_slope
+        })
     }
 
     /// Every segment's slope agrees with the overall least-squares slope (at two-sided level α,
@@ -889,9 +978,12 @@ impl Ctx<'_> {
     ) -> Classification {
         let n = self.x.len();
         // Where the growth ended: with a step into the end, at the end's
-        // first point; with a ramp that ran into it, at the ramp's last.
+        // first point; with a ramp that ran into it, where their lines
+        // meet (the ramp's last point or the end's first).
         let (stop_x, stop_level) = match before {
-            Some(b) if !ev.up_x.contains(&last.x_start) => (b.x_end, b.level_end),
+            Some(b) if !ev.up_x.contains(&last.x_start) && !ramp_met_at_end(b, last) => {
+                (b.x_end, b.level_end)
+            }
             _ => (last.x_start, last.level_start),
         };
         let span = (stop_x - first.x_start).max(f64::MIN_POSITIVE);
@@ -1048,7 +1140,7 @@ impl Ctx<'_> {
             && fit.slope > self.thr
             && robust > self.thr
         {
-            return c.decide(Verdict::Leak, format!("saw-tooth whose {troughs}"));
+            return self.judge_rising_floor(c, env, fit.slope, &troughs);
         }
         if hi <= self.thr {
             return c.decide(Verdict::Stable, format!("saw-tooth with flat {troughs}"));
@@ -1065,6 +1157,90 @@ impl Ctx<'_> {
             self.per_x(self.thr)
         );
         c.decide(Verdict::Inconclusive, reason)
+    }
+
+    /// The troughs rise: whether the floor kept rising, over the window
+    /// minima. It stopped (a cache filling under churn) when their last
+    /// change-point segment (3+ windows) or the second half of a broken
+    /// stick with the knot at their median x rises less than half the pace
+    /// before it (or thr) at one-sided α — rule 5 of the other paths, on the
+    /// troughs: a plateau. A second half below half the pace, but not
+    /// significantly, is too early to tell. Otherwise a leak.
+    fn judge_rising_floor(
+        &self,
+        mut c: Classification,
+        env: &Envelope,
+        slope: f64,
+        troughs: &str,
+    ) -> Classification {
+        let (x, y): (Vec<f64>, Vec<f64>) = env.points.iter().copied().unzip();
+        if let Some((fill, end, stop)) = self.floor_stop(&x, &y, slope) {
+            let held: Vec<f64> = env
+                .points
+                .iter()
+                .filter(|(px, _)| *px >= stop)
+                .map(|(_, py)| *py)
+                .collect();
+            c.rate = Some(fill);
+            c.end_slope = Some(end);
+            c.end_start_x = Some(stop);
+            c.plateau = Some(PlateauInfo {
+                fill_rate: Some(fill),
+                stop_x: stop,
+                level: stats::mean(&held).unwrap_or(self.level),
+            });
+            let reason = format!(
+                "saw-tooth whose troughs rose {} until {}, then {} ({troughs})",
+                self.per_x(fill),
+                self.at_x(stop),
+                self.per_x(end)
+            );
+            return c.decide(Verdict::Plateau, reason);
+        }
+        if let Some(h) = halves(&x, &y).filter(|h| h.tail_slope < 0.5 * slope) {
+            c.end_slope = Some(h.tail_slope);
+            c.end_start_x = Some(h.knot);
+            let reason = format!(
+                "saw-tooth whose {troughs}; only {} in the second half: too early to tell whether the floor stopped",
+                self.per_x(h.tail_slope)
+            );
+            return c.decide(Verdict::Inconclusive, reason);
+        }
+        c.decide(Verdict::Leak, format!("saw-tooth whose {troughs}"))
+    }
+
+    /// Where the floor (window minima `x`, `y`) stopped rising, if it did:
+    /// (rate before, slope after, x where it stopped).
+    fn floor_stop(&self, x: &[f64], y: &[f64], slope: f64) -> Option<(f64, f64, f64)> {
+        let n = x.len();
+        let dx = (x[n - 1] - x[0]) / (n.max(2) - 1) as f64;
+        // The last change-point segment, when the search finds one.
+        if let Some(seg) = changepoint::segment(x, y, 0.25 * self.thr * dx)
+            && let [first, .., last] = seg.segments.as_slice()
+            && last.len() >= 3
+        {
+            let sigma = seg.residual_sd.unwrap_or(seg.noise_sd).max(seg.noise_sd);
+            let xs = &x[last.start..last.end];
+            let xm = stats::mean(xs)?;
+            let sxx: f64 = xs.iter().map(|v| (v - xm).powi(2)).sum();
+            let se = sigma / sxx.sqrt().max(f64::MIN_POSITIVE);
+            let df = (n as f64 - 2.0 * seg.segments.len() as f64).max(1.0);
+            // The search chose where the last segment starts: α/10.
+            let t = stats::student_t_quantile(1.0 - self.t.alpha / 10.0, df);
+            let pace = (last.level_start - first.level_start)
+                / (last.x_start - first.x_start).max(f64::MIN_POSITIVE);
+            if pace > self.thr && last.slope + t * se < (0.5 * pace).max(self.thr) {
+                return Some((pace, last.slope, last.x_start));
+            }
+        }
+        // Else the second half of a broken stick.
+        let h = halves(x, y)?;
+        let t = stats::student_t_quantile(1.0 - self.t.alpha, h.df);
+        (h.tail_slope + t * h.tail_slope_se < (0.5 * slope).max(self.thr)).then_some((
+            h.head_slope,
+            h.tail_slope,
+            h.knot,
+        ))
     }
 
     /// A saw-tooth whose teeth are too slow for the series: too few windows of two teeth each.
@@ -1293,6 +1469,35 @@ mod tests {
         assert_eq!([Plateau, Stable].into_iter().max(), Some(Plateau));
     }
 
+    /// The fixture's `--leak 4MiB --plateau-after 8 --then-leak 512KiB` over
+    /// 30 runs, as recorded: a leak at the end's rate, and the kink where the
+    /// fill slows is no step (the lines meet at run 8).
+    #[test]
+    fn a_fill_then_a_slower_leak_is_a_leak_at_the_end_rate_without_a_step() {
+        let y: Vec<f64> = (1..=30)
+            .map(|r: i32| {
+                let r = f64::from(r);
+                12.2 * MIB_ + 4.0 * MIB_ * (r - 1.0).min(7.0) + 512.0 * KIB * (r - 8.0).max(0.0)
+            })
+            .collect();
+        let c = classify(&runs(30), &y, None, &per_run());
+        assert_eq!(c.verdict, Verdict::Leak, "{c:#?}");
+        assert!(
+            (c.rate.unwrap() / (512.0 * KIB) - 1.0).abs() < 0.001,
+            "{c:?}"
+        );
+        assert!(c.steps.is_empty(), "{:?}", c.steps);
+        assert!(c.plateau.is_none());
+        // The same fill that stops instead is a plateau that stopped at run 8.
+        let y: Vec<f64> = (1..=30)
+            .map(|r: i32| 12.2 * MIB_ + 4.0 * MIB_ * (f64::from(r) - 1.0).min(7.0))
+            .collect();
+        let c = classify(&runs(30), &y, None, &per_run());
+        assert_eq!(c.verdict, Verdict::Plateau, "{c:#?}");
+        assert!(c.steps.is_empty(), "{:?}", c.steps);
+        assert_eq!(c.plateau.map(|p| p.stop_x), Some(8.0));
+    }
+
     /// memcached -m 64 driven past its cap (issue 10): anon KiB per run, ≈4.6 MiB/run for 14
     /// runs, then flat with eviction noise, 40 runs. Modelled on the issue's description.
     const MEMCACHED_KIB: [f64; 40] = [
@@ -1428,16 +1633,22 @@ mod tests {
     /// 0.5 s ± 30% for 120 s; with and without keeping 100 KiB/s, and with one lucky last sample
     /// on a peak.
     fn churn(keep_per_s: f64) -> (Vec<f64>, Vec<f64>) {
+        let (x, mut y) = churn_for(keep_per_s, 240, f64::INFINITY);
+        y[239] = 200.0 * MIB_ + keep_per_s * x[239] + 50.0 * MIB_;
+        (x, y)
+    }
+
+    /// `n` samples of that daemon, keeping `keep_per_s` until `stop` seconds.
+    fn churn_for(keep_per_s: f64, n: usize, stop: f64) -> (Vec<f64>, Vec<f64>) {
         let mut rng = crate::fit::changepoint::tests::Rng::new(17);
         let (mut x, mut y) = (Vec::new(), Vec::new());
         let mut t = 0.0;
-        for _ in 0..240 {
+        for _ in 0..n {
             t += 0.5 * (0.7 + 0.6 * rng.uniform());
             let tooth = (20.0 + 30.0 * rng.uniform()) * MIB_;
             x.push(t);
-            y.push(200.0 * MIB_ + keep_per_s * t + tooth * (t / 0.5).fract());
+            y.push(200.0 * MIB_ + keep_per_s * t.min(stop) + tooth * (t / 0.5).fract());
         }
-        y[239] = 200.0 * MIB_ + keep_per_s * t + 50.0 * MIB_;
         (x, y)
     }
 
@@ -1465,6 +1676,43 @@ mod tests {
         let rate = c.rate.unwrap();
         assert!((rate / (100.0 * KIB) - 1.0).abs() < 0.25, "{rate}");
         assert_eq!(c.end_slope, c.rate);
+    }
+
+    /// A floor that rises, then holds (a cache filling under churn): an
+    /// hour at 0.5 s ± 30% under 30 MiB teeth, `keep` KiB/s kept for the
+    /// first 40 minutes — a plateau with its fill rate, never a leak. (The
+    /// straight line through the troughs called these leaks before.)
+    #[test]
+    fn a_floor_that_stops_rising_is_a_plateau() {
+        let per_h = Thresholds {
+            min_slope_fraction: 0.001 / 3600.0,
+            min_slope_abs: 64.0 * KIB / 3600.0,
+            display_unit: "h",
+            display_scale: 3600.0,
+            ..Thresholds::default()
+        };
+        for keep in [2.0, 5.0, 10.0, 20.0] {
+            let mut rng = crate::fit::changepoint::tests::Rng::new(3);
+            let (mut x, mut y) = (Vec::new(), Vec::new());
+            let mut t = 0.0;
+            for _ in 0..7200 {
+                t += 0.5 * (0.7 + 0.6 * rng.uniform());
+                x.push(t);
+                let floor = 200.0 * MIB_ + keep * KIB * f64::min(t, 2400.0);
+                y.push(floor + 30.0 * MIB_ * (t / 0.5).fract());
+            }
+            let c = classify(&x, &y, None, &per_h);
+            assert_eq!(c.verdict, Verdict::Plateau, "{keep} KiB/s: {c:#?}");
+            let p = c.plateau.unwrap();
+            // Stopped at 2,400 s, give or take a window (300 s).
+            assert!((2100.0..=2700.0).contains(&p.stop_x), "{keep} KiB/s: {p:?}");
+            if keep <= 10.0 {
+                // Small next to the teeth: the troughs decide.
+                assert_eq!(c.decided_by, DecidedBy::Troughs, "{keep} KiB/s");
+                let fill = p.fill_rate.unwrap() / (keep * KIB);
+                assert!((fill - 1.0).abs() < 0.10, "{keep} KiB/s: fill {fill}");
+            }
+        }
     }
 
     #[test]

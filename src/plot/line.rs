@@ -457,7 +457,14 @@ fn draw_lines<DB: DrawingBackend>(
 ) -> Result<(), DrawErr> {
     for (i, (_, pts)) in p.lines.iter().enumerate() {
         let color = PALETTE[i % PALETTE.len()];
-        chart.draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))?;
+        // A thick line is drawn as a polygon with mitred joins: at the sharp
+        // zig-zags of a dense saw-tooth they spike far outside the plot in
+        // the bitmap backend. Dense series get a one-pixel line, no joins.
+        let width = if pts.len() > 400 { 1 } else { 2 };
+        chart.draw_series(LineSeries::new(
+            pts.iter().copied(),
+            color.stroke_width(width),
+        ))?;
         // Markers help with sparse per-run data; for long time series they merge into a blur,
         // so shrink them and finally drop them.
         // (Radius 3 and below rasterise as squares, hence 4.)

@@ -2,7 +2,7 @@
 //! `Analysis` and its rows; `plot` draws them, `write_all` saves them as SVG and PNG.
 
 use crate::Analysis;
-use crate::fit::{SeriesFit, thin};
+use crate::fit::{DecidedBy, PlateauInfo, SeriesFit, thin};
 use crate::plot::{
     self, BarChart, FitOverlay, Line, LineChart, ModelLine, ModelStyle, PlotError, YUnit,
 };
@@ -299,17 +299,36 @@ fn model_lines(f: &SeriesFit, k: f64) -> Vec<ModelLine> {
             points: m.troughs.iter().map(|&(x, y)| (x / k, y)).collect(),
             style: ModelStyle::Envelope,
         });
-        out.push(ModelLine {
-            name: format!(
-                "troughs' line ({})",
-                f.x.format_rate(slope, f.metric.is_bytes())
-            ),
-            points: [first.0, last.0]
-                .iter()
-                .map(|&x| (x / k, intercept + slope * x))
-                .collect(),
-            style: ModelStyle::Steps,
-        });
+        let bytes = f.metric.is_bytes();
+        out.push(
+            match f.plateau.filter(|_| f.decided_by == DecidedBy::Troughs) {
+                // The floor rose, then held: the two pieces the verdict judged.
+                Some(PlateauInfo {
+                    fill_rate: Some(fill),
+                    stop_x,
+                    level,
+                }) => {
+                    let end = f.end_slope.unwrap_or(0.0);
+                    ModelLine {
+                        name: format!("troughs: {}, then held", f.x.format_rate(fill, bytes)),
+                        points: vec![
+                            (first.0 / k, level - fill * (stop_x - first.0)),
+                            (stop_x / k, level),
+                            (last.0 / k, level + end * (last.0 - stop_x)),
+                        ],
+                        style: ModelStyle::Steps,
+                    }
+                }
+                _ => ModelLine {
+                    name: format!("troughs' line ({})", f.x.format_rate(slope, bytes)),
+                    points: [first.0, last.0]
+                        .iter()
+                        .map(|&x| (x / k, intercept + slope * x))
+                        .collect(),
+                    style: ModelStyle::Steps,
+                },
+            },
+        );
     }
     out
 }

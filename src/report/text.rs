@@ -98,7 +98,7 @@ pub fn verdict_line(a: &Analysis, f: &SeriesFit) -> String {
     match f.verdict {
         Verdict::Plateau => {
             if let Some(t) = f.end_slope {
-                line.push_str(&format!("; the end does not rise ({})", rate(f, t)));
+                line.push_str(&format!("; {} at the end", rate(f, t)));
             }
         }
         Verdict::Inconclusive => {

@@ -29,6 +29,35 @@ fn the_pantsd_seed_is_a_leak_of_4_2_to_4_7_mb_per_run() {
     assert!(!seed.join("summary.json").exists());
 }
 
+/// A real churning daemon (`fixtures/real/churn_daemon.py --retain-rate
+/// 20KiB --retain-for 180`, 20–50 MiB freed every 0.5 s) attached for 5
+/// minutes at 250 ms, recorded: its floor rose 70.3 MiB/h for 180 s, then
+/// held. A plateau judged by its troughs (the straight trough line called
+/// it a leak of +50 MiB/h before).
+#[test]
+fn a_churning_daemon_whose_floor_stops_rising_is_a_plateau() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("r");
+    let recorded = Path::new(env!("CARGO_MANIFEST_DIR")).join("reports/examples/gc-fill");
+    let status = leakwatch()
+        .args(["report", "--quiet"])
+        .arg(&recorded)
+        .arg("--out")
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let s = summary(&out);
+    let anon = series(&s, "target", "anon_bytes");
+    assert_eq!(anon["verdict"], "plateau", "{anon:#}");
+    assert_eq!(anon["decided_by"], "troughs", "{anon:#}");
+    let fill = anon["plateau"]["fill_rate"].as_f64().unwrap() * 3600.0;
+    assert_within("fill rate", fill, 20.0 * 1024.0 * 3600.0, 0.15);
+    let stop = anon["plateau"]["stop_x"].as_f64().unwrap();
+    assert!((150.0..=230.0).contains(&stop), "stop {stop}");
+    assert_ne!(s["verdict"], "leak");
+}
+
 fn run_client(
     out: &Path,
     socket: &Path,
@@ -106,6 +135,10 @@ fn leaky_daemon_is_a_leak_in_anonymous_memory_every_time() {
 /// moves a small daemon's PSS by a few hundred KiB; 10 runs cannot always
 /// tell that noise from slow growth, and say "inconclusive" rather than guess.)
 fn watched(daemon_args: &[&str]) -> (serde_json::Value, String) {
+    watched_for(15, daemon_args)
+}
+
+fn watched_for(runs: u32, daemon_args: &[&str]) -> (serde_json::Value, String) {
     let tmp = tempfile::tempdir().unwrap();
     let socket = tmp.path().join("s");
     let mut args = vec!["daemon", "--socket", socket.to_str().unwrap()];
@@ -117,7 +150,7 @@ fn watched(daemon_args: &[&str]) -> (serde_json::Value, String) {
     let s = run_client(
         &out,
         &socket,
-        15,
+        runs,
         &["--watch", &pid],
         &["client", "--no-spawn"],
     );
@@ -139,6 +172,31 @@ fn plateauing_daemon_is_a_plateau_not_a_leak_every_time() {
         assert_within("fill rate", fill, 4.0 * MIB, 0.10);
         let grown = anon["last"].as_f64().unwrap() - anon["first"].as_f64().unwrap();
         assert_within("total growth", grown, 20.0 * MIB, 0.02);
+    }
+}
+
+#[test]
+fn a_fill_then_a_slower_leak_is_a_leak_at_the_slower_rate_every_time() {
+    for attempt in 0..2 {
+        // 4 MiB for each of the first 8 requests, then 512 KiB for each.
+        let (s, name) = watched_for(
+            30,
+            &[
+                "--leak",
+                "4MiB",
+                "--plateau-after",
+                "8",
+                "--then-leak",
+                "512KiB",
+            ],
+        );
+        let anon = series(&s, &name, "anon_bytes");
+        assert_eq!(anon["verdict"], "leak", "attempt {attempt}: {anon:#}");
+        assert_eq!(s["verdict"], "leak");
+        // The headline is the end's rate, not the fill's nor the line's.
+        let rate = anon["rate"].as_f64().unwrap();
+        assert_within("rate", rate, 0.5 * MIB, 0.10);
+        assert!(anon["plateau"].is_null(), "{anon:#}");
     }
 }
 
