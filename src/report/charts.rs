@@ -1,6 +1,8 @@
 //! The charts of a report, built as `plot::LineChart` / `plot::BarChart` values from an
 //! `Analysis` and its rows; `plot` draws them, `write_all` saves them as SVG and PNG.
 
+use std::collections::BTreeMap;
+
 use crate::Analysis;
 use crate::fit::{DecidedBy, PlateauInfo, SeriesFit, thin};
 use crate::plot::{
@@ -238,23 +240,18 @@ fn headline(a: &Analysis, f: &SeriesFit) -> Option<Plot> {
     } else {
         "over time"
     };
+    let name = scope_name(&a.labels, f.scope);
     Some(Plot {
         kind: Kind::Headline,
         scope: f.scope,
         stem: format!("{}-{}", file_safe(f.scope), metric_stem(f.metric)),
         caption: format!(
-            "{} {} {per}{drawn} ({})",
-            f.scope,
+            "{name} {} {per}{drawn} ({})",
             f.metric.label(),
             f.verdict.as_str()
         ),
         chart: Chart::Line(LineChart {
-            title: format!(
-                "{} {} {per}: {}",
-                f.scope,
-                f.metric.label(),
-                f.verdict.as_str()
-            ),
+            title: format!("{name} {} {per}: {}", f.metric.label(), f.verdict.as_str()),
             x_label: scale.label.to_string(),
             y_label: f.metric.label().to_string(),
             y_unit: y_unit(f.metric),
@@ -268,6 +265,24 @@ fn headline(a: &Analysis, f: &SeriesFit) -> Option<Plot> {
             markers: markers(f, k),
         }),
     })
+}
+
+/// A scope as charts name it: an `analyze` series with its label set
+/// (`series:0 {job="api",pod="api-7d9f"}`, cut to fit a title), others as
+/// they are.
+fn scope_name(labels: &BTreeMap<u32, String>, scope: Scope) -> String {
+    const MAX_LABELS: usize = 40;
+    match scope {
+        Scope::Series(i) => match labels.get(&i) {
+            Some(labels) if labels.chars().count() > MAX_LABELS => {
+                let cut: String = labels.chars().take(MAX_LABELS - 1).collect();
+                format!("{scope} {cut}…")
+            }
+            Some(labels) => format!("{scope} {labels}"),
+            None => scope.to_string(),
+        },
+        _ => scope.to_string(),
+    }
 }
 
 /// Most points a chart draws one by one (a day of 1 s samples is averaged).
@@ -476,6 +491,25 @@ mod tests {
     fn scope_names_become_file_names() {
         assert_eq!(file_safe(Scope::Pid(4242)), "pid-4242");
         assert_eq!(file_safe(Scope::Survivors), "survivors");
+    }
+
+    #[test]
+    fn an_analyzed_series_is_named_by_its_labels_in_charts() {
+        let labels = BTreeMap::from([
+            (0, r#"{container="api",pod="api-7d9f"}"#.to_string()),
+            (1, format!(r#"{{pod="{}"}}"#, "x".repeat(60))),
+        ]);
+        assert_eq!(
+            scope_name(&labels, Scope::Series(0)),
+            r#"series:0 {container="api",pod="api-7d9f"}"#
+        );
+        let long = scope_name(&labels, Scope::Series(1));
+        assert!(
+            long.ends_with('…') && long.chars().count() == 9 + 40,
+            "{long}"
+        );
+        assert_eq!(scope_name(&labels, Scope::Series(2)), "series:2");
+        assert_eq!(scope_name(&labels, Scope::Target), "target");
     }
 
     #[test]
