@@ -1439,6 +1439,17 @@ mod tests {
         }
     }
 
+    /// As `fit::thresholds` makes them for x = seconds.
+    fn per_hour() -> Thresholds {
+        Thresholds {
+            min_slope_fraction: 0.001 / 3600.0,
+            min_slope_abs: 64.0 * KIB / 3600.0,
+            display_unit: "h",
+            display_scale: 3600.0,
+            ..Thresholds::default()
+        }
+    }
+
     const KIB: f64 = 1024.0;
     const MIB_: f64 = 1024.0 * 1024.0;
 
@@ -1633,34 +1644,22 @@ mod tests {
     /// 0.5 s ± 30% for 120 s; with and without keeping 100 KiB/s, and with one lucky last sample
     /// on a peak.
     fn churn(keep_per_s: f64) -> (Vec<f64>, Vec<f64>) {
-        let (x, mut y) = churn_for(keep_per_s, 240, f64::INFINITY);
-        y[239] = 200.0 * MIB_ + keep_per_s * x[239] + 50.0 * MIB_;
-        (x, y)
-    }
-
-    /// `n` samples of that daemon, keeping `keep_per_s` until `stop` seconds.
-    fn churn_for(keep_per_s: f64, n: usize, stop: f64) -> (Vec<f64>, Vec<f64>) {
         let mut rng = crate::fit::changepoint::tests::Rng::new(17);
         let (mut x, mut y) = (Vec::new(), Vec::new());
         let mut t = 0.0;
-        for _ in 0..n {
+        for _ in 0..240 {
             t += 0.5 * (0.7 + 0.6 * rng.uniform());
             let tooth = (20.0 + 30.0 * rng.uniform()) * MIB_;
             x.push(t);
-            y.push(200.0 * MIB_ + keep_per_s * t.min(stop) + tooth * (t / 0.5).fract());
+            y.push(200.0 * MIB_ + keep_per_s * t + tooth * (t / 0.5).fract());
         }
+        y[239] = 200.0 * MIB_ + keep_per_s * t + 50.0 * MIB_;
         (x, y)
     }
 
     #[test]
     fn churn_is_judged_by_its_troughs() {
-        let per_h = Thresholds {
-            min_slope_fraction: 0.001 / 3600.0,
-            min_slope_abs: 64.0 * KIB / 3600.0,
-            display_unit: "h",
-            display_scale: 3600.0,
-            ..Thresholds::default()
-        };
+        let per_h = per_hour();
         let (x, y) = churn(0.0);
         let c = classify(&x, &y, None, &per_h);
         assert_eq!(c.decided_by, DecidedBy::Troughs, "{c:#?}");
@@ -1684,13 +1683,7 @@ mod tests {
     /// straight line through the troughs called these leaks before.)
     #[test]
     fn a_floor_that_stops_rising_is_a_plateau() {
-        let per_h = Thresholds {
-            min_slope_fraction: 0.001 / 3600.0,
-            min_slope_abs: 64.0 * KIB / 3600.0,
-            display_unit: "h",
-            display_scale: 3600.0,
-            ..Thresholds::default()
-        };
+        let per_h = per_hour();
         for keep in [2.0, 5.0, 10.0, 20.0] {
             let mut rng = crate::fit::changepoint::tests::Rng::new(3);
             let (mut x, mut y) = (Vec::new(), Vec::new());
