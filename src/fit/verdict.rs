@@ -724,6 +724,20 @@ fn jump_between(a: &Segment, b: &Segment) -> f64 {
     }
 }
 
+/// Standard error of a least-squares slope over the points at `xs`, with
+/// noise sd `sigma`.
+fn slope_se(xs: &[f64], sigma: f64) -> f64 {
+    let xm = stats::mean(xs).unwrap_or(0.0);
+    let sxx: f64 = xs.iter().map(|v| (v - xm).powi(2)).sum();
+    sigma / sxx.sqrt().max(f64::MIN_POSITIVE)
+}
+
+/// The noise sd a segmentation's slopes are tested with: the residuals'
+/// about the segments, never below the noise floor the search used.
+fn segment_sigma(seg: &changepoint::Segmentation) -> f64 {
+    seg.residual_sd.unwrap_or(seg.noise_sd).max(seg.noise_sd)
+}
+
 /// A broken stick over `x`, `y` with the knot at their median x.
 fn halves(x: &[f64], y: &[f64]) -> Option<stats::SegmentedFit> {
     let mut sorted = x.to_vec();
@@ -764,10 +778,7 @@ struct Events {
 impl Ctx<'_> {
     /// Slope of a segment and its standard error with noise sd `sigma`.
     fn segment_slope(&self, s: &Segment, sigma: f64) -> (f64, f64) {
-        let xs = &self.x[s.start..s.end];
-        let xm = stats::mean(xs).unwrap_or(0.0);
-        let sxx: f64 = xs.iter().map(|v| (v - xm).powi(2)).sum();
-        (s.slope, sigma / sxx.sqrt().max(f64::MIN_POSITIVE))
+        (s.slope, slope_se(&self.x[s.start..s.end], sigma))
     }
 
     /// Jumps between segments are significant at two-sided level α (standard error from the two
@@ -817,7 +828,7 @@ impl Ctx<'_> {
         let (Some(first), Some(last)) = (segs.first(), segs.last()) else {
             return self.judge_line(c);
         };
-        let sigma = seg.residual_sd.unwrap_or(seg.noise_sd).max(seg.noise_sd);
+        let sigma = segment_sigma(seg);
         let (end_slope, end_se) = self.segment_slope(last, sigma);
         let ev = self.events(segs, sigma);
         c.segments = segs.clone();
@@ -1219,11 +1230,7 @@ impl Ctx<'_> {
             && let [first, .., last] = seg.segments.as_slice()
             && last.len() >= 3
         {
-            let sigma = seg.residual_sd.unwrap_or(seg.noise_sd).max(seg.noise_sd);
-            let xs = &x[last.start..last.end];
-            let xm = stats::mean(xs)?;
-            let sxx: f64 = xs.iter().map(|v| (v - xm).powi(2)).sum();
-            let se = sigma / sxx.sqrt().max(f64::MIN_POSITIVE);
+            let se = slope_se(&x[last.start..last.end], segment_sigma(&seg));
             let df = (n as f64 - 2.0 * seg.segments.len() as f64).max(1.0);
             // The search chose where the last segment starts: α/10.
             let t = stats::student_t_quantile(1.0 - self.t.alpha / 10.0, df);
