@@ -125,6 +125,7 @@ fn compare_series(current: &Summary, baseline: &Summary, tolerance: f64, on: &Ga
             metric: on.metric.name().into(),
             limit: format!("baseline +{:.0}%", tolerance * 100.0),
             passed: false,
+            undecided: false,
             message: format!(
                 "{} {} is missing from the {}; compare runs of the same command",
                 on.series,
@@ -142,14 +143,16 @@ fn compare_series(current: &Summary, baseline: &Summary, tolerance: f64, on: &Ga
     } else {
         0.0
     };
-    let base_hi = base
-        .slope_ci95
+    // The rate the verdict rests on and its CI, as the gate judges them.
+    let rate = |f: &SeriesFit| f.judged_rate().0;
+    let interval = |f: &SeriesFit| f.judged_rate().1;
+    let base_hi = interval(base)
         .map(|c| c.1)
-        .or(base.slope)
+        .or(rate(base))
         .unwrap_or(0.0)
         .max(0.0);
     let allowed = base_hi * (1.0 + tolerance) + abs;
-    let cur_lo = cur.slope_ci95.map(|c| c.0).or(cur.slope).unwrap_or(0.0);
+    let cur_lo = interval(cur).map(|c| c.0).or(rate(cur)).unwrap_or(0.0);
     let fmt = |v: f64| cur.x.format_limit(v, on.metric.is_bytes());
     Check {
         name,
@@ -157,13 +160,14 @@ fn compare_series(current: &Summary, baseline: &Summary, tolerance: f64, on: &Ga
         metric: on.metric.name().into(),
         limit: fmt(allowed),
         passed: cur_lo <= allowed,
+        undecided: false,
         message: format!(
-            "{} {}: slope {} (95% CI from {}) vs baseline {} (CI up to {}); allowed up to {}",
+            "{} {}: rate {} (CI from {}) vs baseline {} (CI up to {}); allowed up to {}",
             on.series,
             on.metric.name(),
-            fmt(cur.slope.unwrap_or(0.0)),
+            fmt(rate(cur).unwrap_or(0.0)),
             fmt(cur_lo),
-            fmt(base.slope.unwrap_or(0.0)),
+            fmt(rate(base).unwrap_or(0.0)),
             fmt(base_hi),
             fmt(allowed)
         ),
@@ -188,6 +192,7 @@ fn compare_peak(current: &Summary, baseline: &Summary, tolerance: f64) -> Option
         metric: "rss_bytes".into(),
         limit,
         passed,
+        undecided: false,
         message,
     };
     let short = median_duration(current).min(median_duration(baseline));
@@ -223,13 +228,13 @@ mod tests {
 
     const MIB: f64 = 1024.0 * 1024.0;
 
-    /// A run summary with one survivors PSS series and runs of `run_s` seconds.
+    /// A run summary with one survivors anon series and runs of `run_s` seconds.
     fn summary(slope_mib: f64, ci_mib: (f64, f64), peak: u64, run_s: f64) -> Summary {
         let json = serde_json::json!({
             "schema_version": 1, "mode": "run", "duration_s": 10.0, "interrupted": false,
             "verdict": "leak", "warmup": {"mode": "auto", "trimmed": 0},
             "series": [{
-                "name": "survivors", "metric": "pss_bytes", "x": "run", "n": 10,
+                "name": "survivors", "metric": "anon_bytes", "x": "run", "n": 10,
                 "first": 1e8, "last": 1.4e8, "slope": slope_mib * MIB,
                 "slope_ci95": [ci_mib.0 * MIB, ci_mib.1 * MIB], "robust_slope": null,
                 "trend_p": null, "r2": null, "growth_pct_per_x": null, "tail_slope": null,
@@ -247,7 +252,7 @@ mod tests {
     fn on() -> GateOn {
         GateOn {
             series: Scope::Survivors,
-            metric: Metric::PssBytes,
+            metric: Metric::AnonBytes,
         }
     }
 
@@ -317,7 +322,7 @@ mod tests {
     }
 
     #[test]
-    fn baseline_targets_default_to_the_followed_pss() {
+    fn baseline_targets_default_to_the_verdicts_own_series() {
         let base = summary(1.0, (0.9, 1.1), 100 << 20, 1.0);
         assert_eq!(baseline_targets(&base), vec![on()]);
     }

@@ -190,13 +190,14 @@ pub struct ReportArgs {
 #[derive(Debug, Args)]
 #[command(next_help_heading = "CI gate (exit 1 when it fails)")]
 pub struct GateArgs {
-    /// Fail when the growth is, beyond reasonable doubt, faster than this:
-    /// '512KiB/run', '20MiB/h', '1%/run', '2%/h', or '40%' in total. Repeatable.
+    /// Fail when the 95% CI of the rate the verdict rests on lies above this:
+    /// '512KiB/run', '20MiB/h', '1%/run', '2%/h', or '40%' in total; pass when
+    /// it lies below; undecided in between (see --undecided). Repeatable.
     #[arg(long, value_name = "RATE", allow_hyphen_values = true)]
     pub max_growth: Vec<String>,
 
-    /// The series to gate, SERIES:METRIC (default: the followed processes'
-    /// pss_bytes, else command:rss_bytes). Repeatable.
+    /// The series to gate, SERIES:METRIC (default: the verdict's own, the
+    /// followed processes' anon_bytes, else command:rss_bytes). Repeatable.
     #[arg(long, value_name = "SERIES:METRIC")]
     pub gate_on: Vec<String>,
 
@@ -205,10 +206,16 @@ pub struct GateArgs {
     #[arg(long, value_name = "SIZE", allow_hyphen_values = true)]
     pub max_peak: Option<String>,
 
-    /// 'ci': fail only when the 95% CI's lower end exceeds the limit
-    /// (default, never flaky); 'slope': when the slope itself does (stricter).
+    /// 'ci': judge the rate's 95% CI (default, never flaky); 'slope': the
+    /// rate itself (stricter, flakier).
     #[arg(long, default_value = "ci", value_name = "RULE")]
     pub gate_rule: String,
+
+    /// What a check whose interval contains the limit does: 'pass' (default:
+    /// the data do not show the limit exceeded; it is reported as undecided
+    /// with the rerun that would decide it) or 'fail' (strict pipelines).
+    #[arg(long, default_value = "pass", value_name = "pass|fail")]
+    pub undecided: String,
 
     /// Write the gate's result as JUnit XML (one test case per check).
     #[arg(long, value_name = "FILE")]

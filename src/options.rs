@@ -99,6 +99,7 @@ fn gate_setup(args: &GateArgs, x: Option<XAxis>) -> Result<GateSetup, OptionsErr
             gate_on: gate_on(&args.gate_on)?,
             max_peak_bytes: size("max-peak", args.max_peak.as_deref())?,
             rule: gate::parse_rule(&args.gate_rule)?,
+            on_undecided: gate::parse_on_undecided(&args.undecided)?,
         },
         junit: args.junit.clone(),
         save_baseline: args.save_baseline.clone(),

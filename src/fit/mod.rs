@@ -89,6 +89,10 @@ pub struct SeriesFit {
     /// one "end" stderr, report.md and summary.json all show.
     #[serde(default)]
     pub end_slope: Option<f64>,
+    /// The 95% CI of the end slope: the least-squares line over the points
+    /// from `end_start_x` on.
+    #[serde(default)]
+    pub end_slope_ci95: Option<(f64, f64)>,
     #[serde(default)]
     pub end_start_x: Option<f64>,
     /// For a plateau: fill rate, where it stopped, the level it holds.
@@ -121,6 +125,22 @@ pub struct SeriesFit {
     /// and the troughs with their line when a saw-tooth was judged on them.
     #[serde(skip)]
     pub model: Model,
+}
+
+impl SeriesFit {
+    /// The rate the verdict rests on at the end of the series, and its 95%
+    /// CI: a leak's rate; a plateau's slope at the end (not its fill rate:
+    /// what it adds from here on); the least-squares slope otherwise. What
+    /// the gate judges against its limit.
+    pub fn judged_rate(&self) -> (Option<f64>, Option<(f64, f64)>) {
+        match self.verdict {
+            Verdict::Leak => (self.rate.or(self.slope), self.rate_ci95.or(self.slope_ci95)),
+            Verdict::Plateau if self.end_slope_ci95.is_some() => {
+                (self.end_slope, self.end_slope_ci95)
+            }
+            _ => (self.slope, self.slope_ci95),
+        }
+    }
 }
 
 /// What the charts draw instead of a straight line when the verdict did.
@@ -193,6 +213,10 @@ pub fn fit(series: &Series, warmup: usize) -> SeriesFit {
         rate: c.rate,
         rate_ci95,
         end_slope: c.end_slope,
+        end_slope_ci95: c.end_start_x.and_then(|from| {
+            let k = xs[warm..].partition_point(|&x| x < from);
+            stats::ols(&xs[warm + k..], &ys[warm + k..])?.slope_ci95
+        }),
         end_start_x: c.end_start_x,
         plateau: c.plateau,
         steps: real_steps(&c),

@@ -354,7 +354,12 @@ pub fn classify(x: &[f64], y: &[f64], warmup: Option<usize>, t: &Thresholds) -> 
     c = ctx.describe(c);
     c.envelope = envelope::lower_envelope(x, y);
     match c.envelope.clone() {
-        Some(env) if env.sharpness < envelope::SAWTOOTH_SHARPNESS => ctx.judge_troughs(c, &env),
+        // A saw-tooth only when collections were seen: a hard floor *and* at least one drop
+        // per window. A ramp that curves has a hard lower edge of residuals too, but no drops
+        // (a PostgreSQL backend growing 2 GiB/h was judged on "0 drops" before).
+        Some(env) if env.sharpness < envelope::SAWTOOTH_SHARPNESS && env.drops >= env.windows => {
+            ctx.judge_troughs(c, &env)
+        }
         _ => ctx.judge_mean(c),
     }
 }
@@ -507,7 +512,10 @@ impl Ctx<'_> {
             c.end_slope = Some(s.tail_slope);
             c.end_start_x = Some(knot);
         }
-        let rising = self.mk.s > 0.0 && self.mk.p_two_sided < self.t.alpha;
+        // Growth is significant by the trend test, or by the line's CI lying wholly above the
+        // threshold: Mann–Kendall cannot reach p < 0.01 on 5 points (its least p is 0.017),
+        // and a perfect 4 MiB/run line over 5 runs is growth, not "no significant trend".
+        let rising = self.mk.s > 0.0 && self.mk.p_two_sided < self.t.alpha || self.ci.0 > self.thr;
         if !(rising && self.ci.0 > 0.0) {
             return self.not_significant(c, rising);
         }

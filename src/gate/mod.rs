@@ -1,15 +1,21 @@
-//! The CI gate: growth limits judged on evidence, baselines, JUnit.
+//! The CI gate: growth and peak limits judged on the verdict's own evidence.
+//! (Baselines are compared in `crate::check`; JUnit is written by
+//! `crate::report::junit`.)
 //!
-//! The rule (default): a series fails a rate limit only when it is a `leak`
-//! and the *lower* end of its slope's 95% confidence interval is above the
-//! limit, i.e. when the data say the growth is faster than allowed, not when
-//! one noisy run says so. `--gate-rule slope` compares the slope itself
-//! instead (stricter, and flakier). A total limit (`40%`) fails when the
-//! growth over the whole run, at the CI's lower slope, exceeds it.
+//! The rule (default, `ci`): a rate limit is judged on the rate the verdict
+//! rests on and its 95% CI (`SeriesFit::judged_rate`) — it **fails**
+//! when the interval's lower end is above the limit, whatever the verdict,
+//! **passes** when its upper end is below, and is **undecided** in between;
+//! `--undecided pass|fail` says what undecided does (default pass: the data
+//! do not show the limit exceeded, and a gate that fails on noise is a flaky
+//! gate; an undecided check is printed as such with the rerun that would
+//! decide it). `--gate-rule slope` compares the rate itself (stricter, and
+//! flakier). A total limit (`40%`) is the growth over the whole run at the
+//! interval's ends.
 
 use serde::{Deserialize, Serialize};
 
-use crate::fit::{Analysis, SeriesFit, Verdict};
+use crate::fit::{Analysis, SeriesFit};
 use crate::series::{Metric, XAxis};
 use crate::store::Scope;
 use crate::units::{format_bytes, parse_size};
@@ -40,6 +46,8 @@ pub enum GateError {
         "--gate-rule '{0}' is not a rule; use 'ci' (default: the CI's lower end must exceed the limit) or 'slope'"
     )]
     Rule(String),
+    #[error("--undecided '{0}' is not a choice; use 'pass' (default) or 'fail'")]
+    Undecided(String),
     #[error("--gate-on '{target}': this run has no such series; it has {available}")]
     NoSeries { target: String, available: String },
 }
@@ -136,8 +144,9 @@ pub fn parse_gate_on(text: &str) -> Result<GateOn, GateError> {
     Ok(GateOn { series, metric })
 }
 
-/// The default gated series: the first followed scope's PSS, else its RSS
-/// (with at least two points to judge), else the command's RSS peak.
+/// The default gated series: the verdict's own — the first followed scope's
+/// primary metric (anon, else RSS: `fit::primary_metric`, with at least two
+/// points to judge), else the command's RSS peak.
 /// `available` is every (scope, metric, points) there is, in any order.
 pub fn default_gate_on(available: &[(Scope, Metric, usize)]) -> GateOn {
     let has = |scope: Scope, metric: Metric| {
@@ -151,7 +160,7 @@ pub fn default_gate_on(available: &[(Scope, Metric, usize)]) -> GateOn {
     scopes
         .into_iter()
         .filter(|&s| s != Scope::Command && s != Scope::Session)
-        .flat_map(|s| [Metric::PssBytes, Metric::RssBytes].map(|m| (s, m)))
+        .flat_map(|s| [Metric::AnonBytes, Metric::RssBytes].map(|m| (s, m)))
         .find(|&(s, m)| has(s, m))
         .map(|(series, metric)| GateOn { series, metric })
         .unwrap_or(GateOn {
@@ -177,12 +186,30 @@ pub fn parse_rule(text: &str) -> Result<Rule, GateError> {
     }
 }
 
+/// What an undecided check does to the gate.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnUndecided {
+    #[default]
+    Pass,
+    Fail,
+}
+
+pub fn parse_on_undecided(text: &str) -> Result<OnUndecided, GateError> {
+    match text.trim() {
+        "pass" => Ok(OnUndecided::Pass),
+        "fail" => Ok(OnUndecided::Fail),
+        other => Err(GateError::Undecided(other.to_string())),
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct GateOptions {
     pub max_growth: Vec<GrowthLimit>,
     pub gate_on: Vec<GateOn>,
     pub max_peak_bytes: Option<u64>,
     pub rule: Rule,
+    pub on_undecided: OnUndecided,
 }
 
 impl GateOptions {
@@ -199,7 +226,11 @@ pub struct Check {
     pub series: Scope,
     pub metric: String,
     pub limit: String,
+    /// Not failed: below the limit, or undecided under `--undecided pass`.
     pub passed: bool,
+    /// The interval contains the limit: the data cannot tell.
+    #[serde(default)]
+    pub undecided: bool,
     /// The numbers behind the outcome, for people.
     pub message: String,
 }
@@ -209,23 +240,52 @@ pub struct GateResult {
     pub passed: bool,
     /// `ci` or `slope`.
     pub rule: Rule,
+    /// What undecided checks did: `pass` or `fail`.
+    #[serde(default)]
+    pub on_undecided: OnUndecided,
     pub checks: Vec<Check>,
     /// Messages of the failed checks.
     pub violations: Vec<String>,
+    /// Messages of the undecided checks.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub undecided: Vec<String>,
 }
 
 impl GateResult {
     pub fn from_checks(rule: Rule, checks: Vec<Check>) -> GateResult {
-        let violations: Vec<String> = checks
+        GateResult::with_policy(rule, OnUndecided::Pass, checks)
+    }
+
+    /// Undecided checks fail under `OnUndecided::Fail`.
+    pub fn with_policy(
+        rule: Rule,
+        on_undecided: OnUndecided,
+        mut checks: Vec<Check>,
+    ) -> GateResult {
+        for c in checks.iter_mut().filter(|c| c.undecided) {
+            c.passed = on_undecided == OnUndecided::Pass;
+        }
+        let messages = |undecided: bool| -> Vec<String> {
+            checks
+                .iter()
+                .filter(|c| !c.passed && c.undecided == undecided)
+                .map(|c| c.message.clone())
+                .collect()
+        };
+        let violations = messages(false);
+        let undecided = checks
             .iter()
-            .filter(|c| !c.passed)
+            .filter(|c| c.undecided)
             .map(|c| c.message.clone())
             .collect();
+        let passed = checks.iter().all(|c| c.passed);
         GateResult {
-            passed: violations.is_empty(),
+            passed,
             rule,
+            on_undecided,
             checks,
             violations,
+            undecided,
         }
     }
 }
@@ -249,6 +309,15 @@ pub fn check_axis(limit: &GrowthLimit, x: XAxis) -> Result<(), GateError> {
 }
 
 impl Check {
+    /// `ok`, `FAIL` or `undecided` (which passed or failed by `--undecided`).
+    pub fn mark(&self) -> &'static str {
+        match (self.undecided, self.passed) {
+            (true, _) => "undecided",
+            (false, true) => "ok",
+            (false, false) => "FAIL",
+        }
+    }
+
     fn new(name: String, series: Scope, metric: Metric, limit: String) -> Check {
         Check {
             name,
@@ -256,6 +325,7 @@ impl Check {
             metric: metric.name().into(),
             limit,
             passed: true,
+            undecided: false,
             message: String::new(),
         }
     }
@@ -263,6 +333,14 @@ impl Check {
     fn outcome(self, passed: bool, message: String) -> Check {
         Check {
             passed,
+            message,
+            ..self
+        }
+    }
+
+    fn undecided(self, message: String) -> Check {
+        Check {
+            undecided: true,
             message,
             ..self
         }
@@ -280,14 +358,9 @@ fn check_growth(f: &SeriesFit, limit: &GrowthLimit, rule: Rule) -> Result<Check,
     );
     // A gate that cannot judge must not pass quietly: a broken command in CI
     // would otherwise "pass" the leak gate.
-    // A leak is judged at the rate its verdict rests on (the troughs' for a
-    // saw-tooth, the end's when it started part-way); anything else at its
-    // least-squares slope.
-    let (rate, ci) = match f.verdict {
-        Verdict::Leak => (f.rate.or(f.slope), f.rate_ci95.or(f.slope_ci95)),
-        _ => (f.slope, f.slope_ci95),
-    };
-    let (Some(slope), Some((lo, _))) = (rate, ci) else {
+    // The verdict's own estimate and interval, whatever the verdict.
+    let (rate, ci) = f.judged_rate();
+    let (Some(rate), Some((lo, hi))) = (rate, ci) else {
         return Ok(check.outcome(
             false,
             format!(
@@ -298,50 +371,61 @@ fn check_growth(f: &SeriesFit, limit: &GrowthLimit, rule: Rule) -> Result<Check,
             ),
         ));
     };
-    let tested = match rule {
-        Rule::Ci => lo,
-        Rule::Slope => slope,
+    let (tested_lo, tested_hi) = match rule {
+        Rule::Ci => (lo, hi),
+        Rule::Slope => (rate, rate),
     };
     // The level relative limits refer to: the mean of the fitted points,
     // as for growth_pct_per_x (a warm-up point does not set it).
     let level = f.mean_level.max(1.0);
     // check_axis above made sure a rate's unit is the series' x.
-    let (value, threshold, total) = match limit.limit {
-        Limit::BytesPerRun(b) | Limit::BytesPerSecond(b) => (tested, b, false),
-        Limit::FractionPerRun(p) | Limit::FractionPerSecond(p) => (tested, p * level, false),
+    let (scale, threshold, total) = match limit.limit {
+        Limit::BytesPerRun(b) | Limit::BytesPerSecond(b) => (1.0, b, false),
+        Limit::FractionPerRun(p) | Limit::FractionPerSecond(p) => (1.0, p * level, false),
         // A total is of the starting level: the fitted line at the first
         // fitted point (the mean sits mid-span for evenly spaced points).
         Limit::Total(p) => {
-            let start = (f.mean_level - slope * f.x_span / 2.0).max(1.0);
-            (tested * f.x_span, p * start, true)
+            let start = (f.mean_level - rate * f.x_span / 2.0).max(1.0);
+            (f.x_span, p * start, true)
         }
     };
-    // Rate limits fail only on a leak: a plateau's early growth has stopped.
-    let growing = total || f.verdict == Verdict::Leak;
-    let passed = !(growing && value > threshold);
+    let (low, high) = (tested_lo * scale, tested_hi * scale);
     let judged_on = match rule {
-        Rule::Ci => "95% CI lower end",
-        Rule::Slope => "slope",
+        Rule::Ci => "95% CI".to_string(),
+        Rule::Slope => "rate".into(),
     };
     let limit_rate = |v: f64| f.x.format_limit(v, f.metric.is_bytes());
-    let message = if total {
+    let numbers = if total {
         format!(
-            "{what} grew {} over the series ({judged_on}), limit {} ({})",
-            format_bytes(value),
+            "grew {} … {} over the series ({judged_on}); limit {} ({})",
+            format_bytes(low),
+            format_bytes(high),
             format_bytes(threshold),
             limit.text
         )
     } else {
         format!(
-            "{what}: {}, {} (95% CI lower end {}); limit {} ({}, judged on the {judged_on})",
-            f.verdict.as_str(),
-            limit_rate(slope),
+            "{} ({judged_on} {} … {}); limit {} ({})",
+            limit_rate(rate),
             limit_rate(lo),
+            limit_rate(hi),
             limit_rate(threshold),
             limit.text
         )
     };
-    Ok(check.outcome(passed, message))
+    let message = format!("{what}: {}, {numbers}", f.verdict.as_str());
+    Ok(if low > threshold {
+        check.outcome(false, message)
+    } else if high < threshold {
+        check.outcome(true, message)
+    } else {
+        check.undecided(format!(
+            "{message}: undecided, the interval contains the limit{}",
+            f.runs_needed
+                .map(|n| format!("; about {n} {} would decide it", f.x.points_name()))
+                .unwrap_or_default()
+        ))
+    })
 }
 
 /// A command that is over within a millisecond or two, leaves nothing
@@ -484,7 +568,11 @@ pub fn evaluate(a: &Analysis, opts: &GateOptions) -> Result<Option<GateResult>, 
     if let Some(max_peak) = opts.max_peak_bytes {
         checks.push(check_peak(a, max_peak));
     }
-    Ok(Some(GateResult::from_checks(opts.rule, checks)))
+    Ok(Some(GateResult::with_policy(
+        opts.rule,
+        opts.on_undecided,
+        checks,
+    )))
 }
 
 /// Every fitted (scope, metric, points) of an analysis.
@@ -515,6 +603,7 @@ fn series_names(a: &Analysis) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fit::Verdict;
 
     const MIB: f64 = 1024.0 * 1024.0;
 
@@ -611,6 +700,7 @@ mod tests {
             rate: Some(slope),
             rate_ci95: Some(ci),
             end_slope: Some(slope),
+            end_slope_ci95: Some(ci),
             end_start_x: Some(5.0),
             plateau: None,
             steps: Vec::new(),
@@ -628,58 +718,102 @@ mod tests {
     }
 
     #[test]
-    fn growth_is_judged_on_the_ci_lower_end_of_a_leak() {
+    fn growth_is_judged_on_the_verdicts_interval_whatever_the_verdict() {
         let limit = |t: &str| parse_max_growth(t).unwrap();
-        // (verdict, slope MiB/run, CI MiB/run, limit, rule, passes)
+        use Outcome::*;
+        // (verdict, rate MiB/run, interval MiB/run, limit, rule, outcome)
         let cases = [
-            (Verdict::Leak, 4.0, (3.9, 4.1), "1MiB/run", Rule::Ci, false),
-            // The CI straddles the limit: not beyond reasonable doubt.
-            (Verdict::Leak, 1.2, (0.9, 1.5), "1MiB/run", Rule::Ci, true),
-            // …but the slope itself is above it.
+            (Verdict::Leak, 4.0, (3.9, 4.1), "1MiB/run", Rule::Ci, Fail),
+            // The interval contains the limit: undecided.
+            (
+                Verdict::Leak,
+                1.2,
+                (0.9, 1.5),
+                "1MiB/run",
+                Rule::Ci,
+                Undecided,
+            ),
+            // …but the rate itself is above it.
             (
                 Verdict::Leak,
                 1.2,
                 (0.9, 1.5),
                 "1MiB/run",
                 Rule::Slope,
-                false,
+                Fail,
             ),
-            // Exactly at the limit is within it.
-            (Verdict::Leak, 1.5, (1.0, 2.0), "1MiB/run", Rule::Ci, true),
-            // A plateau's early growth has stopped: rate limits pass.
             (
-                Verdict::Plateau,
-                4.0,
-                (3.9, 4.1),
+                Verdict::Leak,
+                1.5,
+                (1.0, 2.0),
                 "1MiB/run",
                 Rule::Ci,
-                true,
+                Undecided,
             ),
+            // Whatever the verdict: an inconclusive series whose interval is
+            // above the limit fails, one below it passes.
             (
                 Verdict::Inconclusive,
                 4.0,
                 (3.0, 5.0),
                 "1MiB/run",
                 Rule::Ci,
-                true,
+                Fail,
+            ),
+            (
+                Verdict::Plateau,
+                0.0,
+                (-0.1, 0.1),
+                "1MiB/run",
+                Rule::Ci,
+                Pass,
             ),
             // 1%/run of a ~100 MiB level is ~1 MiB/run.
-            (Verdict::Leak, 4.0, (3.9, 4.1), "1%/run", Rule::Ci, false),
-            (Verdict::Leak, 0.5, (0.45, 0.55), "1%/run", Rule::Ci, true),
-            // A total counts whatever the verdict: 9 runs × 3.9 MiB ≈ 35% of 100 MiB.
-            (Verdict::Plateau, 4.0, (3.9, 4.1), "30%", Rule::Ci, false),
-            (Verdict::Plateau, 4.0, (3.9, 4.1), "40%", Rule::Ci, true),
+            (Verdict::Leak, 4.0, (3.9, 4.1), "1%/run", Rule::Ci, Fail),
+            (Verdict::Leak, 0.5, (0.45, 0.55), "1%/run", Rule::Ci, Pass),
+            // A total: 9 runs × 3.9 MiB ≈ 35% of 100 MiB.
+            (Verdict::Leak, 4.0, (3.9, 4.1), "30%", Rule::Ci, Fail),
+            (Verdict::Leak, 4.0, (3.9, 4.1), "40%", Rule::Ci, Pass),
         ];
-        for (verdict, slope, (lo, hi), text, rule, passes) in cases {
+        for (verdict, slope, (lo, hi), text, rule, outcome) in cases {
             let f = fit(verdict, slope * MIB, (lo * MIB, hi * MIB));
             let check = check_growth(&f, &limit(text), rule).unwrap();
+            let got = match (check.passed, check.undecided) {
+                (_, true) => Undecided,
+                (true, false) => Pass,
+                (false, false) => Fail,
+            };
             assert_eq!(
-                check.passed, passes,
+                got, outcome,
                 "{verdict:?} {slope} MiB/run [{lo}, {hi}] vs {text} ({rule:?}): {}",
                 check.message
             );
             assert_eq!(check.series, Scope::Survivors);
         }
+    }
+
+    #[derive(Debug, PartialEq)]
+    enum Outcome {
+        Pass,
+        Fail,
+        Undecided,
+    }
+
+    #[test]
+    fn undecided_does_what_the_policy_says() {
+        let f = fit(Verdict::Leak, 1.2 * MIB, (0.9 * MIB, 1.5 * MIB));
+        let check = check_growth(&f, &parse_max_growth("1MiB/run").unwrap(), Rule::Ci).unwrap();
+        assert!(
+            check.undecided && check.message.contains("undecided"),
+            "{}",
+            check.message
+        );
+        let pass = GateResult::with_policy(Rule::Ci, OnUndecided::Pass, vec![check.clone()]);
+        assert!(pass.passed && pass.violations.is_empty() && pass.undecided.len() == 1);
+        let fail = GateResult::with_policy(Rule::Ci, OnUndecided::Fail, vec![check]);
+        assert!(!fail.passed && fail.violations.is_empty() && fail.undecided.len() == 1);
+        assert_eq!(parse_on_undecided("fail"), Ok(OnUndecided::Fail));
+        assert!(parse_on_undecided("maybe").is_err());
     }
 
     #[test]
@@ -697,21 +831,22 @@ mod tests {
     }
 
     #[test]
-    fn the_default_gated_series_is_the_first_followed_pss() {
+    fn the_default_gated_series_is_the_verdicts_own() {
         let pick = |available: &[(Scope, Metric, usize)]| default_gate_on(available).to_string();
         let full = [
             (Scope::Command, Metric::RssBytes, 10),
-            (Scope::Pid(7), Metric::PssBytes, 11),
+            (Scope::Pid(7), Metric::AnonBytes, 11),
             (Scope::Survivors, Metric::RssBytes, 10),
             (Scope::Survivors, Metric::PssBytes, 10),
+            (Scope::Survivors, Metric::AnonBytes, 10),
         ];
-        assert_eq!(pick(&full), "survivors:pss_bytes");
-        // Without deep samples: the first scope's RSS, before a later scope's PSS.
-        assert_eq!(pick(&full[..3]), "survivors:rss_bytes");
-        assert_eq!(pick(&full[..2]), "pid:7:pss_bytes");
+        assert_eq!(pick(&full), "survivors:anon_bytes");
+        // Without anon: the first scope's RSS, before a later scope's anon.
+        assert_eq!(pick(&full[..4]), "survivors:rss_bytes");
+        assert_eq!(pick(&full[..2]), "pid:7:anon_bytes");
         assert_eq!(
             pick(&[
-                (Scope::Target, Metric::PssBytes, 1),
+                (Scope::Target, Metric::AnonBytes, 1),
                 (Scope::Target, Metric::RssBytes, 5)
             ]),
             "target:rss_bytes"

@@ -5,7 +5,7 @@ use super::doc::{Block, Table, heading, para, strong};
 use super::markdown;
 use crate::gate::{GateResult, Rule};
 
-/// `gate: FAILED (95% CI rule)` and one `[ok]`/`[FAIL]` line per check.
+/// `gate: FAILED (95% CI rule)` and one `[ok]`/`[FAIL]`/`[undecided]` line per check.
 pub fn gate_text(result: &GateResult) -> String {
     let mut out = format!(
         "gate: {} ({} rule)\n",
@@ -16,8 +16,7 @@ pub fn gate_text(result: &GateResult) -> String {
         }
     );
     for c in &result.checks {
-        let mark = if c.passed { "ok" } else { "FAIL" };
-        out.push_str(&format!("  [{mark}] {}\n", c.message));
+        out.push_str(&format!("  [{}] {}\n", c.mark(), c.message));
     }
     out
 }
@@ -37,7 +36,12 @@ pub fn step_summary(title: &str, summary: Option<&str>, gate: Option<&GateResult
             .iter()
             .map(|c| {
                 vec![
-                    if c.passed { "✅" } else { "❌" }.to_string(),
+                    match (c.undecided, c.passed) {
+                        (true, _) => "❔",
+                        (false, true) => "✅",
+                        (false, false) => "❌",
+                    }
+                    .to_string(),
                     c.message.clone(),
                 ]
             })

@@ -51,6 +51,7 @@ mod tests {
                     metric: "pss_bytes".into(),
                     limit: "1MiB/run".into(),
                     passed: false,
+                    undecided: false,
                     message: "grows 4.00 MiB/run > 1 MiB/run <&>".into(),
                 },
                 Check {
@@ -59,6 +60,7 @@ mod tests {
                     metric: "rss_bytes".into(),
                     limit: "2GiB".into(),
                     passed: true,
+                    undecided: false,
                     message: "ok".into(),
                 },
             ],

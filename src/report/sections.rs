@@ -496,13 +496,7 @@ fn gate_table(g: &GateResult) -> Table {
     let rows = g
         .checks
         .iter()
-        .map(|c| {
-            vec![
-                c.name.clone(),
-                if c.passed { "ok" } else { "FAIL" }.to_string(),
-                c.message.clone(),
-            ]
-        })
+        .map(|c| vec![c.name.clone(), c.mark().to_string(), c.message.clone()])
         .collect();
     Table::new(["check", "result", "numbers"], rows)
 }
