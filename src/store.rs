@@ -108,6 +108,12 @@ pub enum Tier {
     /// holds after the run. With `event` `traceback`, `comm` holds the site
     /// and its traceback, one frame a line.
     Site,
+    /// Live Python objects of one type in one process (`--py-sites`):
+    /// `comm` holds the module-qualified class name (`logging.LogRecord`,
+    /// builtins bare, `(untracked)` for what no GC-tracked object covers),
+    /// `objects` the count and `site_bytes` the `sys.getsizeof` total after
+    /// the run.
+    Type,
 }
 
 impl Row {
@@ -154,6 +160,7 @@ impl Row {
             pagetables_bytes: None,
             site_bytes: None,
             site_blocks: None,
+            objects: None,
         }
     }
 
@@ -227,6 +234,10 @@ pub struct Row {
     pub site_bytes: Option<u64>,
     #[serde(default)]
     pub site_blocks: Option<u64>,
+    /// Live Python objects of one type (tier `type`); empty elsewhere and in
+    /// files written before type rows existed.
+    #[serde(default)]
+    pub objects: Option<u64>,
 }
 
 /// Spreadsheet-safe text cells, as OWASP's CSV-injection advice has it: a
@@ -262,6 +273,10 @@ mod cell {
 /// The site name of `site` rows that carry what tracing itself costs a
 /// process (tracemalloc's own memory), not an allocation site.
 pub const TRACEMALLOC_SITE: &str = "(tracemalloc)";
+
+/// The type name of `type` rows that carry what tracemalloc traces beyond
+/// the GC-tracked objects: untracked leaves (str, bytes, int …) and storage.
+pub const UNTRACKED_TYPE: &str = "(untracked)";
 
 /// A session-level event row: `note` (its text in `comm`) or `interrupted`.
 pub fn note_row(event: &str, text: &str) -> Row {
@@ -458,8 +473,8 @@ impl SampleKeys {
                 self.keys.clear();
             }
         }
-        // A process has one row per sample, and one per mapping or site.
-        let mapping = if matches!(row.tier, Tier::Mapping | Tier::Site) {
+        // A process has one row per sample, and one per mapping, site or type.
+        let mapping = if matches!(row.tier, Tier::Mapping | Tier::Site | Tier::Type) {
             row.comm.clone()
         } else {
             String::new()
