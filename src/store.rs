@@ -611,6 +611,36 @@ mod tests {
     }
 
     #[test]
+    fn type_rows_round_trip_and_files_without_the_objects_column_still_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("samples.csv");
+        let kind = |name: &str, objects: u64| Row {
+            comm: name.into(),
+            tier: Tier::Type,
+            objects: Some(objects),
+            site_bytes: Some(objects * 56),
+            ..row(1, 0)
+        };
+        let rows = [row(1, 4096), kind("__main__.Parser", 700), kind("dict", 9)];
+        let mut w = SampleWriter::create(&path).unwrap();
+        w.write_batch(&rows).unwrap();
+        drop(w);
+        assert_eq!(read_samples(&path).unwrap(), rows);
+        // The same file as a leakwatch without type rows wrote it: no
+        // `objects` column, no type rows.
+        let text = std::fs::read_to_string(&path).unwrap();
+        let old: Vec<String> = text
+            .lines()
+            .filter(|l| !l.contains(",type,"))
+            .map(|l| l.rsplit_once(',').unwrap().0.to_string())
+            .collect();
+        assert!(old[0].ends_with(",site_blocks"), "{}", old[0]);
+        std::fs::write(&path, old.join("\n") + "\n").unwrap();
+        let back = read_samples(&path).unwrap();
+        assert_eq!(back, vec![row(1, 4096)]);
+    }
+
+    #[test]
     fn a_torn_last_line_is_dropped() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("samples.csv");

@@ -224,4 +224,26 @@ mod tests {
         assert_eq!(ys, [0.0, 1.0, 2.0, 2.0, 3.0, 4.0]);
         assert_eq!(series[0].processes, 2);
     }
+
+    #[test]
+    fn type_rows_become_a_count_and_a_bytes_series() {
+        let kind = |run: u32, pid: u32, objects: u64| Row {
+            tier: Tier::Type,
+            objects: Some(objects),
+            ..site(run, pid, "__main__.Parser", objects * 56)
+        };
+        let mut sites = Sites::default();
+        for run in 1..=4 {
+            sites.push(&kind(run, 10, 1000 * u64::from(run)));
+        }
+        sites.push(&site(1, 10, "app.py:3", 100));
+        let (lines, _, types) = sites.finish();
+        assert_eq!(lines.len(), 1, "sites and types stay apart");
+        let t = &types[0];
+        assert_eq!(t.count.site, "__main__.Parser");
+        let counts: Vec<f64> = t.count.points.iter().map(|p| p.1).collect();
+        assert_eq!(counts, [0.0, 1000.0, 2000.0, 3000.0]);
+        assert_eq!(t.bytes.points.last(), Some(&(4.0, 3000.0 * 56.0)));
+        assert_eq!((t.count.last_bytes, t.bytes.last_bytes), (4000, 4000 * 56));
+    }
 }

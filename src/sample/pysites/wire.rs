@@ -516,6 +516,32 @@ mod tests {
     }
 
     #[test]
+    fn parses_type_counts_and_reads_answers_without_them() {
+        let text = ANSWER.replace(
+            r#""some_later_field""#,
+            r#""by_type":{"types":120,"objects":5000,"bytes":600000,"other_count":800,
+              "other_bytes":90000,"untracked_count":3000,"untracked_bytes":2000000,"rows":[
+              {"type":"__main__.Parser","count":700,"bytes":39200,"prev_count":0},
+              {"type":"dict","count":650,"bytes":120000,"prev_count":null}]},
+              "some_later_field""#,
+        );
+        let text = text.replace(
+            r#""group_ms":20.143}"#,
+            r#""group_ms":20.143,"types_ms":1.5}"#,
+        );
+        let s = parse_answer(4242, Some(2), &text).unwrap();
+        let t = s.by_type.unwrap();
+        assert_eq!((t.types, t.objects, t.untracked_count), (120, 5000, 3000));
+        assert_eq!(t.rows[0].name, "__main__.Parser");
+        assert_eq!((t.rows[0].count, t.rows[0].prev_count), (700, Some(0)));
+        assert_eq!(t.rows[1].prev_count, None);
+        assert_eq!(s.types_time, Some(Duration::from_micros(1500)));
+        // An answer from a bootstrap that counts no types.
+        let old = parse_answer(4242, Some(2), ANSWER).unwrap();
+        assert_eq!((old.by_type, old.types_time), (None, None));
+    }
+
+    #[test]
     fn first_answer_has_no_previous_size() {
         let text = ANSWER
             .replace(r#""prev_bytes":100073"#, r#""prev_bytes":null"#)
@@ -578,5 +604,6 @@ mod tests {
         assert_eq!(v["run"], 3);
         assert_eq!(v["top_bytes"], 50);
         assert_eq!(v["sticky_max"], 200);
+        assert_eq!(v["top_types"], 30, "type counts are asked by default");
     }
 }
