@@ -90,8 +90,8 @@ pub struct RunArgs {
     /// Find the Python lines whose memory grows run after run: every
     /// Python process the command starts (daemons it detaches, workers they
     /// fork) runs tracemalloc through a bootstrap sitecustomize and is asked
-    /// for its allocation sites after each run. Slows allocation-heavy
-    /// Python code (2–6× at one frame).
+    /// for its allocation sites and its live objects by type after each
+    /// run. Slows allocation-heavy Python code (2–6× at one frame).
     #[arg(long)]
     pub py_sites: bool,
 

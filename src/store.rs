@@ -108,6 +108,12 @@ pub enum Tier {
     /// holds after the run. With `event` `traceback`, `comm` holds the site
     /// and its traceback, one frame a line.
     Site,
+    /// Live Python objects of one type in one process (`--py-sites`):
+    /// `comm` holds the module-qualified class name (`logging.LogRecord`,
+    /// builtins bare, `(untracked)` for what no GC-tracked object covers),
+    /// `objects` the count and `site_bytes` the `sys.getsizeof` total after
+    /// the run.
+    Type,
 }
 
 impl Row {
@@ -154,6 +160,7 @@ impl Row {
             pagetables_bytes: None,
             site_bytes: None,
             site_blocks: None,
+            objects: None,
         }
     }
 
@@ -227,6 +234,10 @@ pub struct Row {
     pub site_bytes: Option<u64>,
     #[serde(default)]
     pub site_blocks: Option<u64>,
+    /// Live Python objects of one type (tier `type`); empty elsewhere and in
+    /// files written before type rows existed.
+    #[serde(default)]
+    pub objects: Option<u64>,
 }
 
 /// Spreadsheet-safe text cells, as OWASP's CSV-injection advice has it: a
@@ -262,6 +273,10 @@ mod cell {
 /// The site name of `site` rows that carry what tracing itself costs a
 /// process (tracemalloc's own memory), not an allocation site.
 pub const TRACEMALLOC_SITE: &str = "(tracemalloc)";
+
+/// The type name of `type` rows that carry what tracemalloc traces beyond
+/// the GC-tracked objects: untracked leaves (str, bytes, int …) and storage.
+pub const UNTRACKED_TYPE: &str = "(untracked)";
 
 /// A session-level event row: `note` (its text in `comm`) or `interrupted`.
 pub fn note_row(event: &str, text: &str) -> Row {
@@ -458,8 +473,8 @@ impl SampleKeys {
                 self.keys.clear();
             }
         }
-        // A process has one row per sample, and one per mapping or site.
-        let mapping = if matches!(row.tier, Tier::Mapping | Tier::Site) {
+        // A process has one row per sample, and one per mapping, site or type.
+        let mapping = if matches!(row.tier, Tier::Mapping | Tier::Site | Tier::Type) {
             row.comm.clone()
         } else {
             String::new()
@@ -593,6 +608,36 @@ mod tests {
         let back = read_samples(&path).unwrap();
         assert_eq!(back, vec![row(0, 4096), row(1, 8192)]);
         assert_eq!(back[0].uss_bytes, None);
+    }
+
+    #[test]
+    fn type_rows_round_trip_and_files_without_the_objects_column_still_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("samples.csv");
+        let kind = |name: &str, objects: u64| Row {
+            comm: name.into(),
+            tier: Tier::Type,
+            objects: Some(objects),
+            site_bytes: Some(objects * 56),
+            ..row(1, 0)
+        };
+        let rows = [row(1, 4096), kind("__main__.Parser", 700), kind("dict", 9)];
+        let mut w = SampleWriter::create(&path).unwrap();
+        w.write_batch(&rows).unwrap();
+        drop(w);
+        assert_eq!(read_samples(&path).unwrap(), rows);
+        // The same file as a leakwatch without type rows wrote it: no
+        // `objects` column, no type rows.
+        let text = std::fs::read_to_string(&path).unwrap();
+        let old: Vec<String> = text
+            .lines()
+            .filter(|l| !l.contains(",type,"))
+            .map(|l| l.rsplit_once(',').unwrap().0.to_string())
+            .collect();
+        assert!(old[0].ends_with(",site_blocks"), "{}", old[0]);
+        std::fs::write(&path, old.join("\n") + "\n").unwrap();
+        let back = read_samples(&path).unwrap();
+        assert_eq!(back, vec![row(1, 4096)]);
     }
 
     #[test]

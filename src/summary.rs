@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::Analysis;
 use crate::fit::findings::{Finding, RecycleAdvice, TreeTotal};
-use crate::fit::sites::SiteFit;
+use crate::fit::sites::{SiteFit, TypeFit};
 use crate::fit::{Attribution, Projection, SeriesFit};
 use crate::gate::GateResult;
 use crate::series::sites::Overhead;
@@ -71,6 +71,10 @@ pub struct Summary {
     /// leak (fastest first), grew and stopped, or hold much.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub py_sites: Vec<SiteFit>,
+    /// Which types grow (`run --py-sites`): live Python objects by type
+    /// that leak (classes of a module first), grew and stopped, or are many.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub py_types: Vec<TypeFit>,
     /// tracemalloc's own memory in each scope's Python processes, bytes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub py_overhead: Vec<Overhead>,
@@ -155,6 +159,7 @@ pub fn summary(a: &Analysis, gate: Option<&GateResult>) -> Summary {
             .collect(),
         notes: a.notes.clone(),
         py_sites: a.sites.clone(),
+        py_types: a.py_types.clone(),
         py_overhead: a.py_overhead.clone(),
         sampling: a.sampling.clone(),
         gate: gate.cloned(),

@@ -1,7 +1,8 @@
 //! Issue 13 on a real prefork pool: gunicorn, started by its client under
 //! `leakwatch run --py-sites`, recycles its 2 workers every 5 requests; the
-//! app keeps 1 MiB per request at the line marked `# LEAK`. The site must be
-//! found in the workers, its growth per task pooled over recycled workers.
+//! app keeps 1 MiB per request at the line marked `# LEAK` and 300
+//! `KeptRecord` objects. The site must be found in the workers, its growth
+//! per task pooled over recycled workers, and so must the type, per task.
 //! Fails under `CI=true` when gunicorn is missing (`bash .ci/deps`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -12,7 +13,7 @@ mod real;
 use std::process::{Command, Stdio};
 
 #[test]
-fn real_gunicorn_pool_leaking_line_is_found_in_recycled_workers() {
+fn real_gunicorn_pool_leaking_line_and_type_are_found_in_recycled_workers() {
     let Some(_) = real::venv_bin("gunicorn") else {
         return;
     };
@@ -42,7 +43,7 @@ fn real_gunicorn_pool_leaking_line_is_found_in_recycled_workers() {
         .arg("--")
         .arg(real::python())
         .arg(real::fixture("gunicorn_client.py"))
-        .args(["--port", &port, "--quiet"])
+        .args(["--port", &port, "--quiet", "--keep-objects", "300"])
         .stdout(Stdio::null())
         .status()
         .unwrap();
@@ -63,4 +64,17 @@ fn real_gunicorn_pool_leaking_line_is_found_in_recycled_workers() {
     let per_task = leak["bytes_per_task"].as_f64().unwrap();
     let err = (per_task - 1_048_609.0).abs() / 1_048_609.0;
     assert!(err <= 0.15, "per task {per_task}: {:.1}% off", err * 100.0);
+    // The type the app keeps, first, judged per task over the recycled
+    // workers: 300 objects each.
+    let types = s["py_types"].as_array().expect("py_types");
+    let kept = &types[0];
+    assert_eq!(kept["type"], "gunicorn_leaky_app.KeptRecord", "{types:#?}");
+    assert_eq!(kept["verdict"], "leak");
+    assert!(kept["processes"].as_u64().unwrap() >= 3, "{kept:#}");
+    assert!(kept["tasks_seen"].as_u64().unwrap() >= 3, "{kept:#}");
+    let per_task = kept["objects_per_task"].as_f64().unwrap();
+    assert!(
+        (per_task - 300.0).abs() <= 15.0,
+        "{per_task} objects per task, not 300 ± 5%"
+    );
 }

@@ -387,6 +387,8 @@ pub struct Analysis {
     /// What tracing cost each scope's Python processes (tracemalloc's own
     /// memory), bytes.
     pub py_overhead: Vec<crate::series::sites::Overhead>,
+    /// Which types grow (`--py-sites`): live Python objects by type, judged.
+    pub py_types: Vec<sites::TypeFit>,
     /// What sampling cost (attach mode): ticks, achieved interval, walks.
     pub sampling: Option<crate::store::SamplingCost>,
 }
@@ -544,6 +546,7 @@ pub fn analyse(samples: Samples, opts: &FitOptions) -> Analysis {
     Analysis {
         options: *opts,
         sites: site_fits,
+        py_types: sites::fit_types(&samples.py_types),
         py_overhead: samples.py_overhead,
         series: samples.series,
         lives: samples.lives,

@@ -8,7 +8,9 @@ use super::doc::{Block, Inline, Table};
 /// of it. `[` and `]` are escaped (no link or image without them), `<` and
 /// `>` (no raw HTML, no `<autolink>`), `` ` ``, `*`, `~`, `|` (a table cell
 /// ends there), `&` (no entity), `\` itself, and `#` at the start (a
-/// heading in a list item). GitHub's bare autolinks are broken up by
+/// heading in a list item), `_` unless its run sits inside a word (where it
+/// cannot emphasise: `pss_bytes` stays, `__main__.Parser` and
+/// `__init__.py` do not turn bold). GitHub's bare autolinks are broken up by
 /// escaping the slashes of `://` and the dot of `www.`; checked against
 /// cmark-gfm, GitHub's own renderer. (`user@host.name` still becomes a
 /// mailto link there, which fetches nothing.)
@@ -26,7 +28,14 @@ fn md_text(s: &str) -> String {
                 .collect::<String>()
                 .eq_ignore_ascii_case("www")
             && (i == 3 || !chars[i - 4].is_alphanumeric());
+        let loose_underscore = c == '_' && {
+            let before = chars[..i].iter().rev().find(|&&b| b != '_');
+            let after = chars[i..].iter().find(|&&a| a != '_');
+            !(before.is_some_and(|b| b.is_alphanumeric())
+                && after.is_some_and(|a| a.is_alphanumeric()))
+        };
         match c {
+            '_' if loose_underscore => out.push_str("\\_"),
             '\\' | '`' | '*' | '<' | '>' | '|' | '[' | ']' | '~' | '&' => {
                 out.push('\\');
                 out.push(c);
@@ -136,6 +145,16 @@ mod tests {
     fn code_spans_hold_backticks() {
         assert_eq!(md_code("ls -l"), "`ls -l`");
         assert_eq!(md_code("echo `date`"), "`` echo `date` ``");
+    }
+
+    #[test]
+    fn underscores_that_could_emphasise_are_escaped() {
+        assert_eq!(md_text("__main__.Parser"), "\\_\\_main\\_\\_.Parser");
+        assert_eq!(md_text("/app/__init__.py:3"), "/app/\\_\\_init\\_\\_.py:3");
+        assert_eq!(
+            md_text("pss_bytes and Private_Dirty"),
+            "pss_bytes and Private_Dirty"
+        );
     }
 
     #[test]

@@ -29,6 +29,7 @@ pub fn document(a: &Analysis, gate: Option<&GateResult>, plots: &[Plot]) -> Vec<
     doc.extend(super::fleet::series_table(a));
     attribution(a, plots, &mut doc);
     where_in_the_code(a, &mut doc);
+    which_types_grow(a, &mut doc);
     process_tree(a, &mut doc);
     projection(a, &mut doc);
     doc.extend(gate.map(gate_section).unwrap_or_default());
@@ -404,6 +405,79 @@ fn where_in_the_code(a: &Analysis, doc: &mut Vec<Block>) {
             o.scope,
             format_bytes(o.bytes as f64)
         ))]));
+    }
+}
+
+/// `--py-sites`: live Python objects by type, objgraph's table fitted per
+/// run — leaks first (classes of a module before builtins), their count per
+/// run (per task in a pool) with its CI, and their size per run.
+fn which_types_grow(a: &Analysis, doc: &mut Vec<Block>) {
+    if a.py_types.is_empty() {
+        return;
+    }
+    doc.push(heading(2, "Which types grow"));
+    doc.push(para(vec![text(
+        "Live Python objects by type after each run (every object the cyclic GC tracks, counted \
+         as objgraph does; size is sys.getsizeof, the object itself without what it refers \
+         to), pooled over the processes that hold them and judged like every other series. \
+         (untracked) is what tracemalloc traces beyond those objects: str, bytes, int and \
+         other untracked leaves, and storage no object's size covers.",
+    )]));
+    let count = |v: Option<f64>, unit: &str| {
+        v.map(|r| format!("{r:+.1}/{unit}"))
+            .unwrap_or_else(|| "–".into())
+    };
+    let rows = a
+        .py_types
+        .iter()
+        .map(|t| {
+            let unit = if t.objects_per_task.is_some() {
+                "task"
+            } else {
+                "run"
+            };
+            let ci = match (t.objects_per_task_ci95, t.objects_per_run_ci95) {
+                (Some((lo, hi)), _) | (None, Some((lo, hi))) => {
+                    format!("{lo:+.1} … {hi:+.1}")
+                }
+                _ => "–".into(),
+            };
+            let size = match (t.bytes_per_task, t.bytes_per_run) {
+                (Some(b), _) => format!("{}/task", format_signed_bytes(b)),
+                (None, Some(b)) => XAxis::Run.format_rate(b, true),
+                _ => "–".into(),
+            };
+            vec![
+                t.name.clone(),
+                t.scope.to_string(),
+                t.verdict.as_str().to_string(),
+                count(t.objects_per_task.or(t.objects_per_run), unit),
+                ci,
+                size,
+                t.objects.to_string(),
+                format_bytes(t.held_bytes as f64),
+            ]
+        })
+        .collect();
+    doc.push(Block::Table(Table::new(
+        [
+            "type", "scope", "verdict", "objects", "95% CI", "size", "live", "holds",
+        ],
+        rows,
+    )));
+    for t in a
+        .py_types
+        .iter()
+        .filter(|t| t.verdict == crate::fit::Verdict::Leak)
+        .take(3)
+    {
+        doc.push(para(vec![
+            strong(format!("{} leaks", t.name)),
+            text(format!(
+                " in {} process(es) of {}: {}.",
+                t.processes, t.scope, t.reason
+            )),
+        ]));
     }
 }
 

@@ -214,6 +214,13 @@ pub fn render(a: &Analysis) -> String {
             site.site, site.scope
         );
     }
+    if let Some(t) = a.py_types.iter().find(|t| t.verdict == Verdict::Leak) {
+        let growth = match t.objects_per_task {
+            Some(n) => format!("{n:+.1} objects per task"),
+            None => format!("{:+.1} objects/run", t.objects_per_run.unwrap_or(0.0)),
+        };
+        let _ = writeln!(out, "  type: {} leaks {growth} in {}", t.name, t.scope);
+    }
     for r in &a.recycle {
         let _ = writeln!(out, "  {}", recycle_line(r));
     }

@@ -1,6 +1,7 @@
 //! `run --py-sites`: after each run's deep sample, every instrumented Python
 //! process of the followed scopes is asked for its allocation sites, and the
-//! answers become `site` rows of samples.csv (see `pysites` for the asking).
+//! answers become `site` rows of samples.csv (see `pysites` for the asking),
+//! and their live objects by type `type` rows.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -8,7 +9,7 @@ use std::time::Duration;
 use super::Context;
 use super::pysites::wire::{Frame, Snapshot};
 use super::pysites::{PySites, Silence};
-use crate::store::{Row, Scope, TRACEMALLOC_SITE as TRACEMALLOC, Tier};
+use crate::store::{Row, Scope, TRACEMALLOC_SITE as TRACEMALLOC, Tier, UNTRACKED_TYPE};
 
 /// How long one process may take to answer (a snapshot of a large heap
 /// takes seconds).
@@ -84,6 +85,11 @@ impl SiteSession {
             }
             rows.push(row(name, site.bytes, Some(site.blocks)));
         }
+        rows.extend(type_rows(snapshot).map(|(name, objects, bytes)| Row {
+            tier: Tier::Type,
+            objects: Some(objects),
+            ..row(name, bytes, None)
+        }));
         rows
     }
 
@@ -114,6 +120,21 @@ impl SiteSession {
         }
         notes
     }
+}
+
+/// (type name, objects, bytes) of each listed type, then what no tracked
+/// object covers.
+fn type_rows(snapshot: &Snapshot) -> impl Iterator<Item = (String, u64, u64)> + '_ {
+    snapshot.by_type.iter().flat_map(|t| {
+        t.rows
+            .iter()
+            .map(|r| (r.name.clone(), r.count, r.bytes))
+            .chain([(
+                UNTRACKED_TYPE.to_string(),
+                t.untracked_count,
+                t.untracked_bytes,
+            )])
+    })
 }
 
 /// The site, then the frames of its largest traceback, innermost first.

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use super::sites::{Overhead, SiteSeries, Sites};
+use super::sites::{Overhead, SiteSeries, Sites, TypeSeries};
 use super::thin::Thinned;
 use super::{Metric, RunRecord, Series, XAxis};
 use crate::store::{Row, SamplingCost, Scope, Tier};
@@ -46,6 +46,8 @@ pub struct Samples {
     /// Python allocation sites (`--py-sites`), and what tracing cost.
     pub sites: Vec<SiteSeries>,
     pub py_overhead: Vec<Overhead>,
+    /// Live Python objects by type (`--py-sites`), count and bytes.
+    pub py_types: Vec<TypeSeries>,
     /// Rows read.
     pub rows: u64,
     /// What was attached to when it is not one PID (`cgroup /sys/fs/…`,
@@ -337,7 +339,7 @@ impl Builder {
         match row.tier {
             Tier::Event => self.event(&row),
             Tier::Mapping => self.mapping(row),
-            Tier::Site => self.sites.push(&row),
+            Tier::Site | Tier::Type => self.sites.push(&row),
             Tier::Cheap | Tier::Deep => self.process(row, x),
         }
     }
@@ -575,7 +577,7 @@ impl Builder {
             ));
         }
         let (t0, t1) = self.t_range;
-        let (sites, py_overhead) = self.sites.finish();
+        let (sites, py_overhead, py_types) = self.sites.finish();
         Samples {
             x_axis,
             series,
@@ -590,6 +592,7 @@ impl Builder {
             notes,
             sites,
             py_overhead,
+            py_types,
             rows: self.rows,
             target: self.target,
             labels: self.labels,

@@ -4,12 +4,15 @@
 //! it, but what grew while it lived still counts; a new one starts from what
 //! it holds at its first answer. So a leak that recycling keeps hidden in
 //! the totals still shows as growth per run, here as in the worker findings.
+//! Live objects by type (objgraph's table) are pooled the same way, their
+//! count and their `sys.getsizeof` bytes each a series.
 
 use std::collections::BTreeMap;
 
-use crate::store::{Row, Scope};
+use crate::store::{Row, Scope, Tier};
 
 pub use crate::store::TRACEMALLOC_SITE as TRACEMALLOC;
+pub use crate::store::UNTRACKED_TYPE as UNTRACKED;
 
 /// One site of one scope over the runs.
 #[derive(Debug, Clone, PartialEq)]
@@ -45,11 +48,22 @@ struct Building {
 /// for hours has thousands; the first ones tell the per-task growth).
 const MAX_LIVES: usize = 256;
 
-/// Gathers site rows as they are read. (Cloned with the `Builder` by
-/// `attach --serve`'s refits.)
+/// One type name of one scope over the runs: its live objects and their
+/// bytes, each pooled as a site's bytes are (`SiteSeries::site` holds the
+/// type name).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TypeSeries {
+    pub count: SiteSeries,
+    pub bytes: SiteSeries,
+}
+
+/// Gathers site and type rows as they are read. (Cloned with the `Builder`
+/// by `attach --serve`'s refits.)
 #[derive(Debug, Clone, Default)]
 pub struct Sites {
     sites: BTreeMap<(Scope, String), Building>,
+    type_counts: BTreeMap<(Scope, String), Building>,
+    type_bytes: BTreeMap<(Scope, String), Building>,
     /// What tracing itself cost, per scope: (run, sum over its processes
     /// in that run, the largest such sum).
     overhead: BTreeMap<Scope, (u32, u64, u64)>,
@@ -72,6 +86,16 @@ impl Sites {
             return;
         }
         let bytes = row.site_bytes.unwrap_or(0);
+        if row.tier == Tier::Type {
+            let key = (row.scope, row.comm.clone());
+            let count = row.objects.unwrap_or(0);
+            self.type_counts
+                .entry(key.clone())
+                .or_default()
+                .add(run, row, count);
+            self.type_bytes.entry(key).or_default().add(run, row, bytes);
+            return;
+        }
         if row.comm == TRACEMALLOC {
             let (at, sum, max) = self.overhead.entry(row.scope).or_insert((run, 0, 0));
             if *at != run {
@@ -81,7 +105,32 @@ impl Sites {
             *max = (*max).max(*sum);
             return;
         }
-        let b = self.sites.entry((row.scope, row.comm.clone())).or_default();
+        self.sites
+            .entry((row.scope, row.comm.clone()))
+            .or_default()
+            .add(run, row, bytes);
+    }
+
+    pub fn finish(self) -> (Vec<SiteSeries>, Vec<Overhead>, Vec<TypeSeries>) {
+        let series = finish_all(self.sites);
+        let types = finish_all(self.type_counts)
+            .into_iter()
+            .zip(finish_all(self.type_bytes))
+            .map(|(count, bytes)| TypeSeries { count, bytes })
+            .collect();
+        let overhead = self
+            .overhead
+            .into_iter()
+            .map(|(scope, (_, _, bytes))| Overhead { scope, bytes })
+            .collect();
+        (series, overhead, types)
+    }
+}
+
+impl Building {
+    /// One process' value after `run`.
+    fn add(&mut self, run: u32, row: &Row, value: u64) {
+        let (b, bytes) = (self, value);
         // A process seen for the first time grew from what its parent held
         // when it forked it (a worker inherits its master's traces), if its
         // parent is followed too; else its history is unknown: no growth.
@@ -107,40 +156,33 @@ impl Sites {
             life.push((f64::from(run), bytes as f64));
         }
     }
+}
 
-    pub fn finish(self) -> (Vec<SiteSeries>, Vec<Overhead>) {
-        let series = self
-            .sites
-            .into_iter()
-            .filter(|(_, b)| !b.growth.is_empty())
-            .map(|((scope, site), b)| {
-                let mut total = 0.0;
-                let points = b
-                    .growth
-                    .iter()
-                    .map(|(&run, &g)| {
-                        total += g;
-                        (f64::from(run), total)
-                    })
-                    .collect();
-                SiteSeries {
-                    scope,
-                    site,
-                    points,
-                    last_bytes: b.held.values().sum(),
-                    processes: b.held.len(),
-                    traceback: b.traceback,
-                    lives: b.lives.into_values().collect(),
-                }
-            })
-            .collect();
-        let overhead = self
-            .overhead
-            .into_iter()
-            .map(|(scope, (_, _, bytes))| Overhead { scope, bytes })
-            .collect();
-        (series, overhead)
-    }
+/// The series of every key that has points, in key order.
+fn finish_all(map: BTreeMap<(Scope, String), Building>) -> Vec<SiteSeries> {
+    map.into_iter()
+        .filter(|(_, b)| !b.growth.is_empty())
+        .map(|((scope, site), b)| {
+            let mut total = 0.0;
+            let points = b
+                .growth
+                .iter()
+                .map(|(&run, &g)| {
+                    total += g;
+                    (f64::from(run), total)
+                })
+                .collect();
+            SiteSeries {
+                scope,
+                site,
+                points,
+                last_bytes: b.held.values().sum(),
+                processes: b.held.len(),
+                traceback: b.traceback,
+                lives: b.lives.into_values().collect(),
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -177,9 +219,31 @@ mod tests {
         for r in &rows {
             sites.push(r);
         }
-        let (series, _) = sites.finish();
+        let (series, _, _) = sites.finish();
         let ys: Vec<f64> = series[0].points.iter().map(|p| p.1 / M as f64).collect();
         assert_eq!(ys, [0.0, 1.0, 2.0, 2.0, 3.0, 4.0]);
         assert_eq!(series[0].processes, 2);
+    }
+
+    #[test]
+    fn type_rows_become_a_count_and_a_bytes_series() {
+        let kind = |run: u32, pid: u32, objects: u64| Row {
+            tier: Tier::Type,
+            objects: Some(objects),
+            ..site(run, pid, "__main__.Parser", objects * 56)
+        };
+        let mut sites = Sites::default();
+        for run in 1..=4 {
+            sites.push(&kind(run, 10, 1000 * u64::from(run)));
+        }
+        sites.push(&site(1, 10, "app.py:3", 100));
+        let (lines, _, types) = sites.finish();
+        assert_eq!(lines.len(), 1, "sites and types stay apart");
+        let t = &types[0];
+        assert_eq!(t.count.site, "__main__.Parser");
+        let counts: Vec<f64> = t.count.points.iter().map(|p| p.1).collect();
+        assert_eq!(counts, [0.0, 1000.0, 2000.0, 3000.0]);
+        assert_eq!(t.bytes.points.last(), Some(&(4.0, 3000.0 * 56.0)));
+        assert_eq!((t.count.last_bytes, t.bytes.last_bytes), (4000, 4000 * 56));
     }
 }

@@ -79,3 +79,123 @@ fn the_leaking_python_line_is_found_and_the_warm_up_is_not_a_leak() {
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(md.contains("## Where in the code"), "{md}");
 }
+
+/// `run -n RUNS --py-sites` of the fixture daemon with `args`; its summary.
+fn pyd_types(tmp: &tempfile::TempDir, runs: &str, args: &[&str]) -> serde_json::Value {
+    let out = tmp.path().join("out");
+    let pyd = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/py/pyd.py");
+    let status = leakwatch()
+        .args([
+            "run",
+            "-n",
+            runs,
+            "--settle",
+            "200ms",
+            "--py-sites",
+            "--quiet",
+        ])
+        .arg("--out")
+        .arg(&out)
+        .args(["--", "python3"])
+        .arg(&pyd)
+        .args(["client", "--sock"])
+        .arg(tmp.path().join("pyd.sock"))
+        .args(["--leak", "0", "--warmup", "0"])
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.code().is_some_and(|c| c <= 1), "{status}");
+    summary(&out)
+}
+
+fn find<'a>(types: &'a [serde_json::Value], name: &str) -> &'a serde_json::Value {
+    types
+        .iter()
+        .find(|t| t["type"] == name)
+        .unwrap_or_else(|| panic!("{name} not listed: {types:#?}"))
+}
+
+#[test]
+fn the_leaking_python_type_is_named_first_and_warm_up_and_cache_are_not_leaks() {
+    // Per request: 700 Parsers kept; 20,000 ScopeInfos on the first one
+    // only; a cache of CacheEntry filling by 150 up to 600 (4 runs), then
+    // holding for 8.
+    let tmp = tempfile::tempdir().unwrap();
+    let s = pyd_types(
+        &tmp,
+        "12",
+        &[
+            "--objects",
+            "700",
+            "--warmup-objects",
+            "20000",
+            "--cache-objects",
+            "600",
+            "--cache-per-request",
+            "150",
+        ],
+    );
+    let types = s["py_types"].as_array().expect("py_types");
+    let first = &types[0];
+    assert_eq!(first["type"], "__main__.Parser", "{types:#?}");
+    assert_eq!(first["verdict"], "leak");
+    assert_within(
+        "Parsers per run",
+        first["objects_per_run"].as_f64().unwrap(),
+        700.0,
+        0.05,
+    );
+    let (lo, hi) = (
+        first["objects_per_run_ci95"][0].as_f64().unwrap(),
+        first["objects_per_run_ci95"][1].as_f64().unwrap(),
+    );
+    assert!(lo <= 700.0 && 700.0 <= hi + 1e-9, "CI {lo} … {hi}");
+    assert_eq!(first["objects"], 12 * 700);
+    assert!(first["bytes_per_run"].as_f64().unwrap() > 700.0 * 16.0);
+    // Created once: listed for its 20,000 objects, not a leak.
+    let warm = find(types, "__main__.ScopeInfo");
+    assert_eq!(warm["objects"], 20_000);
+    assert_ne!(warm["verdict"], "leak", "{warm:#}");
+    // A cache that fills, then stops, is a plateau.
+    let cache = find(types, "__main__.CacheEntry");
+    assert_eq!(cache["verdict"], "plateau", "{cache:#}");
+    assert_eq!(cache["objects"], 600);
+    let out = tmp.path().join("out");
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("## Which types grow"), "{md}");
+    assert!(
+        md.contains("| \\_\\_main\\_\\_.Parser | survivors | leak |"),
+        "{md}"
+    );
+    // The type rows are in samples.csv, and `report` rebuilds the same.
+    let csv = std::fs::read_to_string(out.join("samples.csv")).unwrap();
+    assert!(csv.lines().any(|l| l.contains(",__main__.Parser,type,")));
+    let again = tmp.path().join("again");
+    let status = leakwatch()
+        .arg("report")
+        .arg(&out)
+        .arg("--out")
+        .arg(&again)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.code().is_some_and(|c| c <= 1), "{status}");
+    assert_eq!(summary(&again)["py_types"], s["py_types"]);
+}
+
+#[test]
+fn a_real_librarys_kept_log_records_are_the_type_that_grows() {
+    // logging.handlers.MemoryHandler without a target keeps every record.
+    let tmp = tempfile::tempdir().unwrap();
+    let s = pyd_types(&tmp, "10", &["--log-records", "40"]);
+    let types = s["py_types"].as_array().expect("py_types");
+    assert_eq!(types[0]["type"], "logging.LogRecord", "{types:#?}");
+    assert_eq!(types[0]["verdict"], "leak");
+    assert_within(
+        "LogRecords per run",
+        types[0]["objects_per_run"].as_f64().unwrap(),
+        40.0,
+        0.05,
+    );
+}

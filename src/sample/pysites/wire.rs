@@ -15,13 +15,17 @@
 //!
 //! ```json
 //! {"version": 1, "op": "snapshot", "run": 3,
-//!  "top_bytes": 50, "top_blocks": 20, "top_growth": 20, "sticky_max": 200}
+//!  "top_bytes": 50, "top_blocks": 20, "top_growth": 20, "sticky_max": 200,
+//!  "top_types": 30, "top_types_bytes": 10, "top_types_growth": 20, "sticky_types": 100}
 //! ```
 //!
 //! - `version`: 1. `op`: `"snapshot"` (default) or `"ping"` (answers the
 //!   common fields and `seq` only, no snapshot).
 //! - `run`: an integer echoed back in the answer.
 //! - `top_*`, `sticky_max`: selection sizes (0..=100000), defaults as shown.
+//! - `top_types` > 0 asks for live objects by type as well (`by_type`);
+//!   the bootstrap's default is 0 (none), so an older request gets the
+//!   answer it knew. `top_types_*`, `sticky_types` size that selection.
 //!
 //! # Answer
 //!
@@ -39,10 +43,11 @@
 //! | `python`, `implementation` | `"3.11.7"`, `"cpython"` |
 //! | `frames_limit` | frames tracemalloc keeps per allocation (`get_traceback_limit()`) |
 //! | `totals` | `traced_bytes`, `traced_blocks`: every live traced block, the bootstrap's own included; `self_bytes`, `self_blocks`: the bootstrap's own, left out of the groupings; `current_bytes`, `peak_bytes`: `get_traced_memory()`, the peak since `peak_since` (`"start"` or `"previous_answer"`, 3.9+ resets it after each answer); `tracemalloc_bytes`: `get_tracemalloc_memory()`, what tracemalloc's own tables cost |
-//! | `timing` | `traces_ms`: copying the traces; `group_ms`: grouping and selecting (JSON encoding not included) |
+//! | `timing` | `traces_ms`: copying the traces; `group_ms`: grouping and selecting (JSON encoding not included); `types_ms`: counting objects by type (null when not asked) |
 //! | `files` | file names; a frame is `[index into files, line]` |
 //! | `by_traceback` | grouped by full traceback |
 //! | `by_line` | grouped by innermost *user* frame |
+//! | `by_type` | only when `top_types` > 0: live objects by type, below |
 //!
 //! A grouping is `{"groups": N, "other_bytes": B, "other_blocks": K, "sites":
 //! [...]}`: `groups` counts all groups, `other_*` is what the listed sites
@@ -62,6 +67,21 @@
 //! (at 0 bytes once freed), so a site's series continues once it has
 //! appeared. `prev_bytes` is the group's size at the process' previous
 //! answer (0 if it had none), null on its first answer.
+//!
+//! `by_type` counts every object the cyclic GC tracks (`gc.get_objects()`,
+//! as objgraph does, no collection first): `{"types": N, "objects": K,
+//! "bytes": B, "other_count", "other_bytes", "untracked_count",
+//! "untracked_bytes", "rows": [{"type", "count", "bytes", "prev_count"}]}`.
+//! `type` is the module-qualified class name (`logging.LogRecord`; builtins
+//! bare: `dict`), classes of one name merged; `bytes` the `sys.getsizeof`
+//! total; `types`, `objects`, `bytes` cover all tracked objects, `other_*`
+//! what the rows leave out. `untracked_*` is tracemalloc's view of the
+//! program (traced minus the bootstrap's own) minus the tracked objects:
+//! untracked leaves (str, bytes, int …) and storage no object's size
+//! covers, an estimate, clamped at 0. Rows are chosen as sites are, by
+//! count, bytes and growth in count (`prev_count`: the count at the
+//! previous answer that counted types, null on the first), largest count
+//! first.
 //!
 //! Fields may be added within version 1 (readers ignore unknown ones);
 //! removing a field or changing its meaning bumps the version.
@@ -84,6 +104,12 @@ pub struct Limits {
     pub top_blocks: u32,
     pub top_growth: u32,
     pub sticky_max: u32,
+    /// Types listed by count (0: no type counts), by bytes, by growth, and
+    /// kept from earlier answers.
+    pub top_types: u32,
+    pub top_types_bytes: u32,
+    pub top_types_growth: u32,
+    pub sticky_types: u32,
 }
 
 impl Default for Limits {
@@ -93,6 +119,10 @@ impl Default for Limits {
             top_blocks: 20,
             top_growth: 20,
             sticky_max: 200,
+            top_types: 30,
+            top_types_bytes: 10,
+            top_types_growth: 20,
+            sticky_types: 100,
         }
     }
 }
@@ -162,6 +192,36 @@ pub struct Grouping<T> {
     pub sites: Vec<T>,
 }
 
+/// Live objects of one type name.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct TypeRow {
+    /// Module-qualified class name (`logging.LogRecord`; builtins bare).
+    #[serde(rename = "type")]
+    pub name: String,
+    pub count: u64,
+    /// `sys.getsizeof` total.
+    pub bytes: u64,
+    /// At the previous answer that counted types; `None` on the first.
+    pub prev_count: Option<u64>,
+}
+
+/// Live objects by type (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct TypeCounts {
+    /// Type names, objects and bytes over all tracked objects.
+    pub types: u64,
+    pub objects: u64,
+    pub bytes: u64,
+    /// What the rows leave out.
+    pub other_count: u64,
+    pub other_bytes: u64,
+    /// Traced blocks and bytes no tracked object accounts for (an estimate).
+    pub untracked_count: u64,
+    pub untracked_bytes: u64,
+    /// Largest count first.
+    pub rows: Vec<TypeRow>,
+}
+
 /// Since when `Totals::peak_bytes` is the peak.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -209,6 +269,10 @@ pub struct Snapshot {
     pub group_time: Duration,
     pub by_traceback: Grouping<TracebackSite>,
     pub by_line: Grouping<LineSite>,
+    /// Live objects by type, when asked (`Limits::top_types` > 0) and the
+    /// bootstrap counts them; and the time counting took.
+    pub by_type: Option<TypeCounts>,
+    pub types_time: Option<Duration>,
     /// Measured by leakwatch: the answer's size and connect-to-end time.
     pub answer_bytes: usize,
     pub latency: Duration,
@@ -227,6 +291,8 @@ struct Header {
 struct Timing {
     traces_ms: f64,
     group_ms: f64,
+    #[serde(default)]
+    types_ms: Option<f64>,
 }
 
 type WireFrame = (usize, u32);
@@ -276,6 +342,8 @@ struct WireSnapshot {
     files: Vec<String>,
     by_traceback: WireGrouping<WireTracebackSite>,
     by_line: WireGrouping<WireLineSite>,
+    #[serde(default)]
+    by_type: Option<TypeCounts>,
 }
 
 /// Parses one answer of process `pid` to the request for `run`.
@@ -385,6 +453,8 @@ fn resolve(w: WireSnapshot) -> Result<Snapshot, String> {
         group_time: millis(w.timing.group_ms),
         by_traceback,
         by_line,
+        by_type: w.by_type,
+        types_time: w.timing.types_ms.map(millis),
         answer_bytes: 0,
         latency: Duration::ZERO,
     })
@@ -443,6 +513,32 @@ mod tests {
         assert!(line.internal);
         assert_eq!(line.tracebacks, 3);
         assert_eq!(s.by_line.groups, 12);
+    }
+
+    #[test]
+    fn parses_type_counts_and_reads_answers_without_them() {
+        let text = ANSWER.replace(
+            r#""some_later_field""#,
+            r#""by_type":{"types":120,"objects":5000,"bytes":600000,"other_count":800,
+              "other_bytes":90000,"untracked_count":3000,"untracked_bytes":2000000,"rows":[
+              {"type":"__main__.Parser","count":700,"bytes":39200,"prev_count":0},
+              {"type":"dict","count":650,"bytes":120000,"prev_count":null}]},
+              "some_later_field""#,
+        );
+        let text = text.replace(
+            r#""group_ms":20.143}"#,
+            r#""group_ms":20.143,"types_ms":1.5}"#,
+        );
+        let s = parse_answer(4242, Some(2), &text).unwrap();
+        let t = s.by_type.unwrap();
+        assert_eq!((t.types, t.objects, t.untracked_count), (120, 5000, 3000));
+        assert_eq!(t.rows[0].name, "__main__.Parser");
+        assert_eq!((t.rows[0].count, t.rows[0].prev_count), (700, Some(0)));
+        assert_eq!(t.rows[1].prev_count, None);
+        assert_eq!(s.types_time, Some(Duration::from_micros(1500)));
+        // An answer from a bootstrap that counts no types.
+        let old = parse_answer(4242, Some(2), ANSWER).unwrap();
+        assert_eq!((old.by_type, old.types_time), (None, None));
     }
 
     #[test]
@@ -508,5 +604,6 @@ mod tests {
         assert_eq!(v["run"], 3);
         assert_eq!(v["top_bytes"], 50);
         assert_eq!(v["sticky_max"], 200);
+        assert_eq!(v["top_types"], 30, "type counts are asked by default");
     }
 }
