@@ -369,12 +369,7 @@ fn legend(a: &fit::Analysis, metric: Metric) -> String {
 
 /// `leakwatch export DIR --format openmetrics`.
 pub fn export(opts: &ExportOptions) -> Result<Exit> {
-    let Some(samples) = app::file_or_in_dir(&opts.input, "samples.csv") else {
-        bail!(
-            "{} has no samples.csv; give a leakwatch output directory or a samples.csv file",
-            opts.input.display()
-        );
-    };
+    let samples = app::input_samples(&opts.input)?;
     let mut builder = series::Builder::new();
     let mut latest = Latest::default();
     let scan = store::scan(&samples, |row| {

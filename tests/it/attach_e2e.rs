@@ -20,7 +20,7 @@ fn attach_measures_growth_per_second_within_10_percent() {
         .arg(&out)
         .status()
         .unwrap();
-    assert!(status.success(), "{status}");
+    assert_exit_matches_verdict(status, &out);
     let s = summary(&out);
     assert_eq!(s["mode"], "attach");
     assert_eq!(s["target_pid"], grower.pid());

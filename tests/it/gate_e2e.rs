@@ -127,7 +127,7 @@ fn check_against_a_baseline_catches_a_regression() {
             .stdout(Stdio::null())
             .status()
             .unwrap();
-        assert!(status.success());
+        assert_exit_matches_verdict(status, &out);
         out
     };
     run("base", "1MiB", true);
