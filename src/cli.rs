@@ -19,7 +19,10 @@ use clap::{Args, Parser, Subcommand};
         1 a leak verdict when no gate is given, or the gate (--max-growth, --max-peak, \
         `check`) failed; 2 usage or runtime error; 128+N when stopped by signal N: \
         130 Ctrl-C, 129 SIGHUP (a dropped ssh session), 131 SIGQUIT, 143 SIGTERM. \
-        --exit-zero gives 0 for a leak or a failed gate (reports only). Whatever stops it, the processes leakwatch started are \
+        --exit-zero gives 0 for a leak or a failed gate (reports only).\n\n\
+        Sizes (--max-growth, --max-peak, --limit, --budget) take any case: k, m, g, t and \
+        KiB, MiB, GiB, TiB are binary (1024), kB, MB, GB, TB are SI (1000): 10m = 10MiB = \
+        10485760 bytes, 10mb = 10MB = 10000000 bytes; the gate prints the limit it read. Whatever stops it, the processes leakwatch started are \
         stopped and the reports of the samples so far are written first.",
     after_help = "Examples:\n  \
         leakwatch run --repeat 10 -- ./pants filter ::\n  \
@@ -221,6 +224,7 @@ pub struct GateArgs {
 
     /// Fail when the growth is, beyond reasonable doubt, faster than this:
     /// '512KiB/run', '20MiB/h', '1%/run', '2%/h', or '40%' in total. Repeatable.
+    /// Sizes in any case: k/m/g and KiB/MiB/GiB binary, kB/MB/GB SI.
     #[arg(long, value_name = "RATE", allow_hyphen_values = true)]
     pub max_growth: Vec<String>,
 

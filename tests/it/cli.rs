@@ -306,3 +306,19 @@ fn attach_help_puts_sampling_flags_under_sampling_not_prometheus() {
         assert!(target.contains(flag), "{flag}:\n{help}");
     }
 }
+
+#[test]
+fn sizes_refused_with_the_exact_fix() {
+    rejects(
+        &["run", "--max-growth", "10mb", "--", "true"],
+        &["'10mb' is a size, not a rate", "did you mean '10mb/run'"],
+    );
+    rejects(
+        &["run", "--max-peak", "10megs", "--", "true"],
+        &["--max-peak '10megs'", "did you mean '10MiB'?", "SI (1000)"],
+    );
+    rejects(
+        &["attach", "1", "--limit", "1,5GiB"],
+        &["--limit '1,5GiB'", "did you mean '1.5GiB'?"],
+    );
+}

@@ -331,3 +331,22 @@ fn nix_interrupt(pid: u32) {
         .unwrap();
     assert!(status.success());
 }
+
+// ---- sizes --------------------------------------------------------------
+
+/// SI and IEC in any case are accepted, and the gate prints what it read.
+#[test]
+fn the_gate_prints_the_limit_it_read() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (typed, read) in [
+        ("10mb/run", "limit 9.54 MiB/run (10mb/run"),
+        ("10MiB/RUN", "limit 10.0 MiB/run (10MiB/RUN"),
+        ("10m/run", "limit 10.0 MiB/run (10m/run"),
+    ] {
+        let out = tmp.path().join(typed.replace('/', "-"));
+        let o = report_leak(&out, &["--max-growth", typed]);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(0), "{err}");
+        assert!(err.contains(read), "{read:?} not in {err}");
+    }
+}
