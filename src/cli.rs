@@ -198,13 +198,19 @@ pub struct ReportArgs {
     #[arg(value_name = "DIR|samples.csv")]
     pub input: PathBuf,
 
-    /// Where to write the rebuilt outputs (default: the input directory).
+    /// Where to write the rebuilt outputs (default: the input directory);
+    /// samples.csv is copied there, so DIR can be reported again.
     #[arg(short, long, value_name = "DIR")]
     pub out: Option<PathBuf>,
 
     /// Print nothing but errors.
     #[arg(short, long)]
     pub quiet: bool,
+
+    /// Also print summary.json on standard output (the human summary stays
+    /// on stderr).
+    #[arg(long)]
+    pub json: bool,
 
     #[command(flatten)]
     pub analysis: AnalysisArgs,
@@ -440,6 +446,11 @@ pub struct OutputArgs {
     /// Print nothing but errors.
     #[arg(short, long)]
     pub quiet: bool,
+
+    /// Also print summary.json on standard output (the human summary stays
+    /// on stderr).
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[cfg(test)]

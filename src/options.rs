@@ -167,6 +167,8 @@ pub struct Output {
     /// `--out`, or `None` for a fresh `reports/<timestamp>/`.
     pub dir: Option<PathBuf>,
     pub quiet: bool,
+    /// `--json`: summary.json on stdout as well.
+    pub json: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -254,6 +256,7 @@ fn output(args: &OutputArgs) -> Output {
     Output {
         dir: args.out.clone(),
         quiet: args.quiet,
+        json: args.json,
     }
 }
 
@@ -342,6 +345,7 @@ impl ReportOptions {
             output: Output {
                 dir: args.out.clone(),
                 quiet: args.quiet,
+                json: args.json,
             },
         })
     }

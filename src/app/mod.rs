@@ -161,7 +161,7 @@ fn report_again(opts: &ReportOptions) -> Result<Exit> {
     // samples.csv too.
     output::copy_samples(&samples, &dir.join("samples.csv")).context("--out")?;
     let gate = fleet::gate_every_series(&analysis, &opts.gate);
-    finish(&analysis, &dir, opts.output.quiet, &gate)
+    finish(&analysis, &dir, &opts.output, &gate)
 }
 
 /// Creates the output directory, samples into it, then analyses what is on
@@ -205,7 +205,7 @@ fn sample_then_report(
     let rows = read.rows;
     let analysis = fit::analyse(read, fit_options);
     // Reports first, whatever happened; then the sampling error, if any.
-    let exit = finish(&analysis, dir, output.quiet, gate)?;
+    let exit = finish(&analysis, dir, output, gate)?;
     match result {
         Err(e) => Err(anyhow::Error::new(e).context(format!(
             "sampling stopped early; the {rows} rows taken are in {}",
@@ -243,11 +243,12 @@ fn session_rows(result: &Result<Outcome, SampleError>) -> Vec<Row> {
 }
 
 /// Judges the gate, writes the reports (always, even when the gate cannot
-/// be judged) and the CI outputs, and prints the human summary.
+/// be judged) and the CI outputs, and prints the human summary, the one
+/// line for CI logs and what to do next.
 pub(crate) fn finish(
     analysis: &Analysis,
     dir: &Path,
-    quiet: bool,
+    output: &Output,
     setup: &GateSetup,
 ) -> Result<Exit> {
     let judged = gate::evaluate(analysis, &setup.gate);
@@ -257,22 +258,35 @@ pub(crate) fn finish(
         let summary = fs::read(dir.join("summary.json"))?;
         output::write_atomic(path, &summary).context("--save-baseline")?;
     }
+    if output.json {
+        print_summary_json(dir)?;
+    }
+    let exit = exit_status(analysis.verdict, judged.as_ref(), setup.exit_zero);
     let summary = report::text::render(analysis);
-    if !quiet {
+    if !output.quiet {
         console::say(&summary);
         if let Some(result) = &judged {
             console::say(&ci::gate_text(result));
         }
         console::say_line(&format!("report: {}/", dir.display()));
+        if let Some(next) = ci::next_steps(analysis, judged.is_some()) {
+            console::say_line(&next);
+        }
+        console::say_line(&ci::one_line(analysis, judged.as_ref(), exit.code()));
     }
     let title = format!("leakwatch: {}", analysis.verdict.as_str());
     let step = ci::step_summary(&title, Some(&summary), judged.as_ref());
     ci_outputs(judged.as_ref(), setup.junit.as_deref(), &step)?;
-    Ok(exit_status(
-        analysis.verdict,
-        judged.as_ref(),
-        setup.exit_zero,
-    ))
+    Ok(exit)
+}
+
+/// `--json`: summary.json as written, on stdout (a closed pipe is no error).
+fn print_summary_json(dir: &Path) -> Result<()> {
+    use std::io::Write;
+    let bytes = fs::read(dir.join("summary.json"))?;
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(&bytes).and_then(|()| out.flush());
+    Ok(())
 }
 
 /// The one place where the outcome of an analysis becomes an exit code

@@ -350,3 +350,149 @@ fn the_gate_prints_the_limit_it_read() {
         assert!(err.contains(read), "{read:?} not in {err}");
     }
 }
+
+// ---- machine-readable and CI-friendly ------------------------------------
+
+#[test]
+fn json_prints_summary_json_on_stdout() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("r");
+    let o = report_leak(&out, &["--json", "--quiet"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let printed: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(printed, summary(&out));
+    assert!(o.stderr.is_empty(), "--quiet: {}", stderr(&o));
+}
+
+#[test]
+fn the_last_line_is_one_line_for_ci_logs_and_a_leak_says_what_next() {
+    let tmp = tempfile::tempdir().unwrap();
+    let o = report_leak(&tmp.path().join("r"), &[]);
+    let err = stderr(&o);
+    let lines: Vec<&str> = err.lines().collect();
+    let last = lines.last().unwrap();
+    assert!(
+        last.starts_with("leakwatch: LEAK survivors anon +4.00 MiB/run (95% CI "),
+        "{err}"
+    );
+    assert!(last.ends_with("; no gate; exit 1"), "{err}");
+    let next = lines[lines.len() - 2];
+    assert!(
+        next.starts_with("next: ") && next.contains("--max-growth"),
+        "{err}"
+    );
+    // With a gate: the gate in the line, no gate hint.
+    let o = report_leak(&tmp.path().join("g"), &["--max-growth", "64MiB/run"]);
+    let err = stderr(&o);
+    assert!(
+        err.lines()
+            .last()
+            .unwrap()
+            .ends_with("; gate passed; exit 0"),
+        "{err}"
+    );
+    assert!(!err.contains("next: in CI"), "{err}");
+    // No leak, no next step.
+    let out = tmp.path().join("true");
+    let o = leakwatch()
+        .args(["run", "-n", "3", "--settle", "0s", "--out"])
+        .arg(&out)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert_ne!(summary(&out)["verdict"], "leak");
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(!err.contains("next:"), "{err}");
+    assert!(
+        err.lines().last().unwrap().starts_with("leakwatch: "),
+        "{err}"
+    );
+}
+
+/// On a terminal (script(1) gives one) the verdict is coloured, unless
+/// NO_COLOR; through a pipe never.
+#[test]
+fn colour_on_a_terminal_unless_no_color() {
+    if Command::new("script").arg("--version").output().is_err() {
+        let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false");
+        assert!(!ci, "script(1) (util-linux) is needed for a terminal");
+        eprintln!("SKIPPED (not in CI): needs script(1) for a terminal");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let on_terminal = |name: &str, no_color: bool| {
+        let line = format!(
+            "{} report {} --out {}",
+            env!("CARGO_BIN_EXE_leakwatch"),
+            recorded_leak().display(),
+            tmp.path().join(name).display()
+        );
+        let mut cmd = Command::new("script");
+        cmd.args(["-qec", &line, "/dev/null"])
+            .env_remove("NO_COLOR");
+        if no_color {
+            cmd.env("NO_COLOR", "1");
+        }
+        String::from_utf8_lossy(&cmd.output().unwrap().stdout).into_owned()
+    };
+    let coloured = on_terminal("tty", false);
+    assert!(
+        coloured.contains("leakwatch: \x1b[1;31mLEAK\x1b[0m"),
+        "{coloured}"
+    );
+    let plain = on_terminal("no-color", true);
+    assert!(plain.contains("leakwatch: LEAK survivors"), "{plain}");
+    assert!(!plain.contains('\x1b'), "{plain}");
+    let piped = stderr(&report_leak(&tmp.path().join("pipe"), &[]));
+    assert!(!piped.contains('\x1b'), "{piped}");
+}
+
+#[test]
+fn report_out_can_be_reported_again_and_a_missing_input_says_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    let first = tmp.path().join("first");
+    report_leak(&first, &["--quiet"]);
+    assert!(first.join("samples.csv").is_file());
+    let second = tmp.path().join("second");
+    let o = leakwatch()
+        .args(["report", "--quiet"])
+        .arg(&first)
+        .arg("--out")
+        .arg(&second)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(summary(&second), summary(&first));
+    // Again into the same directory: the same samples, no complaint.
+    let o = leakwatch()
+        .args(["report", "--quiet"])
+        .arg(&first)
+        .arg("--out")
+        .arg(&second)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    // Another session's samples.csv there is not overwritten.
+    let other = tmp.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    std::fs::write(other.join("samples.csv"), "precious").unwrap();
+    let o = report_leak(&other, &["--quiet"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("already exists"), "{}", stderr(&o));
+    assert_eq!(
+        std::fs::read_to_string(other.join("samples.csv")).unwrap(),
+        "precious"
+    );
+
+    let o = leakwatch()
+        .args(["report", "/no/such/dir"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("/no/such/dir does not exist"),
+        "{}",
+        stderr(&o)
+    );
+}
