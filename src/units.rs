@@ -165,6 +165,27 @@ pub fn format_bytes(bytes: f64) -> String {
     }
 }
 
+/// A number with three significant digits, never in scientific notation:
+/// `14100` for 14091.74, `13.2` for 13.19, `0.0412`; the one precision the
+/// text, the reports and the charts print percentages in.
+pub fn format_sig3(v: f64) -> String {
+    if !v.is_finite() {
+        return format!("{v}");
+    }
+    let a = v.abs();
+    if a == 0.0 {
+        return "0".to_string();
+    }
+    let digits = a.log10().floor() as i32;
+    if digits >= 2 {
+        // 14091.74 → 14100: round away what lies below the third digit.
+        let unit = 10f64.powi(digits - 2);
+        return format!("{:.0}", (v / unit).round() * unit);
+    }
+    let decimals = (2 - digits).clamp(0, 9) as usize;
+    format!("{v:.decimals$}")
+}
+
 /// Formats a signed byte rate with an explicit sign: `+4.00 MiB`.
 pub fn format_signed_bytes(bytes: f64) -> String {
     if bytes >= 0.0 {
@@ -334,6 +355,18 @@ mod tests {
         assert!(parse_duration("soon").is_err());
         assert!(parse_duration("-1s").is_err());
         assert!(parse_duration("1 fortnight").is_err());
+    }
+
+    #[test]
+    fn numbers_get_three_significant_digits() {
+        assert_eq!(format_sig3(14091.74), "14100");
+        assert_eq!(format_sig3(-14091.74), "-14100");
+        assert_eq!(format_sig3(248.4), "248");
+        assert_eq!(format_sig3(13.19), "13.2");
+        assert_eq!(format_sig3(3.7), "3.70");
+        assert_eq!(format_sig3(0.04123), "0.0412");
+        assert_eq!(format_sig3(0.0), "0");
+        assert_eq!(format_sig3(999.6), "1000");
     }
 
     #[test]

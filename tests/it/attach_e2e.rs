@@ -179,7 +179,8 @@ fn the_sampling_cost_is_recorded_and_rebuilt() {
     assert_eq!(cost["longest_walk"]["pid"], target.pid());
     assert!(cost["cpu_s"].as_f64().unwrap() > 0.0);
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
-    assert!(md.contains("Sampling cost:"), "{md}");
+    // Its own section, not a paragraph of the projection before it.
+    assert!(md.contains("\n## Sampling cost\n"), "{md}");
     assert!(md.contains("the longest walk took"), "{md}");
 
     let again = tmp.path().join("again");
