@@ -420,26 +420,34 @@ fn memory_kinds(a: &Analysis, main: &SeriesFit) -> Option<Plot> {
     })
 }
 
-/// How many noise widths (each side) a headline chart's y axis spans at
-/// least: a change within them is one the verdict would not call growth.
-const NOISE_WIDTHS: f64 = 3.0;
+/// How many practical thresholds (each side) a headline chart's y axis
+/// spans at least: a change within them is one the verdict would not call
+/// growth however long it lasted.
+const THRESHOLDS_EACH_SIDE: f64 = 3.0;
+
+/// How many noise sds (each side): ±2 sd hold 95% of the series' noise.
+const SDS_EACH_SIDE: f64 = 2.0;
 
 /// The narrowest y range of a series' chart (bytes or a count): ± a few
 /// times what the verdict counts as noise — the practical threshold (64 KiB,
 /// or 0.1% of the level: `fit::MIN_SLOPE_BYTES`, the default
-/// `min_slope_fraction`) or the series' own noise sd, whichever is larger.
-/// A 4 KiB blip on 28 MiB then shows as a blip, not as a cliff.
+/// `min_slope_fraction`) or the noise sd of what was judged (the troughs of
+/// a saw-tooth, else the series), whichever is larger. A 4 KiB blip on
+/// 28 MiB then shows as a blip, not as a cliff.
 fn noise_span(f: &SeriesFit, points: &[(f64, f64)]) -> Option<f64> {
-    let ys: Vec<f64> = points.iter().map(|p| p.1).collect();
-    let sd = crate::fit::changepoint::noise_sd(&ys).unwrap_or(0.0);
-    let level = f.mean_level.abs();
+    let judged: Vec<f64> = if f.decided_by == crate::fit::DecidedBy::Troughs {
+        f.model.troughs.iter().map(|p| p.1).collect()
+    } else {
+        points.iter().map(|p| p.1).collect()
+    };
+    let sd = crate::fit::changepoint::noise_sd(&judged).unwrap_or(0.0);
     let practical = if f.metric.is_bytes() {
-        crate::fit::MIN_SLOPE_BYTES.max(0.001 * level)
+        crate::fit::MIN_SLOPE_BYTES.max(0.001 * f.mean_level.abs())
     } else {
         // Counts (fds, threads) move by whole units.
         1.0
     };
-    Some(2.0 * NOISE_WIDTHS * practical.max(sd))
+    Some(2.0 * (THRESHOLDS_EACH_SIDE * practical).max(SDS_EACH_SIDE * sd))
 }
 
 /// One line per process (pid and start time) of a scope with more than one.
