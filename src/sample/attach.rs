@@ -637,25 +637,27 @@ impl Session<'_> {
             .filter_map(|r| r.rss_bytes)
             .sum();
         let elapsed = self.started.elapsed();
-        let left = match self.plan.duration {
+        let now = format!("{processes} process(es), RSS {}", format_bytes(rss as f64));
+        // The bar shows the elapsed time itself: it says what is left.
+        self.progress.status(&match self.plan.duration {
             Some(d) => format!(
-                " of {} ({} left)",
-                format_duration(d),
-                format_duration(d.saturating_sub(elapsed))
+                "{} left of {}: {now}",
+                format_duration(d.saturating_sub(elapsed)),
+                format_duration(d)
             ),
-            None => String::new(),
-        };
-        let status = format!(
-            "{}{left}: {processes} process(es), RSS {}",
-            format_duration(elapsed),
-            format_bytes(rss as f64)
-        );
-        self.progress.status(&status);
+            None => format!("until it exits or Ctrl-C: {now}"),
+        });
         if !self.progress.is_interactive()
             && self.last_progress.elapsed() >= Duration::from_secs(10)
         {
             self.last_progress = Instant::now();
-            self.progress.line(&status);
+            let of = self
+                .plan
+                .duration
+                .map(|d| format!(" of {}", format_duration(d)))
+                .unwrap_or_default();
+            self.progress
+                .line(&format!("{}{of}: {now}", format_duration(elapsed)));
         }
     }
 }
