@@ -15,9 +15,14 @@ use clap::{Args, Parser, Subcommand};
         leakwatch samples a process tree from /proc (RSS, PSS, USS, anon/file/shmem, fds, \
         threads), fits the growth per run or per hour, and says whether it is a leak, \
         a plateau or stable.\n\n\
-        Exit status: 0 no leak / gate passed, 1 gate failed, 2 usage or runtime error, \
-        128+N when stopped by signal N: 130 Ctrl-C, 129 SIGHUP (a dropped ssh session), \
-        131 SIGQUIT, 143 SIGTERM. Whatever stops it, the processes leakwatch started are \
+        Exit status: 0 no leak (stable, plateau, inconclusive) or the gate passed; \
+        1 a leak verdict when no gate is given, or the gate (--max-growth, --max-peak, \
+        `check`) failed; 2 usage or runtime error; 128+N when stopped by signal N: \
+        130 Ctrl-C, 129 SIGHUP (a dropped ssh session), 131 SIGQUIT, 143 SIGTERM. \
+        --exit-zero gives 0 for a leak or a failed gate (reports only).\n\n\
+        Sizes (--max-growth, --max-peak, --limit, --budget) take any case: k, m, g, t and \
+        KiB, MiB, GiB, TiB are binary (1024), kB, MB, GB, TB are SI (1000): 10m = 10MiB = \
+        10485760 bytes, 10mb = 10MB = 10000000 bytes; the gate prints the limit it read. Whatever stops it, the processes leakwatch started are \
         stopped and the reports of the samples so far are written first.",
     after_help = "Examples:\n  \
         leakwatch run --repeat 10 -- ./pants filter ::\n  \
@@ -126,35 +131,56 @@ pub struct RunArgs {
 
 #[derive(Debug, Args)]
 pub struct AttachArgs {
-    /// The process to sample; its descendants are followed as they come and go.
+    /// The process to sample; its descendants are followed as they come and
+    /// go. Or name the target with -p/--pid, --name, --cgroup or --unit.
     #[arg(
         value_name = "PID",
-        required_unless_present_any = ["name", "cgroup", "unit"],
-        conflicts_with_all = ["name", "cgroup", "unit"]
+        conflicts_with_all = ["pid_flag", "name", "cgroup", "unit"]
     )]
     pub pid: Option<String>,
+
+    /// The process to sample, as psrecord, py-spy and heaptrack take it.
+    #[arg(
+        short = 'p',
+        long = "pid",
+        id = "pid_flag",
+        value_name = "PID",
+        conflicts_with_all = ["name", "cgroup", "unit"],
+        help_heading = "Target (instead of PID)"
+    )]
+    pub pid_flag: Option<String>,
 
     #[command(flatten)]
     pub targets: TargetArgs,
 
-    #[command(flatten)]
-    pub serve: ServeArgs,
-
     /// Time between samples, on average: each wait is drawn within ±30% of
     /// it, so a workload that cycles with the same period cannot alias.
-    #[arg(long, default_value = "1s", value_name = "DUR")]
+    #[arg(
+        long,
+        default_value = "1s",
+        value_name = "DUR",
+        help_heading = "Sampling"
+    )]
     pub interval: String,
 
     /// Stop after this long (default: when the target exits or on Ctrl-C).
-    #[arg(long, value_name = "DUR")]
+    #[arg(long, value_name = "DUR", help_heading = "Sampling")]
     pub duration: Option<String>,
 
     /// Largest fraction of wall time spent walking the target's page tables
     /// for PSS/USS (each walk holds the process's mmap lock while it runs),
     /// over the whole tree; 0: cheap tier only, no walk at all (no PSS/USS,
     /// no mappings, no stall).
-    #[arg(long, default_value = "0.1%", value_name = "PERCENT")]
+    #[arg(
+        long,
+        default_value = "0.1%",
+        value_name = "PERCENT",
+        help_heading = "Sampling"
+    )]
     pub deep_budget: String,
+
+    #[command(flatten)]
+    pub serve: ServeArgs,
 
     #[command(flatten)]
     pub analysis: AnalysisArgs,
@@ -172,13 +198,19 @@ pub struct ReportArgs {
     #[arg(value_name = "DIR|samples.csv")]
     pub input: PathBuf,
 
-    /// Where to write the rebuilt outputs (default: the input directory).
+    /// Where to write the rebuilt outputs (default: the input directory);
+    /// samples.csv is copied there, so DIR can be reported again.
     #[arg(short, long, value_name = "DIR")]
     pub out: Option<PathBuf>,
 
     /// Print nothing but errors.
     #[arg(short, long)]
     pub quiet: bool,
+
+    /// Also print summary.json on standard output (the human summary stays
+    /// on stderr).
+    #[arg(long)]
+    pub json: bool,
 
     #[command(flatten)]
     pub analysis: AnalysisArgs,
@@ -188,11 +220,18 @@ pub struct ReportArgs {
 }
 
 #[derive(Debug, Args)]
-#[command(next_help_heading = "CI gate (exit 1 when it fails)")]
+#[command(next_help_heading = "Exit status and CI gate")]
 pub struct GateArgs {
+    /// Exit 0 even on a leak verdict or a failed gate, for those who only
+    /// want the reports (errors still exit 2, signals 128+N). Without it a
+    /// leak exits 1 when no gate is given, and the gate decides when one is.
+    #[arg(long)]
+    pub exit_zero: bool,
+
     /// Fail when the 95% CI of the rate the verdict rests on lies above this:
     /// '512KiB/run', '20MiB/h', '1%/run', '2%/h', or '40%' in total; pass when
     /// it lies below; undecided in between (see --undecided). Repeatable.
+    /// Sizes in any case: k/m/g and KiB/MiB/GiB binary, kB/MB/GB SI.
     #[arg(long, value_name = "RATE", allow_hyphen_values = true)]
     pub max_growth: Vec<String>,
 
@@ -414,6 +453,11 @@ pub struct OutputArgs {
     /// Print nothing but errors.
     #[arg(short, long)]
     pub quiet: bool,
+
+    /// Also print summary.json on standard output (the human summary stays
+    /// on stderr).
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[cfg(test)]

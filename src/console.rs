@@ -18,8 +18,49 @@ pub fn say_line(text: &str) {
 }
 
 /// Whether colour is off: `NO_COLOR` set to anything but the empty string
-/// (no-color.org). leakwatch's own output is plain text; this governs
-/// clap's help and usage errors.
+/// (no-color.org). It governs clap's help and usage errors, and the
+/// verdict leakwatch colours on a terminal (`paint`).
 pub fn no_color() -> bool {
     std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty())
+}
+
+/// Colours leakwatch uses: one per kind of outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Colour {
+    /// A leak, a failed gate.
+    Red,
+    /// Inconclusive.
+    Yellow,
+    /// Stable, plateau, a passed gate.
+    Green,
+}
+
+/// Whether stderr takes colour: a terminal, and `NO_COLOR` not set.
+pub fn colour_on() -> bool {
+    use std::io::IsTerminal;
+    std::io::stderr().is_terminal() && !no_color()
+}
+
+/// `text` in bold `colour` (ANSI SGR) when `on`, else as it is.
+pub fn paint(text: &str, colour: Colour, on: bool) -> String {
+    if !on {
+        return text.to_string();
+    }
+    let code = match colour {
+        Colour::Red => 31,
+        Colour::Yellow => 33,
+        Colour::Green => 32,
+    };
+    format!("\x1b[1;{code}m{text}\x1b[0m")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paint_wraps_only_when_on() {
+        assert_eq!(paint("LEAK", Colour::Red, false), "LEAK");
+        assert_eq!(paint("LEAK", Colour::Red, true), "\x1b[1;31mLEAK\x1b[0m");
+    }
 }

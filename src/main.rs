@@ -12,7 +12,18 @@ fn main() -> ExitCode {
     if leakwatch::console::no_color() {
         command = command.color(clap::ColorChoice::Never);
     }
-    let cli = Cli::from_arg_matches(&command.get_matches()).unwrap_or_else(|e| e.exit());
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let matches =
+        command.try_get_matches_from(&args).unwrap_or_else(
+            |e| match leakwatch::options::usage_hint(&e, &args) {
+                Some(hint) => {
+                    leakwatch::console::say_line(&format!("error: {hint}"));
+                    std::process::exit(Exit::Error.code().into())
+                }
+                None => e.exit(),
+            },
+        );
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     match leakwatch::app::run(cli) {
         Ok(exit) => exit.into(),
         Err(err) => {

@@ -43,6 +43,16 @@ pub enum OptionsError {
     ZeroInterval { flag: &'static str, value: String },
     #[error("{what} '{value}' is not a PID; give the number `pgrep NAME` prints")]
     NotAPid { what: &'static str, value: String },
+    #[error(
+        "attach needs a target: a PID (`leakwatch attach 4242` or `-p 4242`), --name REGEX \
+         (a process name or command line), --cgroup PATH or --unit NAME (a systemd unit)"
+    )]
+    NoTarget,
+    #[error(
+        "'{0}' is not a PID; to attach by name use `--name {0}` (or give the PID `pgrep {0}` \
+         prints)"
+    )]
+    NameForPid(String),
     #[error("--py-frames {0}: give 1 to 64 frames; try --py-frames 1 (the default)")]
     PyFrames(usize),
     #[error("--deep-budget '{0}' is not a fraction; try '0.1%' or '0.001'")]
@@ -80,6 +90,8 @@ pub struct GateSetup {
     pub gate: GateOptions,
     pub junit: Option<PathBuf>,
     pub save_baseline: Option<PathBuf>,
+    /// `--exit-zero`: exit 0 whatever the verdict and the gate say.
+    pub exit_zero: bool,
 }
 
 /// The gate, with its limits checked against the x axis of the mode when
@@ -103,6 +115,7 @@ fn gate_setup(args: &GateArgs, x: Option<XAxis>) -> Result<GateSetup, OptionsErr
         },
         junit: args.junit.clone(),
         save_baseline: args.save_baseline.clone(),
+        exit_zero: args.exit_zero,
     })
 }
 
@@ -155,6 +168,8 @@ pub struct Output {
     /// `--out`, or `None` for a fresh `reports/<timestamp>/`.
     pub dir: Option<PathBuf>,
     pub quiet: bool,
+    /// `--json`: summary.json on stdout as well.
+    pub json: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -242,6 +257,7 @@ fn output(args: &OutputArgs) -> Output {
     Output {
         dir: args.out.clone(),
         quiet: args.quiet,
+        json: args.json,
     }
 }
 
@@ -305,7 +321,10 @@ impl AttachOptions {
             .ok_or_else(|| OptionsError::DeepBudget(args.deep_budget.clone()))?;
         Ok(AttachOptions {
             plan: AttachPlan {
-                target: target(args.pid.as_deref(), &args.targets)?,
+                target: target(
+                    args.pid.as_deref().or(args.pid_flag.as_deref()),
+                    &args.targets,
+                )?,
                 interval,
                 duration,
                 deep_budget,
@@ -327,8 +346,50 @@ impl ReportOptions {
             output: Output {
                 dir: args.out.clone(),
                 quiet: args.quiet,
+                json: args.json,
             },
         })
+    }
+}
+
+/// A one-line fix for a usage error clap alone explains badly, or `None`
+/// for clap's own message: `leakwatch run --repeat 3 /bin/true` (the
+/// command is not after `--`).
+pub fn usage_hint(error: &clap::Error, args: &[std::ffi::OsString]) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if error.kind() != ErrorKind::UnknownArgument {
+        return None;
+    }
+    let Some(ContextValue::String(unknown)) = error.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    let words: Vec<String> = args
+        .iter()
+        .skip(1)
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let run = words.iter().position(|w| w == "run")?;
+    if unknown.starts_with('-') || words.iter().any(|w| w == "--") {
+        return None;
+    }
+    let at = words.iter().skip(run).position(|w| w == unknown)? + run;
+    let quoted: Vec<String> = words.iter().map(|w| shell_word(w)).collect();
+    Some(format!(
+        "'{unknown}' is not an option of `leakwatch run`: the command goes after `--`, as in \
+         `leakwatch {} -- {}`",
+        quoted[..at].join(" "),
+        quoted[at..].join(" ")
+    ))
+}
+
+/// A word as a shell would need it typed: quoted when it holds anything but
+/// plain characters.
+fn shell_word(word: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "-_./=:,+%@".contains(c);
+    if !word.is_empty() && word.chars().all(plain) {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
     }
 }
 
@@ -365,7 +426,20 @@ fn target(pid_text: Option<&str>, args: &TargetArgs) -> Result<Target, OptionsEr
         };
         return Ok(Target::Unit(unit));
     }
-    Ok(Target::Pid(pid("PID", pid_text.unwrap_or(""))?))
+    let Some(text) = pid_text else {
+        return Err(OptionsError::NoTarget);
+    };
+    match pid("PID", text) {
+        Ok(p) => Ok(Target::Pid(p)),
+        // `attach python3`: a name where a PID goes.
+        Err(_)
+            if !text.trim().is_empty()
+                && !text.trim().starts_with(|c: char| c.is_ascii_digit()) =>
+        {
+            Err(OptionsError::NameForPid(text.trim().to_string()))
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// `--serve ADDR`: `HOST:PORT` with an IP (or `localhost`), or `:PORT` for

@@ -9,10 +9,16 @@
 //! `O_EXCL` creation), then renamed over the final name: `rename` replaces
 //! a symlink at that name instead of writing through it, a reader never
 //! sees half a file, and a failed write (a full disk) leaves nothing.
+//!
+//! Files are created with mode 0666 less the process umask (0644 under the
+//! usual umask 022), as every Unix tool creates them: a node_exporter that
+//! is not root reads an exported `.prom`, a colleague reads a shared report.
+//! The temporary file is created with that mode too (tempfile's own default,
+//! 0600, would survive the rename).
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
@@ -26,7 +32,14 @@ pub enum OutputError {
     Symlink { path: PathBuf },
     #[error("{path} already exists; leakwatch does not overwrite it (remove it or choose another)")]
     Exists { path: PathBuf },
+    #[error(
+        "cannot write {path}: the directory {dir} does not exist; create it or give another path"
+    )]
+    NoDir { path: PathBuf, dir: PathBuf },
 }
+
+/// The mode new files are created with, before the umask.
+const FILE_MODE: u32 = 0o666;
 
 fn write_error(path: &Path) -> impl Fn(io::Error) -> OutputError + '_ {
     move |error| match error.raw_os_error() {
@@ -36,11 +49,53 @@ fn write_error(path: &Path) -> impl Fn(io::Error) -> OutputError + '_ {
         Some(libc::ELOOP) => OutputError::Symlink {
             path: path.to_path_buf(),
         },
-        _ => OutputError::Write {
+        _ if error.kind() == io::ErrorKind::NotFound => OutputError::NoDir {
             path: path.to_path_buf(),
-            error,
+            dir: parent(path).to_path_buf(),
+        },
+        // tempfile's errors name the temporary file (`.leakwatch-Qlpc5M`);
+        // the user gave `path`, so only the cause is kept.
+        Some(code) => OutputError::Write {
+            path: path.to_path_buf(),
+            error: io::Error::from_raw_os_error(code),
+        },
+        None => OutputError::Write {
+            path: path.to_path_buf(),
+            error: errno_of(error.kind()).map_or_else(
+                || io::Error::from(error.kind()),
+                io::Error::from_raw_os_error,
+            ),
         },
     }
+}
+
+/// The errno of the kinds tempfile wraps, for the system's own wording
+/// ("Permission denied (os error 13)").
+fn errno_of(kind: io::ErrorKind) -> Option<i32> {
+    match kind {
+        io::ErrorKind::PermissionDenied => Some(libc::EACCES),
+        io::ErrorKind::ReadOnlyFilesystem => Some(libc::EROFS),
+        io::ErrorKind::StorageFull => Some(libc::ENOSPC),
+        io::ErrorKind::NotADirectory => Some(libc::ENOTDIR),
+        _ => None,
+    }
+}
+
+/// The directory a file is written in (`.` for a bare name).
+fn parent(path: &Path) -> &Path {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    }
+}
+
+/// A temporary file in `dir` created as a final file would be (the mode
+/// less the umask), exclusively, under a random name.
+fn temp_in(dir: &Path, prefix: &str) -> io::Result<tempfile::NamedTempFile> {
+    tempfile::Builder::new()
+        .prefix(prefix)
+        .permissions(fs::Permissions::from_mode(FILE_MODE))
+        .tempfile_in(dir)
 }
 
 fn is_symlink(path: &Path) -> bool {
@@ -71,7 +126,7 @@ pub fn create_new(path: &Path) -> Result<File, OutputError> {
         .write(true)
         .create_new(true)
         .custom_flags(libc::O_NOFOLLOW)
-        .mode(0o644)
+        .mode(FILE_MODE)
         .open(path)
         .map_err(write_error(path))
 }
@@ -80,19 +135,57 @@ pub fn create_new(path: &Path) -> Result<File, OutputError> {
 /// and a rename: the whole file or nothing, and a link at `path` is
 /// replaced, not followed.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), OutputError> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
+    let dir = parent(path);
     let err = write_error(path);
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".leakwatch-")
-        .tempfile_in(dir)
-        .map_err(&err)?;
+    let mut tmp = temp_in(dir, ".leakwatch-").map_err(&err)?;
     tmp.write_all(bytes).map_err(&err)?;
     tmp.as_file().sync_data().map_err(&err)?;
     tmp.persist(path).map_err(|e| err(e.error))?;
     Ok(())
+}
+
+/// Copies samples.csv to `to` (`report --out`), through a new file as
+/// `create_new` makes one. Nothing to do when `to` is `from` itself or
+/// already holds the same rows (a second `report --out` into the same
+/// directory); a different samples.csv there is never overwritten.
+pub fn copy_samples(from: &Path, to: &Path) -> Result<(), OutputError> {
+    if fs::symlink_metadata(to).is_ok() {
+        if same_file_or_content(from, to).map_err(write_error(to))? {
+            return Ok(());
+        }
+        return Err(OutputError::Exists {
+            path: to.to_path_buf(),
+        });
+    }
+    let mut source = File::open(from).map_err(write_error(from))?;
+    let mut target = create_new(to)?;
+    io::copy(&mut source, &mut target).map_err(write_error(to))?;
+    Ok(())
+}
+
+/// The same file (device and inode), or two files with the same bytes.
+fn same_file_or_content(a: &Path, b: &Path) -> io::Result<bool> {
+    use std::io::Read;
+    use std::os::unix::fs::MetadataExt;
+    let (ma, mb) = (fs::metadata(a)?, fs::symlink_metadata(b)?);
+    if ma.dev() == mb.dev() && ma.ino() == mb.ino() {
+        return Ok(true);
+    }
+    if !mb.is_file() || ma.len() != mb.len() {
+        return Ok(false);
+    }
+    let (mut fa, mut fb) = (io::BufReader::new(File::open(a)?), File::open(b)?);
+    let (mut ba, mut bb) = (vec![0u8; 1 << 16], vec![0u8; 1 << 16]);
+    loop {
+        let n = fa.read(&mut ba)?;
+        if n == 0 {
+            return Ok(true);
+        }
+        fb.read_exact(&mut bb[..n])?;
+        if ba[..n] != bb[..n] {
+            return Ok(false);
+        }
+    }
 }
 
 /// Checks, before a session starts, that a file it will write at the end
@@ -100,13 +193,8 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), OutputError> {
 /// directory that exists and takes a new file.
 pub fn check_writable(path: &Path) -> Result<(), OutputError> {
     refuse_symlink(path)?;
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    tempfile::Builder::new()
-        .prefix(".leakwatch-check-")
-        .tempfile_in(dir)
+    let dir = parent(path);
+    temp_in(dir, ".leakwatch-check-")
         .map(drop)
         .map_err(write_error(path))
 }

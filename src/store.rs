@@ -402,6 +402,11 @@ impl SampleWriter {
         self.tap = Some(tap);
     }
 
+    /// The samples.csv being written.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
     pub fn rows_written(&self) -> u64 {
         self.rows
     }

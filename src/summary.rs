@@ -1,5 +1,6 @@
-//! The summary.json wire types (schema_version 1, the contract in README.md), kept apart
-//! from the in-memory model so the contract changes only on purpose. `report`
+//! The summary.json wire types (schema_version 1, the contract in
+//! docs/summary-json.md), kept apart from the in-memory model so the
+//! contract changes only on purpose. `report`
 //! writes them; `check` reads them back as baselines.
 
 use serde::{Deserialize, Serialize};

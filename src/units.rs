@@ -5,8 +5,13 @@ use std::time::Duration;
 /// Why a size or duration did not parse; the caller names the flag.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum UnitError {
-    #[error("'{0}' is not a size; try '4MiB', '512KiB', '1.5GB' or a number of bytes")]
+    #[error(
+        "'{0}' is not a size; try '4MiB', '512KiB', '1.5GB' or a number of bytes ({SIZE_RULE})"
+    )]
     Size(String),
+    /// A size with a fix that is plain from what was typed.
+    #[error("'{text}' is not a size; did you mean '{fix}'? ({SIZE_RULE})")]
+    SizeFix { text: String, fix: String },
     #[error("'{0}' is not a duration; try '500ms', '2s', '30m' or '1h'")]
     Duration(String),
     #[error("'{0}' is too large: a size must be below 16 EiB (2^64 bytes)")]
@@ -25,25 +30,79 @@ fn split_number(text: &str) -> Option<(f64, &str)> {
     Some((number.parse().ok()?, suffix.trim()))
 }
 
-/// Parses a size such as `4MiB`, `512 KiB`, `1.5GB`, `4m` or `1024` into bytes.
-///
-/// Binary suffixes (KiB, MiB, GiB, TiB and the one-letter K/M/G/T) are powers
-/// of 1024; decimal ones (kB, MB, GB, TB) powers of 1000, as their names say.
-pub fn parse_size(text: &str) -> Result<u64, UnitError> {
-    let err = || UnitError::Size(text.to_string());
-    let (value, suffix) = split_number(text).ok_or_else(err)?;
-    let multiplier: f64 = match suffix {
-        "" | "B" | "b" => 1.0,
-        "k" | "K" | "KiB" | "Ki" | "kiB" => 1024.0,
-        "m" | "M" | "MiB" | "Mi" => 1024.0 * 1024.0,
-        "g" | "G" | "GiB" | "Gi" => 1024.0 * 1024.0 * 1024.0,
-        "t" | "T" | "TiB" | "Ti" => 1024.0f64.powi(4),
-        "kB" | "KB" => 1e3,
-        "MB" => 1e6,
-        "GB" => 1e9,
-        "TB" => 1e12,
-        _ => return Err(err()),
+/// How a size's unit is read, as `--help` says it.
+pub const SIZE_RULE: &str = "any case; k, m, g, t and KiB, MiB, GiB, TiB are binary (1024), \
+     kB, MB, GB, TB are SI (1000)";
+
+/// The bytes per unit of a size suffix, any case: binary for a bare letter
+/// (`4m`, `4M`, as `ulimit` and `dd` read them) and for `KiB`/`Ki`; SI for a
+/// prefix with `B` (`kB`, `MB`, `mb`: the names say powers of 1000, and
+/// `10mb` means 10 000 000 bytes to a disk vendor and to `df -H` alike).
+fn size_unit(suffix: &str) -> Option<f64> {
+    let lower = suffix.to_ascii_lowercase();
+    let (prefix, rest) = match lower.char_indices().nth(1) {
+        Some((i, _)) => lower.split_at(i),
+        None => (lower.as_str(), ""),
     };
+    let power = match prefix {
+        "" => return Some(1.0),
+        "b" if rest.is_empty() => return Some(1.0),
+        "k" => 1,
+        "m" => 2,
+        "g" => 3,
+        "t" => 4,
+        "p" => 5,
+        _ => return None,
+    };
+    match rest {
+        "" | "i" | "ib" => Some(1024f64.powi(power)),
+        "b" => Some(1000f64.powi(power)),
+        _ => None,
+    }
+}
+
+/// The suffix a near miss meant (`10megs` → `10MiB`, `1,5GiB` → `1.5GiB`):
+/// the fix a refusal suggests, when there is one.
+fn size_fix(text: &str) -> Option<String> {
+    let t = text.trim();
+    if t.contains(',') && !t.contains('.') {
+        let fixed = t.replacen(',', ".", 1);
+        return parse_size(&fixed).is_ok().then_some(fixed);
+    }
+    let (value, suffix) = split_number(t)?;
+    let first = suffix.chars().next()?.to_ascii_lowercase();
+    let unit = match first {
+        'k' => "KiB",
+        'm' => "MiB",
+        'g' => "GiB",
+        't' => "TiB",
+        'b' => "B",
+        _ => return None,
+    };
+    suffix
+        .chars()
+        .all(|c| c.is_ascii_alphabetic())
+        .then(|| format!("{}{unit}", trim_number(value)))
+}
+
+/// `10` for 10.0, `1.5` for 1.5: a number as a person types it.
+fn trim_number(value: f64) -> String {
+    let text = format!("{value}");
+    text.strip_suffix(".0").map_or(text.clone(), str::to_string)
+}
+
+/// Parses a size such as `4MiB`, `512 KiB`, `1.5GB`, `4m`, `10mb` or `1024`
+/// into bytes; the unit is read as `size_unit` says (any case).
+pub fn parse_size(text: &str) -> Result<u64, UnitError> {
+    let err = || match size_fix(text) {
+        Some(fix) => UnitError::SizeFix {
+            text: text.to_string(),
+            fix,
+        },
+        None => UnitError::Size(text.to_string()),
+    };
+    let (value, suffix) = split_number(text).ok_or_else(err)?;
+    let multiplier = size_unit(suffix).ok_or_else(err)?;
     let bytes = value * multiplier;
     // 2^64 itself does not fit (u64::MAX as f64 rounds up to it).
     if !(0.0..18_446_744_073_709_551_616.0).contains(&bytes) {
@@ -106,6 +165,27 @@ pub fn format_bytes(bytes: f64) -> String {
     }
 }
 
+/// A number with three significant digits, never in scientific notation:
+/// `14100` for 14091.74, `13.2` for 13.19, `0.0412`; the one precision the
+/// text, the reports and the charts print percentages in.
+pub fn format_sig3(v: f64) -> String {
+    if !v.is_finite() {
+        return format!("{v}");
+    }
+    let a = v.abs();
+    if a == 0.0 {
+        return "0".to_string();
+    }
+    let digits = a.log10().floor() as i32;
+    if digits >= 2 {
+        // 14091.74 → 14100: round away what lies below the third digit.
+        let unit = 10f64.powi(digits - 2);
+        return format!("{:.0}", (v / unit).round() * unit);
+    }
+    let decimals = (2 - digits).clamp(0, 9) as usize;
+    format!("{v:.decimals$}")
+}
+
 /// Formats a signed byte rate with an explicit sign: `+4.00 MiB`.
 pub fn format_signed_bytes(bytes: f64) -> String {
     if bytes >= 0.0 {
@@ -145,6 +225,101 @@ mod tests {
     }
 
     #[test]
+    fn sizes_in_any_case_si_with_b_binary_without() {
+        for (text, bytes) in [
+            ("10mb", 10_000_000),
+            ("10MB", 10_000_000),
+            ("10Mb", 10_000_000),
+            ("10kb", 10_000),
+            ("10KB", 10_000),
+            ("10mib", 10 << 20),
+            ("10MIB", 10 << 20),
+            ("10MiB", 10 << 20),
+            ("10mi", 10 << 20),
+            ("10M", 10 << 20),
+            ("10m", 10 << 20),
+            ("10k", 10 << 10),
+            ("10K", 10 << 10),
+            ("2gib", 2 << 30),
+            ("2GB", 2_000_000_000),
+            ("1tb", 1_000_000_000_000),
+            ("1PiB", 1 << 50),
+            ("512b", 512),
+            ("512B", 512),
+        ] {
+            assert_eq!(parse_size(text), Ok(bytes), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_near_miss_gets_the_exact_fix() {
+        for (text, fix) in [
+            ("10megs", "10MiB"),
+            ("10 megabytes", "10MiB"),
+            ("1,5GiB", "1.5GiB"),
+            ("4kilo", "4KiB"),
+            ("2gigs", "2GiB"),
+        ] {
+            let err = parse_size(text).unwrap_err();
+            assert_eq!(
+                err,
+                UnitError::SizeFix {
+                    text: text.into(),
+                    fix: fix.into()
+                }
+            );
+            assert!(err.to_string().contains(&format!("did you mean '{fix}'?")));
+            assert!(parse_size(fix).is_ok(), "the fix {fix} must parse");
+        }
+        // Nothing plain to suggest: the general message, with the rule.
+        let err = parse_size("4 parsecs").unwrap_err().to_string();
+        assert!(
+            err.contains("binary (1024)") && err.contains("SI (1000)"),
+            "{err}"
+        );
+    }
+
+    proptest::proptest! {
+        /// The case of a unit never changes what a size means.
+        #[test]
+        fn case_never_changes_a_size(
+            n in 0u64..100_000,
+            unit in proptest::sample::select(vec![
+                "", "b", "k", "kb", "kib", "ki", "m", "mb", "mib", "g", "gb", "gib", "t", "tb", "tib",
+            ]),
+            upper in proptest::collection::vec(proptest::bool::ANY, 3),
+        ) {
+            let lower = format!("{n}{unit}");
+            let mixed: String = unit
+                .chars()
+                .zip(upper.iter().cycle())
+                .map(|(c, &up)| if up { c.to_ascii_uppercase() } else { c })
+                .collect();
+            proptest::prop_assert_eq!(parse_size(&lower), parse_size(&format!("{n}{mixed}")));
+            proptest::prop_assert!(parse_size(&lower).is_ok());
+        }
+
+        /// A binary suffix is 1024 times the next smaller one, an SI one 1000.
+        #[test]
+        fn binary_and_si_steps(n in 1u64..1_000_000) {
+            let kib = parse_size(&format!("{n}KiB")).unwrap();
+            proptest::prop_assert_eq!(parse_size(&format!("{n}k")).unwrap(), kib);
+            proptest::prop_assert_eq!(kib, n * 1024);
+            proptest::prop_assert_eq!(parse_size(&format!("{n}kB")).unwrap(), n * 1000);
+            proptest::prop_assert_eq!(parse_size(&format!("{n}mb")).unwrap(), n * 1_000_000);
+            proptest::prop_assert_eq!(parse_size(&format!("{n}MiB")).unwrap(), n << 20);
+        }
+
+        /// Whatever is refused suggests nothing that is refused too.
+        #[test]
+        fn a_suggested_fix_parses(text in "[0-9]{1,4}[.,]?[0-9]{0,2} ?[a-zA-Z]{0,8}") {
+            if let Err(UnitError::SizeFix { fix, .. }) = parse_size(&text) {
+                proptest::prop_assert!(parse_size(&fix).is_ok(), "{} → {}", text, fix);
+            }
+        }
+    }
+
+    #[test]
     fn bad_sizes_are_rejected_with_the_input_quoted() {
         for bad in ["", "abc", "-1KiB", "4 parsecs", "1.2.3M", "MiB"] {
             let err = parse_size(bad).unwrap_err();
@@ -180,6 +355,18 @@ mod tests {
         assert!(parse_duration("soon").is_err());
         assert!(parse_duration("-1s").is_err());
         assert!(parse_duration("1 fortnight").is_err());
+    }
+
+    #[test]
+    fn numbers_get_three_significant_digits() {
+        assert_eq!(format_sig3(14091.74), "14100");
+        assert_eq!(format_sig3(-14091.74), "-14100");
+        assert_eq!(format_sig3(248.4), "248");
+        assert_eq!(format_sig3(13.19), "13.2");
+        assert_eq!(format_sig3(3.7), "3.70");
+        assert_eq!(format_sig3(0.04123), "0.0412");
+        assert_eq!(format_sig3(0.0), "0");
+        assert_eq!(format_sig3(999.6), "1000");
     }
 
     #[test]

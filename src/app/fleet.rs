@@ -308,7 +308,7 @@ pub fn analyze(opts: &AnalyzeOptions) -> Result<Exit> {
     if !opts.output.quiet {
         console::say(&legend(&analysis, opts.metric));
     }
-    app::finish(&analysis, &dir, opts.output.quiet, &gate)
+    app::finish(&analysis, &dir, &opts.output, &gate)
 }
 
 /// The gate of an analysis of Prometheus series: unless `--gate-on` says
@@ -369,12 +369,7 @@ fn legend(a: &fit::Analysis, metric: Metric) -> String {
 
 /// `leakwatch export DIR --format openmetrics`.
 pub fn export(opts: &ExportOptions) -> Result<Exit> {
-    let Some(samples) = app::file_or_in_dir(&opts.input, "samples.csv") else {
-        bail!(
-            "{} has no samples.csv; give a leakwatch output directory or a samples.csv file",
-            opts.input.display()
-        );
-    };
+    let samples = app::input_samples(&opts.input)?;
     let mut builder = series::Builder::new();
     let mut latest = Latest::default();
     let scan = store::scan(&samples, |row| {

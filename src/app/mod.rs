@@ -14,7 +14,7 @@ use crate::check;
 use crate::cli::{Cli, Command};
 use crate::console;
 use crate::error::Exit;
-use crate::fit::{self, Analysis, FitOptions};
+use crate::fit::{self, Analysis, FitOptions, Verdict};
 use crate::gate::{self, GateResult};
 use crate::options::{
     AnalyzeOptions, AttachOptions, CheckOptions, ExportOptions, GateSetup, Output, ReportOptions,
@@ -117,6 +117,24 @@ fn default_out_dir() -> PathBuf {
     dir
 }
 
+/// The samples.csv that `report` and `export` read: the file, or the one in
+/// the directory; a path that does not exist says so.
+pub(crate) fn input_samples(input: &Path) -> Result<PathBuf> {
+    if !input.exists() {
+        bail!(
+            "{} does not exist; give a leakwatch output directory (reports/<timestamp>/) or \
+             its samples.csv",
+            input.display()
+        );
+    }
+    file_or_in_dir(input, "samples.csv").with_context(|| {
+        format!(
+            "{} has no samples.csv; give a leakwatch output directory or a samples.csv file",
+            input.display()
+        )
+    })
+}
+
 /// A directory given for a file: `DIR/name`; else the path itself, which
 /// must be a file.
 pub(crate) fn file_or_in_dir(path: &Path, name: &str) -> Option<PathBuf> {
@@ -130,24 +148,20 @@ pub(crate) fn file_or_in_dir(path: &Path, name: &str) -> Option<PathBuf> {
 
 /// `leakwatch report`: the analysis again from a samples.csv.
 fn report_again(opts: &ReportOptions) -> Result<Exit> {
-    let Some(samples) = file_or_in_dir(&opts.input, "samples.csv") else {
-        bail!(
-            "{} has no samples.csv; give a leakwatch output directory or a samples.csv file",
-            opts.input.display()
-        );
-    };
-    let dir = match &opts.output.dir {
-        Some(d) => d.clone(),
-        None => samples
-            .parent()
-            .map(Path::to_path_buf)
-            .unwrap_or_else(|| PathBuf::from(".")),
-    };
+    let samples = input_samples(&opts.input)?;
+    let home = samples
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+    let dir = opts.output.dir.clone().unwrap_or_else(|| home.clone());
     check_outputs(&opts.gate)?;
     let analysis = fit::analyse(read(&samples)?, &opts.fit);
     output::create_dir(&dir)?;
+    // The rebuilt directory is one `report` can read again: it gets its
+    // samples.csv too.
+    output::copy_samples(&samples, &dir.join("samples.csv")).context("--out")?;
     let gate = fleet::gate_every_series(&analysis, &opts.gate);
-    finish(&analysis, &dir, opts.output.quiet, &gate)
+    finish(&analysis, &dir, &opts.output, &gate)
 }
 
 /// Creates the output directory, samples into it, then analyses what is on
@@ -191,7 +205,7 @@ fn sample_then_report(
     let rows = read.rows;
     let analysis = fit::analyse(read, fit_options);
     // Reports first, whatever happened; then the sampling error, if any.
-    let exit = finish(&analysis, dir, output.quiet, gate)?;
+    let exit = finish(&analysis, dir, output, gate)?;
     match result {
         Err(e) => Err(anyhow::Error::new(e).context(format!(
             "sampling stopped early; the {rows} rows taken are in {}",
@@ -229,11 +243,12 @@ fn session_rows(result: &Result<Outcome, SampleError>) -> Vec<Row> {
 }
 
 /// Judges the gate, writes the reports (always, even when the gate cannot
-/// be judged) and the CI outputs, and prints the human summary.
+/// be judged) and the CI outputs, and prints the human summary, the one
+/// line for CI logs and what to do next.
 pub(crate) fn finish(
     analysis: &Analysis,
     dir: &Path,
-    quiet: bool,
+    output: &Output,
     setup: &GateSetup,
 ) -> Result<Exit> {
     let judged = gate::evaluate(analysis, &setup.gate);
@@ -243,21 +258,59 @@ pub(crate) fn finish(
         let summary = fs::read(dir.join("summary.json"))?;
         output::write_atomic(path, &summary).context("--save-baseline")?;
     }
+    if output.json {
+        print_summary_json(dir)?;
+    }
+    let exit = exit_status(analysis.verdict, judged.as_ref(), setup.exit_zero);
     let summary = report::text::render(analysis);
-    if !quiet {
+    if !output.quiet {
         console::say(&summary);
         if let Some(result) = &judged {
             console::say(&ci::gate_text(result));
         }
         console::say_line(&format!("report: {}/", dir.display()));
+        if let Some(next) = ci::next_steps(analysis, judged.is_some()) {
+            console::say_line(&next);
+        }
+        console::say_line(&ci::one_line(analysis, judged.as_ref(), exit.code()));
     }
     let title = format!("leakwatch: {}", analysis.verdict.as_str());
     let step = ci::step_summary(&title, Some(&summary), judged.as_ref());
     ci_outputs(judged.as_ref(), setup.junit.as_deref(), &step)?;
-    Ok(match judged {
-        Some(result) if !result.passed => Exit::GateFailed,
-        _ => Exit::Ok,
-    })
+    Ok(exit)
+}
+
+/// `--json`: summary.json as written, on stdout (a closed pipe is no error).
+fn print_summary_json(dir: &Path) -> Result<()> {
+    use std::io::Write;
+    let bytes = fs::read(dir.join("summary.json"))?;
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(&bytes).and_then(|()| out.flush());
+    Ok(())
+}
+
+/// The one place where the outcome of an analysis becomes an exit code
+/// (errors and signals are mapped where they happen). With a gate, the
+/// gate decides; without one, a `leak` verdict fails as a linter's finding
+/// does; `--exit-zero` asks for the reports only.
+pub(crate) fn exit_status(verdict: Verdict, gate: Option<&GateResult>, exit_zero: bool) -> Exit {
+    if exit_zero {
+        return Exit::Ok;
+    }
+    match gate {
+        Some(result) => gate_exit(result),
+        None if verdict == Verdict::Leak => Exit::Leak,
+        None => Exit::Ok,
+    }
+}
+
+/// A gate's outcome as an exit code (also `check` against a baseline).
+fn gate_exit(result: &GateResult) -> Exit {
+    if result.passed {
+        Exit::Ok
+    } else {
+        Exit::GateFailed
+    }
 }
 
 /// JUnit XML (when asked) and the GitHub step summary (when its variable is set).
@@ -319,9 +372,5 @@ fn check_baseline(opts: &CheckOptions) -> Result<Exit> {
     );
     let step = ci::step_summary(&title, None, Some(&result));
     ci_outputs(Some(&result), opts.junit.as_deref(), &step)?;
-    Ok(if result.passed {
-        Exit::Ok
-    } else {
-        Exit::GateFailed
-    })
+    Ok(gate_exit(&result))
 }

@@ -27,6 +27,21 @@ const FORMS: &str =
 pub enum GateError {
     #[error("--max-growth '{0}' is not a growth limit; {FORMS}")]
     Growth(String),
+    /// A size without a period (`10mb`): the fix is plain.
+    #[error(
+        "--max-growth '{text}' is a size, not a rate; did you mean '{per_run}' (run) or \
+         '{per_hour}' (attach)?"
+    )]
+    NoPeriod {
+        text: String,
+        per_run: String,
+        per_hour: String,
+    },
+    #[error("--max-growth '{text}': {error}")]
+    Size {
+        text: String,
+        error: crate::units::UnitError,
+    },
     #[error(
         "--gate-on '{0}' is not SERIES:METRIC; try 'survivors:pss_bytes', 'pid:4242:rss_bytes' or 'target:uss_bytes'"
     )]
@@ -83,14 +98,15 @@ pub fn parse_max_growth(text: &str) -> Result<GrowthLimit, GateError> {
         None => (t, None),
     };
     let seconds_per = |p: &str| -> Option<f64> {
-        match p {
-            "s" | "sec" => Some(1.0),
-            "min" | "m" => Some(60.0),
+        match p.to_ascii_lowercase().as_str() {
+            "s" | "sec" | "second" => Some(1.0),
+            "min" | "m" | "minute" => Some(60.0),
             "h" | "hour" | "hr" => Some(3600.0),
             "d" | "day" => Some(86400.0),
             _ => None,
         }
     };
+    let per_run = |p: &str| p.eq_ignore_ascii_case("run");
     let limit = if let Some(pct) = amount.strip_suffix('%') {
         let fraction: f64 = pct.trim().parse::<f64>().map_err(|_| err())? / 100.0;
         if !fraction.is_finite() || fraction <= 0.0 {
@@ -98,7 +114,7 @@ pub fn parse_max_growth(text: &str) -> Result<GrowthLimit, GateError> {
         }
         match per {
             None => Limit::Total(fraction),
-            Some("run") => Limit::FractionPerRun(fraction),
+            Some(p) if per_run(p) => Limit::FractionPerRun(fraction),
             Some(p) => Limit::FractionPerSecond(fraction / seconds_per(p).ok_or_else(err)?),
         }
     } else {
@@ -107,14 +123,23 @@ pub fn parse_max_growth(text: &str) -> Result<GrowthLimit, GateError> {
         if amount.chars().all(|c| c.is_ascii_digit() || c == '.') {
             return Err(err());
         }
-        let bytes = parse_size(amount).map_err(|_| err())? as f64;
+        let bytes = parse_size(amount).map_err(|error| GateError::Size {
+            text: text.to_string(),
+            error,
+        })? as f64;
         if bytes <= 0.0 {
             return Err(err());
         }
         match per {
-            Some("run") => Limit::BytesPerRun(bytes),
+            Some(p) if per_run(p) => Limit::BytesPerRun(bytes),
             Some(p) => Limit::BytesPerSecond(bytes / seconds_per(p).ok_or_else(err)?),
-            None => return Err(err()),
+            None => {
+                return Err(GateError::NoPeriod {
+                    text: text.to_string(),
+                    per_run: format!("{amount}/run"),
+                    per_hour: format!("{amount}/h"),
+                });
+            }
         }
     };
     Ok(GrowthLimit {
@@ -193,6 +218,15 @@ pub enum OnUndecided {
     #[default]
     Pass,
     Fail,
+}
+
+impl OnUndecided {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnUndecided::Pass => "pass",
+            OnUndecided::Fail => "fail",
+        }
+    }
 }
 
 pub fn parse_on_undecided(text: &str) -> Result<OnUndecided, GateError> {
@@ -628,20 +662,36 @@ mod tests {
 
     #[test]
     fn bad_growth_limits_name_the_value_and_the_forms() {
-        for bad in [
-            "5 MB",
-            "5",
-            "-1KiB/run",
-            "abc%",
-            "0%",
-            "1MiB/fortnight",
-            "%/run",
-            "",
-            "1%/",
-        ] {
+        for bad in ["5", "abc%", "0%", "1MiB/fortnight", "%/run", "", "1%/"] {
             let err = parse_max_growth(bad).unwrap_err().to_string();
             assert!(err.contains(&format!("'{bad}'")), "{bad}: {err}");
             assert!(err.contains("accepted forms"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_size_without_a_period_or_a_bad_size_gets_the_exact_fix() {
+        let err = parse_max_growth("10mb").unwrap_err().to_string();
+        assert!(
+            err.contains("did you mean '10mb/run' (run) or '10mb/h' (attach)?"),
+            "{err}"
+        );
+        let err = parse_max_growth("10megs/h").unwrap_err().to_string();
+        assert!(
+            err.contains("'10megs/h'") && err.contains("did you mean '10MiB'?"),
+            "{err}"
+        );
+        let err = parse_max_growth("-1KiB/run").unwrap_err().to_string();
+        assert!(err.contains("'-1KiB/run'"), "{err}");
+        // Any case, SI and IEC: what was read is what the names say.
+        for (text, want) in [
+            ("10mb/run", Limit::BytesPerRun(1e7)),
+            ("10MB/Run", Limit::BytesPerRun(1e7)),
+            ("10mib/H", Limit::BytesPerSecond(10.0 * MIB / 3600.0)),
+            ("10M/hour", Limit::BytesPerSecond(10.0 * MIB / 3600.0)),
+            ("2%/RUN", Limit::FractionPerRun(0.02)),
+        ] {
+            assert_eq!(parse_max_growth(text).unwrap().limit, want, "{text}");
         }
     }
 

@@ -102,6 +102,26 @@ pub(crate) fn y_span(data: Option<(f64, f64)>) -> Span {
     }
 }
 
+/// `span` widened to at least `min` (plot units) around the middle of the data, shifted up
+/// so that data that is not negative gets no negative axis.
+pub(crate) fn at_least(span: Span, data: Option<(f64, f64)>, min: Option<f64>) -> Span {
+    let (Some(min), Some((lo, hi))) = (min.filter(|m| m.is_finite() && *m > 0.0), data) else {
+        return span;
+    };
+    if span.len() >= min {
+        return span;
+    }
+    let mid = (lo + hi) / 2.0;
+    let mut wide = Span {
+        lo: mid - min / 2.0,
+        hi: mid + min / 2.0,
+    };
+    if lo >= 0.0 && wide.lo < 0.0 {
+        wide = Span { lo: 0.0, hi: min };
+    }
+    wide
+}
+
 /// X range: runs get half a run of slack so the first/last markers don't sit on the axes;
 /// continuous x gets 2% each side.
 pub(crate) fn x_span(data: Option<(f64, f64)>, integral: bool) -> Span {
@@ -246,6 +266,21 @@ pub(crate) fn x_unit_name(x_label: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_minimum_span_widens_around_the_data_and_stays_above_zero() {
+        let data = Some((28.109, 28.113));
+        let tight = y_span(data);
+        let wide = at_least(tight, data, Some(0.5));
+        assert!((wide.len() - 0.5).abs() < 1e-9, "{wide:?}");
+        assert!((wide.lo + wide.hi) / 2.0 - 28.111 < 1e-9);
+        assert_eq!(at_least(tight, data, None), tight);
+        // Never narrower than it was.
+        let broad = at_least(y_span(Some((0.0, 10.0))), Some((0.0, 10.0)), Some(1.0));
+        assert_eq!(broad, y_span(Some((0.0, 10.0))));
+        let low = at_least(y_span(Some((0.1, 0.2))), Some((0.1, 0.2)), Some(4.0));
+        assert_eq!((low.lo, low.hi), (0.0, 4.0));
+    }
 
     #[test]
     fn units_are_binary_and_pick_largest_fitting() {

@@ -226,7 +226,11 @@ fn plan(c: &LineChart, p: &Prepared, o: &mut Overlays, (body_w, body_h): (u32, u
     let xs = layout::x_span(x_data, integral);
     o.clip_model(xs);
     let y_data = layout::extent(p.points().chain(o.y_points()).map(|(_, y)| y));
-    let mut ys = layout::y_span(y_data);
+    let mut ys = layout::at_least(
+        layout::y_span(y_data),
+        y_data,
+        c.min_y_span.map(|m| m / p.factor),
+    );
     let mut x_ticks = x_axis_ticks(xs, integral, f64::from(body_w) * 0.8);
     let warmup_edge = c
         .warmup_until

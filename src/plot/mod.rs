@@ -59,6 +59,10 @@ pub struct FitOverlay {
     /// Mean x of the points the fit used. `None` means: the mean x of `lines[0]`'s points
     /// within `[x_from, x_to]` (or the midpoint if there are none).
     pub x_mean: Option<f64>,
+    /// The rate unit of the legend when it is not the x axis' own: (x units per rate unit,
+    /// its name), e.g. `(60.0, "h")` for an axis in minutes whose rates read per hour, as
+    /// the report's text says them. `None`: per x unit.
+    pub legend_per: Option<(f64, String)>,
 }
 
 /// How a [`ModelLine`] is drawn.
@@ -101,6 +105,10 @@ pub struct LineChart {
     /// Models of `lines` (segments, a trough envelope), drawn over the data and the fit in
     /// this order, each with a legend row after the fit's.
     pub model: Vec<ModelLine>,
+    /// The narrowest y range to show, in data units (bytes for [`YUnit::Bytes`]): changes
+    /// smaller than what the verdict counts as noise then look small, not like a cliff.
+    /// Centred on the data (never below 0 for data that is not).
+    pub min_y_span: Option<f64>,
     /// Vertical dotted lines at x (data coordinates) with a short label above the plot, e.g.
     /// `(7.0, "plateau from run 7")` or `(14.0, "step +2.00 MiB")`. A label hangs beside its
     /// line; labels that would overlap are stacked in up to three rows, and one that fits in

@@ -40,15 +40,24 @@ pub(crate) fn fit_geometry(f: &FitOverlay, cx: &FitContext<'_>) -> Option<FitGeo
         (f.x_to, f.x_from)
     };
     let at = |x: f64| (f.intercept + f.slope * x) / cx.factor;
+    // The legend's rates in the report's unit (per hour for time), the line in the axis'.
+    let (scale, per) = match &f.legend_per {
+        Some((k, name)) => (*k, name.as_str()),
+        None => (1.0, cx.per),
+    };
     let label = format!(
-        "fit: {} per {}",
-        layout::signed_amount(f.slope, cx.y_unit),
-        cx.per
+        "fit: {} per {per}",
+        layout::signed_amount(f.slope * scale, cx.y_unit),
     );
     let (band, band_label) = match f.slope_ci95 {
         Some((lo, hi)) if lo.is_finite() && hi.is_finite() => (
             Some(band_polygon(f, (lo, hi), (a, b), cx)),
-            Some(band_label(lo.min(hi), lo.max(hi), cx)),
+            Some(band_label(
+                lo.min(hi) * scale,
+                lo.max(hi) * scale,
+                cx.y_unit,
+                per,
+            )),
         ),
         _ => (None, None),
     };
@@ -97,9 +106,8 @@ fn band_polygon(
 }
 
 /// "95% CI: 4.40 to 4.90 MiB per run": both bounds in one unit.
-fn band_label(lo: f64, hi: f64, cx: &FitContext<'_>) -> String {
-    let per = cx.per;
-    match cx.y_unit {
+fn band_label(lo: f64, hi: f64, y_unit: YUnit, per: &str) -> String {
+    match y_unit {
         YUnit::Bytes => {
             let u = layout::byte_unit_for(lo.abs().max(hi.abs()));
             format!(

@@ -37,6 +37,7 @@ fn chart(title: &str, lines: Vec<Line>) -> LineChart {
         fit: None,
         warmup_until: None,
         model: Vec::new(),
+        min_y_span: None,
         markers: Vec::new(),
     }
 }
@@ -58,6 +59,7 @@ fn leak() -> LineChart {
         x_to: 10.0,
         slope_ci95: Some((4.4 * MIB, 4.9 * MIB)),
         x_mean: None,
+        legend_per: None,
     });
     c.warmup_until = Some(2.0);
     c
@@ -88,6 +90,7 @@ fn edge_line_charts() -> Vec<LineChart> {
         x_to: 2.0,
         slope_ci95: Some((-1e13, 1e13)),
         x_mean: Some(1.5),
+        legend_per: None,
     });
     vec![
         chart("no lines", vec![]),

@@ -43,7 +43,8 @@ pub enum Kind {
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Chart {
-    Line(LineChart),
+    /// Boxed: a line chart is several times the size of a bar chart.
+    Line(Box<LineChart>),
     Bar(BarChart),
 }
 
@@ -222,6 +223,9 @@ fn headline(a: &Analysis, f: &SeriesFit) -> Option<Plot> {
                 x_to: to / k,
                 slope_ci95: f.slope_ci95.map(|(lo, hi)| (lo * k, hi * k)),
                 x_mean: (n > 0).then(|| sum / n as f64 / k),
+                // Rates per run, or per hour as the text says them, whatever the axis.
+                legend_per: (f.x == XAxis::Seconds)
+                    .then(|| (f.x.per_rate_unit() / k, f.x.rate_unit().to_string())),
             })
         }
         _ => None,
@@ -250,7 +254,7 @@ fn headline(a: &Analysis, f: &SeriesFit) -> Option<Plot> {
             f.metric.label(),
             f.verdict.as_str()
         ),
-        chart: Chart::Line(LineChart {
+        chart: Chart::Line(Box::new(LineChart {
             title: format!("{name} {} {per}: {}", f.metric.label(), f.verdict.as_str()),
             x_label: scale.label.to_string(),
             y_label: f.metric.label().to_string(),
@@ -262,8 +266,9 @@ fn headline(a: &Analysis, f: &SeriesFit) -> Option<Plot> {
             fit: overlay,
             warmup_until: fit_from.filter(|_| f.warmup > 0).map(|x| x / k),
             model,
+            min_y_span: noise_span(f, &s.points),
             markers: markers(f, k),
-        }),
+        })),
     })
 }
 
@@ -400,7 +405,7 @@ fn memory_kinds(a: &Analysis, main: &SeriesFit) -> Option<Plot> {
         scope: main.scope,
         stem: "memory-kinds".to_string(),
         caption: format!("{}: RSS, PSS, USS and shared memory {per}", main.scope),
-        chart: Chart::Line(LineChart {
+        chart: Chart::Line(Box::new(LineChart {
             title: format!("{}: RSS vs PSS vs USS vs shared", main.scope),
             x_label: scale.label.to_string(),
             y_label: "memory".to_string(),
@@ -409,9 +414,40 @@ fn memory_kinds(a: &Analysis, main: &SeriesFit) -> Option<Plot> {
             fit: None,
             warmup_until: None,
             model: Vec::new(),
+            min_y_span: None,
             markers: Vec::new(),
-        }),
+        })),
     })
+}
+
+/// How many practical thresholds (each side) a headline chart's y axis
+/// spans at least: a change within them is one the verdict would not call
+/// growth however long it lasted.
+const THRESHOLDS_EACH_SIDE: f64 = 3.0;
+
+/// How many noise sds (each side): ±2 sd hold 95% of the series' noise.
+const SDS_EACH_SIDE: f64 = 2.0;
+
+/// The narrowest y range of a series' chart (bytes or a count): ± a few
+/// times what the verdict counts as noise — the practical threshold (64 KiB,
+/// or 0.1% of the level: `fit::MIN_SLOPE_BYTES`, the default
+/// `min_slope_fraction`) or the noise sd of what was judged (the troughs of
+/// a saw-tooth, else the series), whichever is larger. A 4 KiB blip on
+/// 28 MiB then shows as a blip, not as a cliff.
+fn noise_span(f: &SeriesFit, points: &[(f64, f64)]) -> Option<f64> {
+    let judged: Vec<f64> = if f.decided_by == crate::fit::DecidedBy::Troughs {
+        f.model.troughs.iter().map(|p| p.1).collect()
+    } else {
+        points.iter().map(|p| p.1).collect()
+    };
+    let sd = crate::fit::changepoint::noise_sd(&judged).unwrap_or(0.0);
+    let practical = if f.metric.is_bytes() {
+        crate::fit::MIN_SLOPE_BYTES.max(0.001 * f.mean_level.abs())
+    } else {
+        // Counts (fds, threads) move by whole units.
+        1.0
+    };
+    Some(2.0 * (THRESHOLDS_EACH_SIDE * practical).max(SDS_EACH_SIDE * sd))
 }
 
 /// One line per process (pid and start time) of a scope with more than one.
@@ -463,7 +499,7 @@ fn processes(a: &Analysis, f: &SeriesFit) -> Option<Plot> {
             f.scope,
             f.metric.label()
         ),
-        chart: Chart::Line(LineChart {
+        chart: Chart::Line(Box::new(LineChart {
             title: format!("{}: {} per process{shown}", f.scope, f.metric.label()),
             x_label: scale.label.to_string(),
             y_label: f.metric.label().to_string(),
@@ -478,8 +514,9 @@ fn processes(a: &Analysis, f: &SeriesFit) -> Option<Plot> {
             fit: None,
             warmup_until: None,
             model: Vec::new(),
+            min_y_span: noise_span(f, &[]),
             markers: Vec::new(),
-        }),
+        })),
     })
 }
 
@@ -510,6 +547,52 @@ mod tests {
         );
         assert_eq!(scope_name(&labels, Scope::Series(2)), "series:2");
         assert_eq!(scope_name(&labels, Scope::Target), "target");
+    }
+
+    /// An attached process holding 28 MiB, sampled every second for a minute, with one
+    /// 4 KiB blip at 30 s (the issue-20 chart whose axis spanned 28.109–28.113 MiB).
+    fn steady_with_a_blip() -> Analysis {
+        use crate::store::{Row, Tier};
+        let mut builder = crate::series::Builder::new();
+        for i in 0..60u64 {
+            let anon = 28 * 1024 * 1024 + if i == 30 { 4096 } else { 0 };
+            builder.push(Row {
+                sample: i,
+                t_seconds: i as f64,
+                pid: 42,
+                start_time: 1,
+                comm: "steady".into(),
+                tier: Tier::Cheap,
+                rss_bytes: Some(anon + 4 * 1024 * 1024),
+                anon_bytes: Some(anon),
+                ..Row::new(Scope::Target)
+            });
+        }
+        crate::fit::analyse(builder.finish(None), &crate::fit::FitOptions::default())
+    }
+
+    #[test]
+    fn a_headline_chart_is_never_narrower_than_the_noise_and_reads_per_hour() {
+        let a = steady_with_a_blip();
+        let plots = build(&a);
+        let Some(Chart::Line(c)) = plots
+            .iter()
+            .find(|p| p.kind == Kind::Headline)
+            .map(|p| &p.chart)
+        else {
+            panic!("no headline chart");
+        };
+        // ± 3 × the 64 KiB practical threshold at least: the blip is 1% of the height.
+        let min = c.min_y_span.unwrap();
+        assert!(min >= 6.0 * 64.0 * 1024.0, "{min}");
+        assert!(4096.0 / min < 0.011, "{min}");
+        // Rates per hour in the legend, as on stderr; never "per s".
+        let svg = plots[0].svg().unwrap();
+        assert!(svg.contains(" per h"), "{svg}");
+        assert!(
+            !svg.contains(" per s<") && !svg.contains(" per s "),
+            "{svg}"
+        );
     }
 
     #[test]

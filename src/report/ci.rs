@@ -3,7 +3,99 @@
 
 use super::doc::{Block, Table, heading, para, strong};
 use super::markdown;
+use crate::Analysis;
+use crate::console::{self, Colour};
+use crate::fit::{SeriesFit, Verdict};
 use crate::gate::{GateResult, Rule};
+use crate::series::XAxis;
+use crate::units::format_bytes;
+
+/// The line a CI log is grepped for, last on stderr: the verdict, the main
+/// series' rate with its 95% CI, the gate, the exit status.
+/// `leakwatch: LEAK survivors anon +4.00 MiB/run (95% CI +3.99 MiB/run … +4.01 MiB/run); no gate; exit 1`
+pub fn one_line(a: &Analysis, gate: Option<&GateResult>, exit: u8) -> String {
+    let on = console::colour_on();
+    let verdict = a.verdict.as_str().to_uppercase();
+    let colour = match a.verdict {
+        Verdict::Leak => Colour::Red,
+        Verdict::Inconclusive => Colour::Yellow,
+        Verdict::Stable | Verdict::Plateau => Colour::Green,
+    };
+    let mut line = format!("leakwatch: {}", console::paint(&verdict, colour, on));
+    if let Some(f) = a.headlines().next() {
+        line.push_str(&format!(" {} {}", f.scope, f.metric.label()));
+        if let Some(rate) = headline_rate(f) {
+            line.push_str(&format!(" {rate}"));
+        }
+    }
+    let gate = match gate {
+        None => "no gate".to_string(),
+        Some(g) => {
+            let word = if g.passed {
+                console::paint("passed", Colour::Green, on)
+            } else {
+                console::paint("FAILED", Colour::Red, on)
+            };
+            match g.undecided.len() {
+                0 => format!("gate {word}"),
+                k => format!("gate {word} ({k} undecided, --undecided {})", g.on_undecided.as_str()),
+            }
+        }
+    };
+    format!("{line}; {gate}; exit {exit}")
+}
+
+/// The rate the verdict rests on, with its interval: the leak's rate (the
+/// end's, the troughs'), else the least-squares slope.
+fn headline_rate(f: &SeriesFit) -> Option<String> {
+    let (rate, ci) = match f.verdict {
+        Verdict::Leak => (f.rate.or(f.slope)?, f.rate_ci95.or(f.slope_ci95)),
+        _ => (f.slope?, f.slope_ci95),
+    };
+    let r = |v: f64| f.x.format_rate(v, f.metric.is_bytes());
+    Some(match ci {
+        Some((lo, hi)) => format!("{} (95% CI {} … {})", r(rate), r(lo), r(hi)),
+        None => r(rate),
+    })
+}
+
+/// After a leak: where to look next, as flags to add. `None` for anything
+/// but a leak.
+pub fn next_steps(a: &Analysis, gated: bool) -> Option<String> {
+    if a.verdict != Verdict::Leak {
+        return None;
+    }
+    let main = a.headlines().next()?;
+    let mut steps = Vec::new();
+    let python = a
+        .lives
+        .iter()
+        .any(|l| l.scope == main.scope && l.comm.starts_with("python"));
+    if python && a.sites.is_empty() {
+        steps.push(match a.mode() {
+            "run" => "which Python line: rerun with --py-sites".to_string(),
+            _ => "which Python line: `leakwatch run --py-sites -- <the command>`".to_string(),
+        });
+    }
+    if main.processes > 1 && a.recycle.is_empty() && main.metric.is_bytes() {
+        // A budget a little above today's level, as an example to edit.
+        let budget_mib = ((main.last * 1.5) / (1024.0 * 1024.0)).ceil().max(1.0);
+        steps.push(format!(
+            "when to recycle a worker: --budget {budget_mib:.0}MiB (now {})",
+            format_bytes(main.last)
+        ));
+    }
+    if !gated {
+        let example = match main.x {
+            XAxis::Run => "1MiB/run",
+            XAxis::Seconds => "20MiB/h",
+        };
+        steps.push(format!(
+            "in CI: --max-growth {example} fails only above a limit (--exit-zero: reports only)"
+        ));
+    }
+    (!steps.is_empty()).then(|| format!("next: {}", steps.join("; ")))
+}
 
 /// `gate: FAILED (95% CI rule)` and one `[ok]`/`[FAIL]`/`[undecided]` line per check.
 pub fn gate_text(result: &GateResult) -> String {

@@ -156,7 +156,7 @@ fn growth(a: &Analysis, doc: &mut Vec<Block>) {
             };
             let pct = f
                 .growth_pct_per_x
-                .map(|p| format!("{:.2}", p * f.x.per_rate_unit()))
+                .map(|p| crate::units::format_sig3(p * f.x.per_rate_unit()))
                 .unwrap_or_else(|| "–".to_string());
             rows.push(vec![
                 f.scope.to_string(),
@@ -652,21 +652,21 @@ fn sampling_cost(a: &Analysis, doc: &mut Vec<Block>) {
             w.comm
         ),
     };
-    doc.push(para(vec![
-        strong("Sampling cost:"),
-        text(format!(
-            " {} samples, every {} on average (asked {}){late}; a cheap sweep of up to {} \
+    // Its own section: after Projection (attach has no runs, often no gate)
+    // it would read as part of the projection.
+    doc.push(heading(2, "Sampling cost"));
+    doc.push(para(vec![text(format!(
+        "{} samples, every {} on average (asked {}){late}; a cheap sweep of up to {} \
              process(es) took {:.1} ms on average, {:.1} ms at most; {walks}. leakwatch used \
              {:.2} s of CPU while sampling.",
-            s.ticks,
-            seconds(s.achieved_interval_s),
-            seconds(s.interval_s),
-            s.processes_max,
-            s.sweep_mean_ms,
-            s.sweep_max_ms,
-            s.cpu_s
-        )),
-    ]));
+        s.ticks,
+        seconds(s.achieved_interval_s),
+        seconds(s.interval_s),
+        s.processes_max,
+        s.sweep_mean_ms,
+        s.sweep_max_ms,
+        s.cpu_s
+    ))]));
 }
 
 fn notes(a: &Analysis, doc: &mut Vec<Block>) {

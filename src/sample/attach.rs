@@ -153,6 +153,8 @@ struct Session<'a> {
     cost: CostMeter,
     started: Instant,
     last_progress: Instant,
+    /// Whether the start line (what is sampled, where reports go) was said.
+    start_said: bool,
     denied_noted: bool,
     /// Processes noted as unreadable (at most `NOTED_MAX`, then a count).
     unreadable_noted: BTreeSet<u32>,
@@ -215,6 +217,7 @@ pub fn attach(
         cost: CostMeter::new(plan),
         started: Instant::now(),
         last_progress: Instant::now(),
+        start_said: false,
         denied_noted: false,
         unreadable_noted: BTreeSet::new(),
         unreadable_more: false,
@@ -622,24 +625,71 @@ impl Session<'_> {
     }
 
     /// The bar's status every tick; a log line every 10 s without a terminal.
+    /// After the first sample, once: what is sampled and where the reports go.
     fn show_progress(&mut self, rows: &[Row], processes: usize) {
+        if !self.start_said {
+            self.start_said = true;
+            self.progress.line(&self.start_line(processes));
+        }
         let rss: u64 = rows
             .iter()
             .filter(|r| r.is_process_sample())
             .filter_map(|r| r.rss_bytes)
             .sum();
-        let status = format!(
-            "{}: {processes} process(es), RSS {}",
-            format_duration(self.started.elapsed()),
-            format_bytes(rss as f64)
-        );
-        self.progress.status(&status);
+        let elapsed = self.started.elapsed();
+        let now = format!("{processes} process(es), RSS {}", format_bytes(rss as f64));
+        // The bar shows the elapsed time itself: it says what is left.
+        self.progress.status(&match self.plan.duration {
+            Some(d) => format!(
+                "{} left of {}: {now}",
+                format_duration(d.saturating_sub(elapsed)),
+                format_duration(d)
+            ),
+            None => format!("until it exits or Ctrl-C: {now}"),
+        });
         if !self.progress.is_interactive()
             && self.last_progress.elapsed() >= Duration::from_secs(10)
         {
             self.last_progress = Instant::now();
-            self.progress.line(&status);
+            let of = self
+                .plan
+                .duration
+                .map(|d| format!(" of {}", format_duration(d)))
+                .unwrap_or_default();
+            self.progress
+                .line(&format!("{}{of}: {now}", format_duration(elapsed)));
         }
+    }
+}
+
+impl Session<'_> {
+    /// `sampling 4242 (python3) and its descendants: 3 process(es) every 1.0s
+    /// for 30m00s; reports go to reports/…/ at the end; Ctrl-C stops early
+    /// and still writes them`.
+    fn start_line(&self, processes: usize) -> String {
+        let what = match (&self.followed, self.members.describe()) {
+            (Followed::Tree { pid, .. }, _) => {
+                format!("{pid} ({}) and its descendants", self.target.comm)
+            }
+            (Followed::Group { .. }, Some(what)) => what,
+            (Followed::Group { .. }, None) => "the target".to_string(),
+        };
+        let until = match self.plan.duration {
+            Some(d) => format!("for {}", format_duration(d)),
+            None => "until it exits".to_string(),
+        };
+        let dir = self
+            .writer
+            .path()
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(std::path::Path::new("."));
+        format!(
+            "sampling {what}: {processes} process(es) every {} {until}; reports go to {}/ \
+             at the end; Ctrl-C stops early and still writes them",
+            format_duration(self.plan.interval),
+            dir.display()
+        )
     }
 }
 

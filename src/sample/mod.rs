@@ -316,6 +316,12 @@ pub enum ResolveError {
     NoSuchProcess { what: &'static str, pid: u32 },
     #[error("command '{0}' not found in PATH; give its path (e.g. ./{0}) or install it")]
     CommandNotFound(String),
+    #[error(
+        "command '{0}' not found: it is one argument with spaces, and leakwatch runs the \
+         command directly, with no shell; drop the quotes (-- {0}) or ask for a shell \
+         (-- sh -c '{0}')"
+    )]
+    CommandWithSpaces(String),
     #[error("command '{0}' does not exist; check the path")]
     CommandMissing(String),
     #[error("command '{0}' is a directory; give the program to run in it")]

@@ -93,6 +93,9 @@ pub fn resolve_program(name: &str) -> Result<PathBuf, ResolveError> {
     if name.contains('/') {
         let path = PathBuf::from(name);
         if !path.exists() {
+            if name.contains(char::is_whitespace) {
+                return Err(not_found(name));
+            }
             return Err(ResolveError::CommandMissing(name.to_string()));
         }
         if path.is_dir() {
@@ -107,7 +110,16 @@ pub fn resolve_program(name: &str) -> Result<PathBuf, ResolveError> {
     std::env::split_paths(&path_var)
         .map(|dir| dir.join(name))
         .find(|p| is_executable(p))
-        .ok_or_else(|| ResolveError::CommandNotFound(name.to_string()))
+        .ok_or_else(|| not_found(name))
+}
+
+/// `"python3 -c pass"` quoted as one word is a shell habit: say so.
+fn not_found(name: &str) -> ResolveError {
+    if name.trim().contains(char::is_whitespace) {
+        ResolveError::CommandWithSpaces(name.trim().to_string())
+    } else {
+        ResolveError::CommandNotFound(name.to_string())
+    }
 }
 
 /// How polling a run's command ended.

@@ -219,8 +219,8 @@ impl XAxis {
     /// A growth in % per x, in the rate unit: `3.70%/run`, `0.41%/h`.
     pub fn format_pct(self, pct_per_x: f64) -> String {
         format!(
-            "{:.2}%/{}",
-            pct_per_x * self.per_rate_unit(),
+            "{}%/{}",
+            crate::units::format_sig3(pct_per_x * self.per_rate_unit()),
             self.rate_unit()
         )
     }

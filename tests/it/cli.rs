@@ -191,3 +191,134 @@ fn a_watched_process_that_exits_is_a_note_and_report_keeps_it() {
         .success();
     assert_eq!(crate::common::summary(&again), live);
 }
+
+#[test]
+fn attach_without_a_target_shows_every_way_to_name_one() {
+    rejects(
+        &["attach", "--duration", "1s"],
+        &[
+            "attach needs a target",
+            "-p 4242",
+            "--name",
+            "--cgroup",
+            "--unit",
+        ],
+    );
+}
+
+#[test]
+fn a_name_where_a_pid_goes_suggests_name() {
+    rejects(
+        &["attach", "python3"],
+        &["'python3' is not a PID", "--name python3"],
+    );
+    rejects(
+        &["attach", "-p", "python3"],
+        &["'python3' is not a PID", "--name python3"],
+    );
+}
+
+#[test]
+fn pid_is_also_a_flag() {
+    let target = crate::common::Fixture::start(&["steady", "--size", "4MiB"]);
+    for flag in ["-p", "--pid"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("r");
+        leakwatch()
+            .args(["attach", flag, &target.pid().to_string()])
+            .args([
+                "--interval",
+                "100ms",
+                "--duration",
+                "1s",
+                "--quiet",
+                "--out",
+            ])
+            .arg(&out)
+            .assert()
+            .success();
+        let s = crate::common::summary(&out);
+        assert_eq!(s["mode"], "attach");
+        assert_eq!(s["target_pid"], target.pid(), "{s:#}");
+    }
+    leakwatch()
+        .args(["attach", "1", "-p", "1"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("cannot be used with"));
+}
+
+#[test]
+fn a_command_before_the_double_dash_is_told_where_it_goes() {
+    rejects(
+        &["run", "--repeat", "3", "/bin/true"],
+        &[
+            "'/bin/true' is not an option",
+            "`leakwatch run --repeat 3 -- /bin/true",
+        ],
+    );
+    rejects(
+        &["run", "-n", "2", "python3", "-c", "print(1)"],
+        &["`leakwatch run -n 2 -- python3 -c 'print(1)'"],
+    );
+}
+
+#[test]
+fn a_quoted_command_line_is_told_there_is_no_shell() {
+    rejects(
+        &["run", "--", "python3 -c pass"],
+        &[
+            "no shell",
+            "drop the quotes (-- python3 -c pass)",
+            "sh -c 'python3 -c pass'",
+        ],
+    );
+}
+
+/// The options under one heading of a help text (`Prometheus:`).
+fn section<'a>(help: &'a str, heading: &str) -> Vec<&'a str> {
+    help.lines()
+        .skip_while(|l| *l != heading)
+        .skip(1)
+        .take_while(|l| l.is_empty() || l.starts_with(' '))
+        .collect()
+}
+
+#[test]
+fn attach_help_puts_sampling_flags_under_sampling_not_prometheus() {
+    let out = leakwatch().args(["attach", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout).to_string();
+    let prometheus = section(&help, "Prometheus:").join("\n");
+    let sampling = section(&help, "Sampling:").join("\n");
+    assert!(prometheus.contains("--serve"), "{help}");
+    for flag in ["--interval", "--duration", "--deep-budget"] {
+        assert!(
+            !prometheus.contains(flag),
+            "{flag} under Prometheus:\n{help}"
+        );
+        assert!(
+            sampling.contains(flag),
+            "{flag} not under Sampling:\n{help}"
+        );
+    }
+    let target = section(&help, "Target (instead of PID):").join("\n");
+    for flag in ["--pid", "--name", "--cgroup", "--unit"] {
+        assert!(target.contains(flag), "{flag}:\n{help}");
+    }
+}
+
+#[test]
+fn sizes_refused_with_the_exact_fix() {
+    rejects(
+        &["run", "--max-growth", "10mb", "--", "true"],
+        &["'10mb' is a size, not a rate", "did you mean '10mb/run'"],
+    );
+    rejects(
+        &["run", "--max-peak", "10megs", "--", "true"],
+        &["--max-peak '10megs'", "did you mean '10MiB'?", "SI (1000)"],
+    );
+    rejects(
+        &["attach", "1", "--limit", "1,5GiB"],
+        &["--limit '1,5GiB'", "did you mean '1.5GiB'?"],
+    );
+}

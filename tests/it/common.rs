@@ -134,3 +134,15 @@ pub fn alive(pid: u32) -> bool {
 pub fn out_dir(tmp: &tempfile::TempDir, name: &str) -> PathBuf {
     tmp.path().join(name)
 }
+
+/// A finished session's exit status against the verdict it wrote: without
+/// a gate, 1 for a `leak` (a finding, as a linter's), 0 for anything else.
+pub fn assert_exit_matches_verdict(status: std::process::ExitStatus, dir: &Path) {
+    let verdict = summary(dir)["verdict"].clone();
+    let want = if verdict == "leak" { 1 } else { 0 };
+    assert_eq!(
+        status.code(),
+        Some(want),
+        "verdict {verdict} must exit {want}: {status}"
+    );
+}

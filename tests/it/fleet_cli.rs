@@ -23,7 +23,7 @@ fn attach_run(tmp: &tempfile::TempDir) -> std::path::PathBuf {
         .arg(&out)
         .status()
         .unwrap();
-    assert!(status.success());
+    crate::common::assert_exit_matches_verdict(status, &out);
     out
 }
 
@@ -196,7 +196,7 @@ fn check_json_prints_the_gate_result() {
         .arg("--quiet")
         .output()
         .unwrap();
-    assert!(o.status.success(), "{o:?}");
+    crate::common::assert_exit_matches_verdict(o.status, &out);
     let o = leakwatch()
         .arg("check")
         .arg(&out)

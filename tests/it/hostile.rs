@@ -105,7 +105,7 @@ fn planted_links_in_a_report_directory_are_replaced_never_followed() {
         .arg(&dir)
         .status()
         .unwrap();
-    assert!(status.success());
+    crate::common::assert_exit_matches_verdict(status, &dir);
     assert_eq!(
         std::fs::read_to_string(&bashrc).unwrap(),
         "export PATH=/usr/bin\n"

@@ -8,6 +8,7 @@ mod common;
 
 mod attach_e2e;
 mod cli;
+mod first_use;
 mod fleet_cli;
 mod gate_e2e;
 mod hostile;

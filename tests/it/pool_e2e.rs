@@ -171,7 +171,7 @@ fn leaking_pool_with_recycling_per_task_leak_and_advice() {
         .stdout(Stdio::null())
         .status()
         .unwrap();
-    assert!(status.success());
+    assert_exit_matches_verdict(status, &out);
     let s = summary(&out);
 
     let leaks = findings(&s, "leak");
@@ -205,7 +205,7 @@ fn leaking_pool_with_recycling_per_task_leak_and_advice() {
         .arg(&out)
         .status()
         .unwrap();
-    assert!(status.success());
+    assert_exit_matches_verdict(status, &again);
     let advice = &summary(&again)["recycle"][0];
     assert_eq!(advice["recycle_after_x"], 5.0, "{advice:#}");
     assert_eq!(advice["restarts_per_100_x"], 20.0);

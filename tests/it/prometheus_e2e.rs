@@ -340,8 +340,8 @@ fn prometheus_scrapes_serve_alerts_on_the_leak_only_and_analyze_finds_it() {
 
     let fired = alert_fires_for_the_leak_only(p_prom, &leak, &calm, Duration::from_secs(28));
     eprintln!("alert firing for the leak {fired:?} after the sessions started");
-    assert!(a_leak.0.wait().unwrap().success());
-    assert!(a_steady.0.wait().unwrap().success());
+    crate::common::assert_exit_matches_verdict(a_leak.0.wait().unwrap(), &out_leak);
+    crate::common::assert_exit_matches_verdict(a_steady.0.wait().unwrap(), &out_steady);
     live_agrees_with_the_summary(p_prom, &leak, &out_leak);
     assert_eq!(summary(&out_steady)["verdict"], "stable");
 

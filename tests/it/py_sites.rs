@@ -47,7 +47,7 @@ fn the_leaking_python_line_is_found_and_the_warm_up_is_not_a_leak() {
         .stdout(std::process::Stdio::null())
         .status()
         .unwrap();
-    assert!(status.success(), "{status}");
+    crate::common::assert_exit_matches_verdict(status, &out);
     let s = summary(&out);
     let sites = s["py_sites"].as_array().expect("py_sites");
     let leak_line = format!("{}:{}", pyd.display(), line_of(&pyd, "# LEAK-SITE"));

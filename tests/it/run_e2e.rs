@@ -19,7 +19,7 @@ fn detached_daemon_leaking_4mib_per_request_is_measured_within_5_percent() {
         .stdout(std::process::Stdio::null())
         .status()
         .unwrap();
-    assert!(status.success(), "{status}");
+    assert_exit_matches_verdict(status, &out);
 
     let s = summary(&out);
     assert_eq!(s["runs"], 10);
@@ -94,7 +94,7 @@ fn watch_daemon(daemon_args: &[&str], tag: &str) -> (serde_json::Value, u32) {
         .stdout(std::process::Stdio::null())
         .status()
         .unwrap();
-    assert!(status.success(), "{status}");
+    assert_exit_matches_verdict(status, &out);
     // A watched process is not leakwatch's to stop.
     assert!(alive(daemon.pid()));
     (summary(&out), daemon.pid())

@@ -100,8 +100,8 @@ fn attach_cgroup_measures_the_same_growth_as_attach_pid() {
         &out,
     );
     let (pid_output, pid_out) = by_pid.join().unwrap();
-    assert!(cgroup.status.success(), "{cgroup:?}");
-    assert!(pid_output.status.success(), "{pid_output:?}");
+    assert_exit_matches_verdict(cgroup.status, &out);
+    assert_exit_matches_verdict(pid_output.status, &pid_out);
     let (c, p) = (summary(&out), summary(&pid_out));
     assert_eq!(c["target"], format!("cgroup {}", cg.dir.display()));
     assert!(c.get("target_pid").is_none());
@@ -139,7 +139,7 @@ fn a_tmpfs_leak_is_found_in_the_cgroups_shmem_while_rss_stays_flat() {
         &["--cgroup", cg.dir.to_str().unwrap(), "--duration", "5s"],
         &out,
     );
-    assert!(o.status.success(), "{o:?}");
+    assert_exit_matches_verdict(o.status, &out);
     let s = summary(&out);
     let shmem = series(&s, "cgroup", "shmem_bytes");
     eprintln!("cgroup shmem: {} {}", shmem["verdict"], shmem["slope"]);
@@ -173,7 +173,7 @@ fn a_socket_leak_is_found_in_the_cgroups_kernel_memory_while_rss_stays_flat() {
         &["--cgroup", cg.dir.to_str().unwrap(), "--duration", "5s"],
         &out,
     );
-    assert!(o.status.success(), "{o:?}");
+    assert_exit_matches_verdict(o.status, &out);
     let s = summary(&out);
     let kernel = series(&s, "cgroup", "kernel_bytes");
     eprintln!("cgroup kernel: {} {}", kernel["verdict"], kernel["slope"]);

@@ -17,7 +17,7 @@ fn the_pantsd_seed_is_a_leak_of_4_2_to_4_7_mb_per_run() {
         .arg(&out)
         .status()
         .unwrap();
-    assert!(status.success());
+    assert_exit_matches_verdict(status, &out);
     let s = summary(&out);
     assert_eq!(s["verdict"], "leak");
     let pss = series(&s, "pid:4242", "pss_bytes");
@@ -85,7 +85,7 @@ fn run_client(
         .stdout(Stdio::null())
         .status()
         .unwrap();
-    assert!(status.success(), "{status}");
+    assert_exit_matches_verdict(status, out);
     summary(out)
 }
 
