@@ -38,7 +38,10 @@ pub fn one_line(a: &Analysis, gate: Option<&GateResult>, exit: u8) -> String {
             };
             match g.undecided.len() {
                 0 => format!("gate {word}"),
-                k => format!("gate {word} ({k} undecided, --undecided {})", g.on_undecided.as_str()),
+                k => format!(
+                    "gate {word} ({k} undecided, --undecided {})",
+                    g.on_undecided.as_str()
+                ),
             }
         }
     };
