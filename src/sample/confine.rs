@@ -52,6 +52,19 @@ impl Cgroup {
         Some(Cgroup { dir, procs })
     }
 
+    /// The cgroup a session made at `dir`, as its guardian sees it.
+    pub fn open(dir: &Path) -> Option<Cgroup> {
+        let procs = CString::new(
+            dir.join("cgroup.procs")
+                .into_os_string()
+                .into_encoded_bytes(),
+        );
+        Some(Cgroup {
+            dir: dir.to_path_buf(),
+            procs: procs.ok().filter(|_| dir.is_dir())?,
+        })
+    }
+
     pub fn path(&self) -> &Path {
         &self.dir
     }
@@ -175,6 +188,12 @@ impl Record {
         if let Ok(text) = serde_json::to_vec(self) {
             let _ = output::write_atomic(&Record::path(dir, self.pid), &text);
         }
+    }
+
+    /// The record of session `pid`, if there is one.
+    pub fn load(dir: &Path, pid: u32) -> Option<Record> {
+        let text = fs::read(Record::path(dir, pid)).ok()?;
+        serde_json::from_slice(&text).ok()
     }
 
     /// Removes this session's record: everything it started is gone.

@@ -6,6 +6,7 @@ pub mod cgroup;
 pub mod confine;
 #[cfg(test)]
 pub mod fake;
+pub mod guardian;
 pub mod proc;
 pub mod pysites;
 pub mod reaper;

@@ -11,6 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::confine::{self, Cgroup, Record};
+use super::guardian::{self, Guardian};
 use super::proc::ProcRoot;
 use super::pysites::PySites;
 use super::reaper::{self, Exit, Interrupt, Reaped};
@@ -155,6 +156,8 @@ struct Session<'a> {
     /// `--py-sites`: the bootstrap's directory, and what was asked so far.
     sites: Option<&'a PySites>,
     site_session: SiteSession,
+    /// Stops what this session started should leakwatch die first.
+    guardian: Option<Guardian>,
 }
 
 pub fn run(
@@ -163,8 +166,24 @@ pub fn run(
     interrupt: &Interrupt,
     progress: &Progress,
 ) -> Result<Outcome, SampleError> {
-    reaper::become_subreaper().map_err(SampleError::Subreaper)?;
     let root = ProcRoot::default();
+    let me = std::process::id();
+    let cgroup = Cgroup::create(me);
+    // Before becoming a subreaper: the guardian must not be in our tree.
+    let start_time = root.stat(me).map(|s| s.start_time).unwrap_or(0);
+    let records = confine::records_dir();
+    let guardian = Guardian::start(
+        me,
+        start_time,
+        cgroup.as_ref().map(Cgroup::path),
+        records.as_deref(),
+    );
+    if let Err(e) = reaper::become_subreaper() {
+        if let Some(cgroup) = &cgroup {
+            cgroup.remove();
+        }
+        return Err(SampleError::Subreaper(e));
+    }
     let watched = prepared
         .plan
         .watch
@@ -189,16 +208,24 @@ pub fn run(
         interrupt,
         progress,
         root,
-        me: std::process::id(),
+        me,
         clock: Clock::new(),
         watched,
         outcome: Outcome::default(),
         noted: BTreeSet::new(),
-        cgroup: Cgroup::create(std::process::id()),
+        cgroup,
         record: None,
         sites: prepared.sites.as_ref(),
         site_session: SiteSession::default(),
+        guardian: None,
     };
+    match guardian {
+        Ok(g) => session.guardian = Some(g),
+        Err(e) => session.outcome.notes.push(format!(
+            "no guardian process ({e}): what this session starts is stopped at its end, \
+             but not if leakwatch itself is killed"
+        )),
+    }
     session.open_record();
     // A write error is returned after the survivors are stopped.
     let result = session.baseline().and_then(|()| session.runs());
@@ -208,6 +235,9 @@ pub fn run(
     };
     session.stop_survivors();
     session.close_record();
+    if let Some(guardian) = session.guardian.take() {
+        guardian.release();
+    }
     result.map(|()| session.outcome)
 }
 
@@ -254,6 +284,9 @@ impl Session<'_> {
         if let Some(sites) = self.sites {
             command.envs(sites.env(std::env::var_os("PYTHONPATH").as_deref()));
         }
+        if let Some(guardian) = &self.guardian {
+            command.env(guardian::MARK, guardian.mark_value());
+        }
         if let Some(cgroup) = &self.cgroup {
             // SAFETY: the hook only opens, writes and closes a file (see
             // `confine::join`): async-signal-safe, as a pre_exec hook must be.
@@ -266,6 +299,9 @@ impl Session<'_> {
             error,
         })?;
         let pid = child.id();
+        if let (Some(guardian), Ok(stat)) = (&mut self.guardian, self.root.stat(pid)) {
+            guardian.track(pid, stat.start_time);
+        }
         // `child` is never waited on through std: reap_all() collects its
         // status together with the orphans'.
         drop(child);
@@ -318,7 +354,16 @@ impl Session<'_> {
         event_row(ctx, Scope::Command, pid, &self.name, event, code)
     }
 
+    /// Writes rows to samples.csv, and names the processes of the session
+    /// (not the watched ones) to the guardian.
     fn write(&mut self, rows: &[Row]) -> Result<(), SampleError> {
+        if let Some(guardian) = &mut self.guardian {
+            for r in rows.iter().filter(|r| {
+                matches!(r.scope, Scope::Command | Scope::Survivors) && r.is_process_sample()
+            }) {
+                guardian.track(r.pid, r.start_time);
+            }
+        }
         Ok(self.writer.write_batch(rows)?)
     }
 

@@ -329,7 +329,137 @@ fn numbers_that_overflow_are_usage_errors_naming_the_flag() {
     }
 }
 
-/// `kill -9` of leakwatch leaves its daemon running; the next run says so.
+/// Processes carrying session `pid`'s mark (`LEAKWATCH_SESSION=pid.…`).
+fn marked_by(pid: u32) -> Vec<u32> {
+    let mark = format!("LEAKWATCH_SESSION={pid}.");
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(p) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let env = std::fs::read(format!("/proc/{p}/environ")).unwrap_or_default();
+        let env = String::from_utf8_lossy(&env);
+        if env.split('\0').any(|v| v.starts_with(&mark)) && alive(p) {
+            pids.push(p);
+        }
+    }
+    pids
+}
+
+/// The rows of samples.csv so far, as text.
+fn csv_text(out: &Path) -> String {
+    std::fs::read_to_string(out.join("samples.csv")).unwrap_or_default()
+}
+
+/// Waits until session `out` is in run `run` (its start event is on disk).
+fn wait_for_run(out: &Path, run: u32, tag: &str) {
+    let run = run.to_string();
+    let started = std::panic::catch_unwind(|| {
+        wait_until("the run", Duration::from_secs(30), || {
+            csv_text(out)
+                .lines()
+                .any(|l| l.contains("run_start") && l.split(',').nth(1) == Some(run.as_str()))
+        })
+    });
+    if started.is_err() {
+        kill_all(tag);
+        panic!("run {run} never started: {}", csv_text(out));
+    }
+}
+
+/// `kill -9` of leakwatch during run 4 of 8: its guardian stops the daemon
+/// the command started within seconds — through the session's cgroup as
+/// root, and by the tracked tree and the environment mark as a user with
+/// no cgroup of its own (`nobody`, when the test runs as root) — and the
+/// samples taken are rebuilt by `report`.
+#[test]
+fn a_killed_leakwatch_leaves_nothing_it_started_running() {
+    let is_root = nix::unistd::getuid().is_root();
+    for unprivileged in [false, true] {
+        if unprivileged && !is_root {
+            // Already the unprivileged case.
+            continue;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let runtime = tmp.path().join("runtime");
+        std::fs::create_dir(&runtime).unwrap();
+        std::fs::set_permissions(&runtime, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let socket = tmp.path().join("k9.sock");
+        let out = tmp.path().join("out");
+        let tag = socket.to_string_lossy().into_owned();
+        // Copies in the temp dir: the build tree may sit where `nobody`
+        // cannot enter.
+        let (lw, fx) = (tmp.path().join("leakwatch"), tmp.path().join("fixture"));
+        for (from, to) in [(env!("CARGO_BIN_EXE_leakwatch"), &lw), (fixture(), &fx)] {
+            std::fs::copy(from, to).unwrap();
+            std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let mut cmd = if unprivileged {
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                .arg(&lw);
+            c
+        } else {
+            Command::new(&lw)
+        };
+        cmd.args(["run", "-n", "8", "--settle", "700ms", "--quiet", "--out"])
+            .arg(&out)
+            .arg("--")
+            .arg(&fx)
+            .args(["client", "--leak", "1MiB", "--socket"])
+            .arg(&socket)
+            .env("XDG_RUNTIME_DIR", &runtime)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null());
+        let mut session = Running(cmd.spawn().unwrap());
+        let pid = session.0.id();
+        wait_for_run(&out, 4, &tag);
+        let daemon = running_with(&format!("daemon --socket {tag}"));
+        assert_eq!(daemon.len(), 1, "the daemon runs: {daemon:?}");
+        assert!(!marked_by(pid).is_empty(), "the daemon carries the mark");
+        session.0.kill().unwrap(); // SIGKILL: leakwatch stops nothing itself
+        session.0.wait().unwrap();
+        let gone = std::panic::catch_unwind(|| {
+            wait_until(
+                "the session's processes to stop",
+                Duration::from_secs(6),
+                || running_with(&tag).is_empty() && marked_by(pid).is_empty(),
+            )
+        });
+        let left = running_with(&tag);
+        kill_all(&tag);
+        assert!(
+            gone.is_ok(),
+            "unprivileged={unprivileged}: left running {left:?}"
+        );
+        // Nothing is left to name: the record goes with the processes.
+        let records = || {
+            std::fs::read_dir(runtime.join("leakwatch"))
+                .unwrap()
+                .count()
+        };
+        wait_until("the session record to go", Duration::from_secs(3), || {
+            records() == 0
+        });
+        let guardian = format!("__guardian {pid} ");
+        wait_until("the guardian to exit", Duration::from_secs(3), || {
+            running_with(&guardian).is_empty()
+        });
+        let rebuilt = leakwatch()
+            .args(["report", "--quiet"])
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(rebuilt.status.code().is_some_and(|c| c <= 1), "{rebuilt:?}");
+        let s = summary(&out);
+        assert!(s["runs"].as_u64().unwrap() >= 3, "{s}");
+    }
+}
+
+/// When the guardian cannot act either (killed with leakwatch), the daemon
+/// outlives the session and the next run names it.
 #[test]
 fn a_killed_sessions_daemon_is_named_by_the_next_run() {
     let tmp = tempfile::tempdir().unwrap();
@@ -352,9 +482,16 @@ fn a_killed_sessions_daemon_is_named_by_the_next_run() {
         panic!("the daemon never started");
     }
     std::thread::sleep(Duration::from_millis(500));
+    let guardian = running_with(&format!("__guardian {} ", lw.0.id()));
+    assert_eq!(guardian.len(), 1, "one guardian: {guardian:?}");
+    kill_all(&format!("__guardian {} ", lw.0.id()));
     drop(lw); // SIGKILL: leakwatch gets no chance to stop its daemon
     let daemon = running_with(&format!("daemon --socket {tag}"));
-    assert_eq!(daemon.len(), 1, "the daemon outlives a killed leakwatch");
+    assert_eq!(
+        daemon.len(),
+        1,
+        "the daemon outlives leakwatch and its guardian"
+    );
     let output = run_client(&tmp.path().join("b"), &socket, "1", &[])
         .env("XDG_RUNTIME_DIR", &runtime)
         .output()
