@@ -494,7 +494,12 @@ impl Session<'_> {
             return;
         }
         let (root, me) = (&self.root, self.me);
-        let mut stopped = reaper::stop(|| survivors_of(root, me), STOP_GRACE);
+        let interrupt = self.interrupt;
+        let mut stopped = reaper::stop(
+            || survivors_of(root, me),
+            STOP_GRACE,
+            || interrupt.hurried(),
+        );
         // The cgroup knows what the tree walk cannot see (a process that
         // escaped to another subreaper): freeze it, kill what is left.
         if let Some(cgroup) = &self.cgroup
@@ -506,10 +511,14 @@ impl Session<'_> {
             stopped.remaining = cgroup.pids();
         }
         if !stopped.killed.is_empty() {
+            let waited = if interrupt.hurried() {
+                "until a second interrupt".to_string()
+            } else {
+                format!("for {}s", STOP_GRACE.as_secs())
+            };
             self.outcome.notes.push(format!(
-                "survivor(s) {} ignored TERM for {}s and were killed",
+                "survivor(s) {} ignored TERM {waited} and were killed",
                 pid_list(&stopped.killed),
-                STOP_GRACE.as_secs()
             ));
         }
         if !stopped.remaining.is_empty() {
@@ -598,7 +607,12 @@ impl Session<'_> {
     /// Stops the command and what it started (TERM, then KILL).
     fn stop_tree(&self, pid: u32) {
         let root = &self.root;
-        reaper::stop(|| live(root, root.tree(pid)), STOP_GRACE);
+        let interrupt = self.interrupt;
+        reaper::stop(
+            || live(root, root.tree(pid)),
+            STOP_GRACE,
+            || interrupt.hurried(),
+        );
     }
 
     /// Polls the command's tree (cheap tier) every `interval` until the

@@ -186,6 +186,70 @@ fn hangup_and_quit_mid_run_write_the_reports_and_stop_the_daemon() {
     }
 }
 
+/// A second Ctrl-C while a TERM-ignoring daemon gets its grace period:
+/// KILL now, every report still written from the samples taken, exit 130.
+#[test]
+fn a_second_interrupt_cuts_the_grace_short_and_still_writes_every_report() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let tag = format!("twice-{}", tmp.path().display());
+    let mut lw = Running(
+        leakwatch()
+            .args(["run", "-n", "3", "--settle", "5s", "--quiet", "--out"])
+            .arg(&out)
+            .args(["--", "python3"])
+            .arg(manifest("fixtures/hostile/refork_daemon.py"))
+            .args(["--ignore-term", &tag])
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let started = std::panic::catch_unwind(|| {
+        wait_until("the daemon and its worker", Duration::from_secs(20), || {
+            running_with(&tag).len() >= 2 && csv_text(&out).contains("run_end")
+        })
+    });
+    if started.is_err() {
+        kill_all(&tag);
+        panic!("the daemon never started");
+    }
+    let pid = lw.0.id().to_string();
+    Command::new("kill").args(["-INT", &pid]).status().unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(
+        lw.0.try_wait().unwrap().is_none(),
+        "still in the grace period"
+    );
+    Command::new("kill").args(["-INT", &pid]).status().unwrap();
+    let status = wait_exit(&mut lw.0, Duration::from_secs(20));
+    let left = running_with(&tag);
+    kill_all(&tag);
+    assert_eq!(status.code(), Some(130), "{status}");
+    assert!(left.is_empty(), "left running: {left:?}");
+    for name in ["summary.json", "report.md", "report.html", "samples.csv"] {
+        assert!(out.join(name).is_file(), "no {name}");
+    }
+    let s = summary(&out);
+    assert_eq!(s["interrupted"], true);
+    let notes = s["notes"].to_string();
+    assert!(
+        notes.contains("until a second interrupt and were killed"),
+        "{notes}"
+    );
+    // Everything taken is on disk: `report` rebuilds the same notes.
+    let rebuilt = leakwatch()
+        .args(["report", "--quiet", "--out"])
+        .arg(tmp.path().join("again"))
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert_eq!(rebuilt.code(), Some(0));
+    assert_eq!(
+        summary(&tmp.path().join("again"))["notes"].to_string(),
+        notes
+    );
+}
+
 /// `leakwatch run … 2>&1 >/dev/null | head -1`: stderr closed under it.
 #[test]
 fn a_closed_stderr_pipe_is_no_panic_and_no_lost_report() {
