@@ -243,19 +243,23 @@ mod cell {
     }
 
     pub fn serialize<S: Serializer>(text: &str, s: S) -> Result<S::Ok, S::Error> {
-        if needs_quote(text) {
+        // No raw control character in the file (a traceback keeps its lines).
+        let text = crate::escape::inert_lines(text);
+        if needs_quote(&text) {
             s.collect_str(&format_args!("'{text}"))
         } else {
-            s.serialize_str(text)
+            s.serialize_str(&text)
         }
     }
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
         let text = String::deserialize(d)?;
-        Ok(match text.strip_prefix('\'') {
+        let text = match text.strip_prefix('\'') {
             Some(rest) => rest.to_string(),
             None => text,
-        })
+        };
+        // A planted file is inert too; what leakwatch wrote is unchanged.
+        Ok(crate::escape::inert_lines(&text).into_owned())
     }
 }
 
@@ -734,7 +738,10 @@ mod tests {
             .into_iter()
             .map(|r| r.comm)
             .collect();
-        assert_eq!(back, names);
+        // A control character is written (and read) escaped, never raw.
+        let expected: Vec<String> = names.iter().map(|n| n.replace('\t', r"\x09")).collect();
+        assert_eq!(back, expected);
+        assert!(!text.contains('\t'), "{text}");
     }
 
     #[test]

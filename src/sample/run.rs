@@ -194,11 +194,12 @@ pub fn run(
             alive: true,
         })
         .collect();
+    // The user's bytes, shown inert: they reach samples.csv and stderr.
     let command_line: Vec<String> = prepared
         .plan
         .command
         .iter()
-        .map(|a| a.to_string_lossy().into_owned())
+        .map(|a| crate::escape::inert_bytes(a.as_encoded_bytes()))
         .collect();
     let mut session = Session {
         plan: &prepared.plan,

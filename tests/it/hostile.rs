@@ -613,6 +613,96 @@ fn hostile_process_names_are_inert_in_csv_and_markdown() {
     rendered_by_github_makes_no_link_or_image(&out.join("report.md"));
 }
 
+/// Control characters in a text: C0 but the newline, DEL, C1 (U+0080–U+009F);
+/// the text must be UTF-8 (a byte that is not would be raw too).
+fn raw_controls(what: &str, bytes: &[u8]) -> Vec<char> {
+    let text = std::str::from_utf8(bytes).unwrap_or_else(|e| panic!("{what}: not UTF-8: {e}"));
+    text.chars()
+        .filter(|&c| matches!(c, '\0'..='\x09' | '\x0b'..='\x1f' | '\x7f' | '\u{80}'..='\u{9f}'))
+        .collect()
+}
+
+/// A daemon that names itself ESC ] 0;pwn BEL ESC [2J and maps a file named
+/// with colour codes, a lone 0x9b and a byte that is not UTF-8, started by
+/// a command line that holds such bytes too: none reaches stderr, the
+/// reports, samples.csv, summary.json, JUnit or OpenMetrics raw; the names
+/// are there escaped (`\x1b`), and `report` rebuilds the same text.
+#[test]
+fn escape_sequences_from_a_process_reach_no_terminal_and_no_file_raw() {
+    use std::os::unix::ffi::OsStrExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let junit = tmp.path().join("junit.xml");
+    let tag = format!("escapes-{}", tmp.path().display());
+    let mut arg = b"\x1b[2J\xc2\x9b\xff".to_vec();
+    arg.extend_from_slice(tag.as_bytes());
+    let gate = ["--max-growth", "1GiB/run"];
+    let output = leakwatch()
+        .args(["run", "-n", "2", "--settle", "300ms", "--out"])
+        .arg(&out)
+        .args(gate)
+        .arg("--junit")
+        .arg(&junit)
+        .args(["--", "python3"])
+        .arg(manifest("fixtures/hostile/escape_daemon.py"))
+        .arg(tmp.path())
+        .arg(std::ffi::OsStr::from_bytes(&arg))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let left = running_with(&tag);
+    kill_all(&tag);
+    assert!(left.is_empty(), "left running: {left:?}");
+    assert!(output.status.code().is_some_and(|c| c <= 1), "{output:?}");
+    let export = leakwatch()
+        .args(["export", "--format", "openmetrics"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(export.status.success(), "{export:?}");
+    let rebuilt = tmp.path().join("again");
+    let status = leakwatch()
+        .args(["report", "--quiet", "--out"])
+        .arg(&rebuilt)
+        .args(gate)
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(status.code().is_some_and(|c| c <= 1));
+    let read = |p: PathBuf| std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    let texts = [
+        ("stderr", output.stderr.clone()),
+        ("openmetrics", export.stdout.clone()),
+        ("junit", read(junit)),
+        ("report.md", read(out.join("report.md"))),
+        ("report.html", read(out.join("report.html"))),
+        ("samples.csv", read(out.join("samples.csv"))),
+        ("summary.json", read(out.join("summary.json"))),
+        ("rebuilt report.md", read(rebuilt.join("report.md"))),
+    ];
+    for (what, bytes) in &texts {
+        let raw = raw_controls(what, bytes);
+        assert!(raw.is_empty(), "{what} holds raw {raw:?}");
+    }
+    let csv = String::from_utf8_lossy(&texts[5].1);
+    assert!(
+        csv.contains(r"\x1b]0;pwn\x07\x1b[2J"),
+        "the name, escaped: {csv}"
+    );
+    assert!(
+        csv.contains(r"map\x1b[31mred\x1b[0m\x9b\xff.so"),
+        "the mapping, escaped"
+    );
+    assert!(String::from_utf8_lossy(&texts[3].1).contains("0;pwn"));
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        err.contains(r"\x1b[2J\xc2\x9b\xff"),
+        "the command line, escaped: {err}"
+    );
+    assert!(String::from_utf8_lossy(&export.stdout).contains("pwn"));
+    assert_eq!(texts[3].1, texts[7].1, "report rebuilds the same report.md");
+}
+
 /// report.md through cmark-gfm (GitHub's renderer, from the test venv):
 /// no image, no link to the outside, no raw HTML from the names.
 fn rendered_by_github_makes_no_link_or_image(md: &Path) {
