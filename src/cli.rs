@@ -156,6 +156,12 @@ pub struct AttachArgs {
     #[arg(long, default_value = "0.1%", value_name = "PERCENT")]
     pub deep_budget: String,
 
+    /// Hold samples.csv to this many rows: when it fills, every other older
+    /// cheap sample is dropped (first, last and deep samples kept) and
+    /// sampling slows to half the rate, so the series stays even.
+    #[arg(long, value_name = "ROWS")]
+    pub max_samples: Option<u64>,
+
     #[command(flatten)]
     pub analysis: AnalysisArgs,
 
