@@ -703,6 +703,65 @@ fn escape_sequences_from_a_process_reach_no_terminal_and_no_file_raw() {
     assert_eq!(texts[3].1, texts[7].1, "report rebuilds the same report.md");
 }
 
+/// `--py-sites` on a Python daemon whose file name and leaking source line
+/// hold escape sequences: the sites reach samples.csv, the reports and
+/// stderr escaped, never raw.
+#[test]
+fn python_file_names_and_source_lines_with_escapes_are_shown_escaped() {
+    use std::os::unix::ffi::OsStrExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let source = std::fs::read_to_string(manifest("fixtures/py/pyd.py")).unwrap();
+    let source = source.replace("# LEAK-SITE", "# LEAK-SITE \x1b]0;pwn\x07\u{9b}2J");
+    assert!(source.contains('\x1b'));
+    let script = tmp
+        .path()
+        .join(std::ffi::OsStr::from_bytes(b"pyd\x1b[31m\xc2\x9b.py"));
+    std::fs::write(&script, source).unwrap();
+    let sock = tmp.path().join("pyd.sock");
+    let output = leakwatch()
+        .args(["run", "-n", "3", "--settle", "200ms", "--py-sites", "--out"])
+        .arg(&out)
+        .args(["--", "python3"])
+        .arg(&script)
+        .args(["client", "--leak", "1000000", "--sock"])
+        .arg(&sock)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    let left = running_with(&sock.to_string_lossy());
+    kill_all(&sock.to_string_lossy());
+    assert!(left.is_empty(), "left running: {left:?}");
+    assert!(output.status.code().is_some_and(|c| c <= 1), "{output:?}");
+    let csv = std::fs::read(out.join("samples.csv")).unwrap();
+    for (what, bytes) in [
+        ("stderr", output.stderr.clone()),
+        ("samples.csv", csv.clone()),
+        ("report.md", std::fs::read(out.join("report.md")).unwrap()),
+        (
+            "report.html",
+            std::fs::read(out.join("report.html")).unwrap(),
+        ),
+        (
+            "summary.json",
+            std::fs::read(out.join("summary.json")).unwrap(),
+        ),
+    ] {
+        let raw = raw_controls(what, &bytes);
+        assert!(raw.is_empty(), "{what} holds raw {raw:?}");
+    }
+    let csv = String::from_utf8_lossy(&csv);
+    assert!(
+        csv.contains(r"pyd\x1b[31m\xc2\x9b.py:"),
+        "the file name, escaped: {csv}"
+    );
+    assert!(
+        csv.contains(r"# LEAK-SITE \x1b]0;pwn\x07\xc2\x9b2J"),
+        "the line, escaped"
+    );
+}
+
 /// report.md through cmark-gfm (GitHub's renderer, from the test venv):
 /// no image, no link to the outside, no raw HTML from the names.
 fn rendered_by_github_makes_no_link_or_image(md: &Path) {
