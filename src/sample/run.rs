@@ -172,12 +172,15 @@ pub fn run(
     // Before becoming a subreaper: the guardian must not be in our tree.
     let start_time = root.stat(me).map(|s| s.start_time).unwrap_or(0);
     let records = confine::records_dir();
-    let guardian = Guardian::start(
-        me,
-        start_time,
-        cgroup.as_ref().map(Cgroup::path),
-        records.as_deref(),
-    );
+    // With --keep-survivors what the command leaves is meant to outlive us.
+    let guardian = (!prepared.plan.keep_survivors).then(|| {
+        Guardian::start(
+            me,
+            start_time,
+            cgroup.as_ref().map(Cgroup::path),
+            records.as_deref(),
+        )
+    });
     if let Err(e) = reaper::become_subreaper() {
         if let Some(cgroup) = &cgroup {
             cgroup.remove();
@@ -221,8 +224,9 @@ pub fn run(
         guardian: None,
     };
     match guardian {
-        Ok(g) => session.guardian = Some(g),
-        Err(e) => session.outcome.notes.push(format!(
+        Some(Ok(g)) => session.guardian = Some(g),
+        None => {}
+        Some(Err(e)) => session.outcome.notes.push(format!(
             "no guardian process ({e}): what this session starts is stopped at its end, \
              but not if leakwatch itself is killed"
         )),

@@ -522,6 +522,39 @@ fn a_killed_leakwatch_leaves_nothing_it_started_running() {
     }
 }
 
+/// `kill -9` of leakwatch while a daemon that ignores TERM and re-forks its
+/// worker runs: the guardian's KILL after the grace period leaves nothing.
+#[test]
+fn a_killed_leakwatchs_term_ignoring_daemon_is_killed_by_the_guardian() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let tag = format!("k9-refork-{}", tmp.path().display());
+    let mut session = Running(
+        leakwatch()
+            .args(["run", "-n", "8", "--settle", "700ms", "--quiet", "--out"])
+            .arg(&out)
+            .env("XDG_RUNTIME_DIR", tmp.path())
+            .args(["--", "python3"])
+            .arg(manifest("fixtures/hostile/refork_daemon.py"))
+            .args(["--ignore-term", &tag])
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for_run(&out, 2, &tag);
+    assert!(running_with(&tag).len() >= 2, "daemon and worker run");
+    session.0.kill().unwrap();
+    session.0.wait().unwrap();
+    let gone = std::panic::catch_unwind(|| {
+        wait_until("the daemons to be killed", Duration::from_secs(10), || {
+            running_with(&tag).is_empty()
+        })
+    });
+    let left = running_with(&tag);
+    kill_all(&tag);
+    assert!(gone.is_ok(), "left running: {left:?}");
+}
+
 /// When the guardian cannot act either (killed with leakwatch), the daemon
 /// outlives the session and the next run names it.
 #[test]
