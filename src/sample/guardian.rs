@@ -396,3 +396,69 @@ fn signal_exact(root: &ProcRoot, pid: u32, start_time: u64, sig: i32) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn session() -> Session {
+        let args: Vec<OsString> = ["4242", "99", "--records", "/nonexistent"]
+            .iter()
+            .map(OsString::from)
+            .collect();
+        Session::from_args(&args).unwrap()
+    }
+
+    #[test]
+    fn a_release_ends_the_watch_and_end_of_file_means_leakwatch_is_gone() {
+        let mut s = session();
+        assert_eq!((s.pid, s.mark.as_str()), (4242, "4242.99"));
+        assert!(s.listen(io::Cursor::new("17 5\nrelease\n")));
+        assert_eq!(s.told, BTreeMap::from([(17, 5)]));
+        let mut s = session();
+        assert!(!s.listen(io::Cursor::new("17 5\n18 6\nnot a line\n")));
+        assert_eq!(s.told.len(), 2);
+        assert!(Session::from_args(&[OsString::from("x")]).is_none());
+    }
+
+    #[test]
+    fn the_mark_is_found_among_nested_sessions_and_a_stranger_is_not_marked() {
+        let s = session();
+        let mut child = Command::new("sleep")
+            .arg("30")
+            .env(MARK, "1.1,4242.99")
+            .spawn()
+            .unwrap();
+        let mut other = Command::new("sleep")
+            .arg("30")
+            .env(MARK, "4242.990")
+            .spawn()
+            .unwrap();
+        assert!(s.marked(child.id()));
+        assert!(!s.marked(other.id()));
+        assert!(!s.marked(std::process::id()));
+        let walked = s.walk();
+        assert!(walked.contains_key(&child.id()) && !walked.contains_key(&other.id()));
+        for c in [&mut child, &mut other] {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+    }
+
+    #[test]
+    fn a_pid_whose_start_time_differs_is_never_signalled() {
+        let root = ProcRoot::default();
+        let mut child = Command::new("sleep").arg("30").spawn().unwrap();
+        let start = root.stat(child.id()).unwrap().start_time;
+        // The same pid, another process (as after reuse): left alone.
+        signal_exact(&root, child.id(), start + 1, libc::SIGKILL);
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(child.try_wait().unwrap().is_none());
+        signal_exact(&root, child.id(), start, libc::SIGKILL);
+        let status = child.wait().unwrap();
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&status),
+            Some(9)
+        );
+    }
+}
