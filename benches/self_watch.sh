@@ -6,14 +6,14 @@
 #
 # Usage: bash benches/self_watch.sh            (30 minutes, needs a release
 #        build: cargo build --release)
-#        DURATION=5m WORKERS=50 bash benches/self_watch.sh   (a shorter run)
+#        DURATION=300 WORKERS=50 bash benches/self_watch.sh   (a shorter run)
 # Environment: LEAKWATCH (binary, default target/release/leakwatch),
-#        DURATION (30m), WORKERS (200), LIFE (mean worker life in seconds,
+#        DURATION (seconds, 1800), WORKERS (200), LIFE (mean worker life in seconds,
 #        60: WORKERS/LIFE recycles per second), OUT (output directory).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LW=${LEAKWATCH:-target/release/leakwatch}
-DURATION=${DURATION:-30m}
+DURATION=${DURATION:-1800}
 WORKERS=${WORKERS:-200}
 LIFE=${LIFE:-60}
 OUT=${OUT:-$(mktemp -d /tmp/self-watch.XXXXXX)}
@@ -53,16 +53,25 @@ finally:
 EOF
 POOL=$!
 trap 'kill "$POOL" 2>/dev/null || true; [ -z "${INNER:-}" ] || kill "$INNER" 2>/dev/null || true' EXIT
-sleep 5
+# The pool full first (its start-up is not leakwatch's growth).
+sleep "$(( ${LIFE%.*} / 4 + 5 ))"
 
-"$LW" attach "$POOL" --interval 100ms --duration "$DURATION" --quiet \
+"$LW" attach "$POOL" --interval 100ms --duration "${DURATION}s" --quiet \
     --out "$OUT/inner" 2>"$OUT/inner.stderr" &
 INNER=$!
-sleep 1
-# The watcher ends when the watched leakwatch does.
-"$LW" attach "$INNER" --interval 1s --quiet --out "$OUT/outer" \
-    2>"$OUT/outer.stderr" || true
+sleep 10
+# The watcher judges the sampling phase: it ends before the watched
+# leakwatch analyses its samples and writes its reports.
+"$LW" attach "$INNER" --interval 1s --duration "$(( DURATION - 15 ))s" --quiet \
+    --out "$OUT/outer" 2>"$OUT/outer.stderr" || true
+# The peak of the report phase, read until the watched leakwatch exits.
+HWM=0
+while [ -r "/proc/$INNER/status" ]; do
+    HWM=$(awk '/^VmHWM/ {print $2}' "/proc/$INNER/status" 2>/dev/null || echo "$HWM")
+    sleep 0.2
+done
 wait "$INNER" || true
+echo "inner peak RSS (VmHWM, sampling and reports): $(( ${HWM:-0} / 1024 )) MiB" > "$OUT/inner.hwm"
 kill "$POOL" 2>/dev/null || true
 wait "$POOL" 2>/dev/null || true
 
@@ -72,6 +81,7 @@ out = sys.argv[1]
 outer = json.load(open(f"{out}/outer/summary.json"))
 inner = json.load(open(f"{out}/inner/summary.json"))
 print(f"output: {out}")
+print(open(f"{out}/inner.hwm").read().strip())
 print(f"inner (attach to the pool): verdict {inner['verdict']}, "
       f"samples.csv {sum(1 for _ in open(f'{out}/inner/samples.csv')) - 1} rows")
 rows = [r for r in csv.DictReader(open(f"{out}/outer/samples.csv"))
@@ -83,7 +93,7 @@ print(f"  inner RSS first {rss[0]/2**20:.1f} MiB, last {rss[-1]/2**20:.1f} MiB, 
       f"max {max(rss)/2**20:.1f} MiB")
 print(f"  inner fds first {fds[0]}, last {fds[-1]}, min {min(fds)}, max {max(fds)}")
 for s in outer["series"]:
-    if s["name"] == "target" and s["metric"] in ("rss_bytes", "pss_bytes", "fds"):
+    if s["name"] == "target" and s["metric"] in ("rss_bytes", "pss_bytes", "uss_bytes", "anon_bytes", "fds"):
         print(f"  target {s['metric']}: verdict {s['verdict']}, slope {s['slope']:.4g}/s "
               f"(= {s['slope']*3600:.4g}/h), ci95 {s.get('slope_ci95')}")
 EOF
