@@ -483,6 +483,15 @@ fn a_killed_leakwatch_leaves_nothing_it_started_running() {
         let daemon = running_with(&format!("daemon --socket {tag}"));
         assert_eq!(daemon.len(), 1, "the daemon runs: {daemon:?}");
         assert!(!marked_by(pid).is_empty(), "the daemon carries the mark");
+        // Both ways of stopping are exercised: the cgroup as root (where the
+        // freezer hierarchy exists), the tracked tree and the mark without.
+        let guardian = running_with(&format!("__guardian {pid} "));
+        assert_eq!(guardian.len(), 1, "one guardian: {guardian:?}");
+        let argv = std::fs::read(format!("/proc/{}/cmdline", guardian[0])).unwrap();
+        let with_cgroup = String::from_utf8_lossy(&argv).contains("--cgroup");
+        let freezer =
+            nix::unistd::access("/sys/fs/cgroup/freezer", nix::unistd::AccessFlags::W_OK).is_ok();
+        assert_eq!(with_cgroup, is_root && !unprivileged && freezer, "{argv:?}");
         session.0.kill().unwrap(); // SIGKILL: leakwatch stops nothing itself
         session.0.wait().unwrap();
         let gone = std::panic::catch_unwind(|| {
