@@ -309,6 +309,11 @@ impl Session {
     /// The session record names what is still running; with nothing left,
     /// it goes, and the cgroup with it.
     fn update_record(&self, remaining: &BTreeMap<u32, u64>) {
+        if remaining.is_empty()
+            && let Some(cgroup) = &self.cgroup
+        {
+            let _ = fs::remove_dir(cgroup);
+        }
         let Some(dir) = &self.records else {
             return;
         };
@@ -317,9 +322,6 @@ impl Session {
         };
         if remaining.is_empty() {
             record.remove(dir);
-            if let Some(cgroup) = &self.cgroup {
-                let _ = fs::remove_dir(cgroup);
-            }
             return;
         }
         record.survivors = remaining

@@ -591,6 +591,7 @@ fn a_killed_sessions_daemon_is_named_by_the_next_run() {
     let guardian = running_with(&format!("__guardian {} ", lw.0.id()));
     assert_eq!(guardian.len(), 1, "one guardian: {guardian:?}");
     kill_all(&format!("__guardian {} ", lw.0.id()));
+    let cgroup = Path::new("/sys/fs/cgroup/freezer").join(format!("leakwatch-{}", lw.0.id()));
     drop(lw); // SIGKILL: leakwatch gets no chance to stop its daemon
     let daemon = running_with(&format!("daemon --socket {tag}"));
     assert_eq!(
@@ -603,6 +604,7 @@ fn a_killed_sessions_daemon_is_named_by_the_next_run() {
         .output()
         .unwrap();
     kill_all(&tag);
+    let _ = std::fs::remove_dir(&cgroup); // empty now: what the session left is gone
     let err = String::from_utf8_lossy(&output.stderr);
     assert!(
         err.contains("left by an earlier leakwatch session")
