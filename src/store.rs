@@ -394,12 +394,13 @@ impl SampleWriter {
         self.tap = Some(tap);
     }
 
-    pub fn rows_written(&self) -> u64 {
-        self.rows
-    }
-
+    /// The samples.csv being written.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    pub fn rows_written(&self) -> u64 {
+        self.rows
     }
 
     /// Rows in the file now (all written, unless `retain` dropped some).
