@@ -663,26 +663,6 @@ mod tests {
     }
 
     #[test]
-    fn retained_rows_stay_in_order_and_appends_go_on_after_them() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("samples.csv");
-        let mut w = SampleWriter::create(&path).unwrap();
-        let rows: Vec<Row> = (0..10).map(|i| row(i, 4096 * i)).collect();
-        w.write_batch(&rows).unwrap();
-        assert_eq!(w.retain(|r| r.sample % 3 == 0).unwrap(), 4);
-        w.write_batch(&[row(10, 1)]).unwrap();
-        assert_eq!((w.rows_in_file(), w.rows_written()), (5, 11));
-        let samples: Vec<u64> = read_samples(&path)
-            .unwrap()
-            .iter()
-            .map(|r| r.sample)
-            .collect();
-        assert_eq!(samples, [0, 3, 6, 9, 10]);
-        // No temporary file is left beside it.
-        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
-    }
-
-    #[test]
     fn a_torn_last_line_is_dropped() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("samples.csv");
@@ -825,6 +805,26 @@ mod tests {
         let expected: Vec<String> = names.iter().map(|n| n.replace('\t', r"\x09")).collect();
         assert_eq!(back, expected);
         assert!(!text.contains('\t'), "{text}");
+    }
+
+    #[test]
+    fn retained_rows_stay_in_order_and_appends_go_on_after_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("samples.csv");
+        let mut w = SampleWriter::create(&path).unwrap();
+        let rows: Vec<Row> = (0..10).map(|i| row(i, 4096 * i)).collect();
+        w.write_batch(&rows).unwrap();
+        assert_eq!(w.retain(|r| r.sample % 3 == 0).unwrap(), 4);
+        w.write_batch(&[row(10, 1)]).unwrap();
+        assert_eq!((w.rows_in_file(), w.rows_written()), (5, 11));
+        let samples: Vec<u64> = read_samples(&path)
+            .unwrap()
+            .iter()
+            .map(|r| r.sample)
+            .collect();
+        assert_eq!(samples, [0, 3, 6, 9, 10]);
+        // No temporary file is left beside it.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 
     #[test]
