@@ -31,6 +31,38 @@ pub fn inert_lines(text: &str) -> Cow<'_, str> {
     escape_str(text, true)
 }
 
+/// Text for the terminal: as `inert_lines`, but a colour sequence (SGR,
+/// `ESC [ digits;… m`) passes, as `less -R` lets it: leakwatch colours its
+/// own verdict line. Text from outside never holds a raw one by then (it is
+/// made inert where it is read), and SGR cannot retitle, clear or move.
+pub fn inert_terminal(text: &str) -> Cow<'_, str> {
+    if !text.contains('\x1b') {
+        return inert_lines(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    let mut rest = text;
+    while let Some(at) = rest.find('\x1b') {
+        out.push_str(&inert_lines(&rest[..at]));
+        let seq = &rest[at..];
+        let sgr_len = seq.strip_prefix("\x1b[").and_then(|body| {
+            let params = body.find(|c: char| !(c.is_ascii_digit() || c == ';'))?;
+            (body.as_bytes()[params] == b'm').then_some(2 + params + 1)
+        });
+        match sgr_len {
+            Some(len) => {
+                out.push_str(&seq[..len]);
+                rest = &seq[len..];
+            }
+            None => {
+                out.push_str("\\x1b");
+                rest = &seq[1..];
+            }
+        }
+    }
+    out.push_str(&inert_lines(rest));
+    Cow::Owned(out)
+}
+
 fn escape_str(text: &str, keep_newlines: bool) -> Cow<'_, str> {
     let escaped = |c: char| is_control(c) && !(keep_newlines && c == '\n');
     if !text.chars().any(escaped) {
@@ -84,6 +116,17 @@ mod tests {
             assert!(matches!(inert(plain), Cow::Borrowed(_)), "{plain}");
             assert_eq!(inert_bytes(plain.as_bytes()), plain);
         }
+    }
+
+    #[test]
+    fn the_terminal_gets_colour_and_nothing_else() {
+        let line = "leakwatch: \x1b[1;31mLEAK\x1b[0m in \x1b]0;pwn\x07\x1b[2J\n";
+        assert_eq!(
+            inert_terminal(line),
+            "leakwatch: \x1b[1;31mLEAK\x1b[0m in \\x1b]0;pwn\\x07\\x1b[2J\n"
+        );
+        assert_eq!(inert_terminal("a\x1b["), r"a\x1b[");
+        assert_eq!(inert_terminal("plain\n"), "plain\n");
     }
 
     #[test]
