@@ -179,6 +179,12 @@ pub struct AttachArgs {
     )]
     pub deep_budget: String,
 
+    /// Hold samples.csv to this many rows: when it fills, every other older
+    /// cheap sample is dropped (first, last and deep samples kept) and
+    /// sampling slows to half the rate, so the series stays even.
+    #[arg(long, value_name = "ROWS")]
+    pub max_samples: Option<u64>,
+
     #[command(flatten)]
     pub serve: ServeArgs,
 

@@ -5,13 +5,18 @@
 
 use std::io::Write;
 
-/// Writes `text` to stderr as it is; a write that fails is ignored.
+/// Writes `text` to stderr, control characters escaped but its newlines
+/// and colours (it may quote a name a process chose, or a command line); a
+/// write that fails is ignored.
 pub fn say(text: &str) {
+    let text = crate::escape::inert_terminal(text);
     let _ = std::io::stderr().lock().write_all(text.as_bytes());
 }
 
-/// Writes `text` and a newline to stderr; a write that fails is ignored.
+/// Writes `text` and a newline to stderr as `say` does; a write that fails
+/// is ignored.
 pub fn say_line(text: &str) {
+    let text = crate::escape::inert_terminal(text);
     let mut err = std::io::stderr().lock();
     let _ = err.write_all(text.as_bytes());
     let _ = err.write_all(b"\n");

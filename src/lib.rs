@@ -8,6 +8,7 @@
 pub mod cli;
 pub mod console;
 pub mod error;
+pub mod escape;
 pub mod options;
 pub mod units;
 

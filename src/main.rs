@@ -5,8 +5,13 @@ use std::process::ExitCode;
 use clap::{CommandFactory, FromArgMatches};
 use leakwatch::cli::Cli;
 use leakwatch::error::Exit;
+use leakwatch::sample::guardian;
 
 fn main() -> ExitCode {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|a| a == guardian::SUBCOMMAND) {
+        return guardian::main(&args[2..]);
+    }
     // NO_COLOR (no-color.org): help and usage errors in plain text.
     let mut command = Cli::command();
     if leakwatch::console::no_color() {

@@ -63,7 +63,7 @@ impl Family {
 /// A label value as both text formats escape it.
 fn escape(value: &str) -> String {
     let mut out = String::with_capacity(value.len());
-    for c in value.chars() {
+    for c in crate::escape::inert_lines(value).chars() {
         match c {
             '\\' => out.push_str("\\\\"),
             '"' => out.push_str("\\\""),

@@ -19,6 +19,10 @@ use crate::sample::targets::Target;
 use crate::series::{Metric, XAxis};
 use crate::units::{UnitError, parse_duration, parse_size};
 
+/// The smallest `--max-samples`: below it, one sweep of a large tree and the
+/// deep samples alone could fill the file.
+pub const MIN_MAX_SAMPLES: u64 = 100;
+
 #[derive(Debug, thiserror::Error)]
 pub enum OptionsError {
     #[error("--{flag} {error}")]
@@ -57,6 +61,8 @@ pub enum OptionsError {
     PyFrames(usize),
     #[error("--deep-budget '{0}' is not a fraction; try '0.1%' or '0.001'")]
     DeepBudget(String),
+    #[error("--max-samples {0}: keep at least {min} rows; try --max-samples 100000", min = MIN_MAX_SAMPLES)]
+    MaxSamples(u64),
     #[error("--tolerance '{0}' is not a percentage; try '10%'")]
     Tolerance(String),
     #[error(transparent)]
@@ -319,6 +325,9 @@ impl AttachOptions {
             .transpose()?;
         let deep_budget = parse_fraction(&args.deep_budget)
             .ok_or_else(|| OptionsError::DeepBudget(args.deep_budget.clone()))?;
+        if let Some(rows) = args.max_samples.filter(|&r| r < MIN_MAX_SAMPLES) {
+            return Err(OptionsError::MaxSamples(rows));
+        }
         Ok(AttachOptions {
             plan: AttachPlan {
                 target: target(
@@ -328,6 +337,7 @@ impl AttachOptions {
                 interval,
                 duration,
                 deep_budget,
+                max_rows: args.max_samples,
             },
             fit: fit_options(&args.analysis)?,
             gate: gate_setup(&args.gate, Some(XAxis::Seconds))?,

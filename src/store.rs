@@ -254,19 +254,23 @@ mod cell {
     }
 
     pub fn serialize<S: Serializer>(text: &str, s: S) -> Result<S::Ok, S::Error> {
-        if needs_quote(text) {
+        // No raw control character in the file (a traceback keeps its lines).
+        let text = crate::escape::inert_lines(text);
+        if needs_quote(&text) {
             s.collect_str(&format_args!("'{text}"))
         } else {
-            s.serialize_str(text)
+            s.serialize_str(&text)
         }
     }
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
         let text = String::deserialize(d)?;
-        Ok(match text.strip_prefix('\'') {
+        let text = match text.strip_prefix('\'') {
             Some(rest) => rest.to_string(),
             None => text,
-        })
+        };
+        // A planted file is inert too; what leakwatch wrote is unchanged.
+        Ok(crate::escape::inert_lines(&text).into_owned())
     }
 }
 
@@ -378,6 +382,8 @@ pub struct SampleWriter {
     path: PathBuf,
     writer: csv::Writer<File>,
     rows: u64,
+    /// Rows in the file now: `rows` less those `retain` dropped.
+    in_file: u64,
     tap: Option<Tap>,
 }
 
@@ -393,6 +399,7 @@ impl SampleWriter {
             path: path.to_path_buf(),
             writer: csv::Writer::from_writer(file),
             rows: 0,
+            in_file: 0,
             tap: None,
         })
     }
@@ -411,6 +418,60 @@ impl SampleWriter {
         self.rows
     }
 
+    /// Rows in the file now (all written, unless `retain` dropped some).
+    pub fn rows_in_file(&self) -> u64 {
+        self.in_file
+    }
+
+    /// Rewrites the file with only the rows `keep` accepts, in order, in
+    /// bounded memory: into a temporary file beside it, renamed over it, so
+    /// a crash leaves the old file or the new one, whole. Appends go on
+    /// after them. Returns the rows kept.
+    pub fn retain(&mut self, mut keep: impl FnMut(&Row) -> bool) -> Result<u64, StoreError> {
+        let write_error = |error: io::Error| StoreError::Write {
+            path: self.path.clone(),
+            error,
+        };
+        self.writer.flush().map_err(write_error)?;
+        let dir = match self.path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        let tmp = tempfile::Builder::new()
+            .prefix(".samples.csv.")
+            .tempfile_in(dir)
+            .map_err(write_error)?;
+        let mode = std::fs::metadata(&self.path)
+            .map_err(write_error)?
+            .permissions();
+        std::fs::set_permissions(tmp.path(), mode).map_err(write_error)?;
+        let mut out = csv::Writer::from_writer(tmp.as_file().try_clone().map_err(write_error)?);
+        let (mut kept, mut failed) = (0, None);
+        scan(&self.path, |row| {
+            if failed.is_none() && keep(&row) {
+                match out.serialize(&row) {
+                    Ok(()) => kept += 1,
+                    Err(e) => failed = Some(io::Error::other(e)),
+                }
+            }
+        })?;
+        if let Some(error) = failed {
+            return Err(write_error(error));
+        }
+        out.flush().map_err(write_error)?;
+        drop(out);
+        tmp.persist(&self.path).map_err(|e| write_error(e.error))?;
+        let file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&self.path)
+            .map_err(write_error)?;
+        self.writer = csv::WriterBuilder::new()
+            .has_headers(false)
+            .from_writer(file);
+        self.in_file = kept;
+        Ok(kept)
+    }
+
     /// Writes a batch and flushes it to the file.
     pub fn write_batch(&mut self, rows: &[Row]) -> Result<(), StoreError> {
         for row in rows {
@@ -419,6 +480,7 @@ impl SampleWriter {
                 error: io::Error::other(e),
             })?;
             self.rows += 1;
+            self.in_file += 1;
         }
         // csv's flush also flushes the file: the rows reach the kernel now.
         self.writer.flush().map_err(|error| StoreError::Write {
@@ -784,7 +846,30 @@ mod tests {
             .into_iter()
             .map(|r| r.comm)
             .collect();
-        assert_eq!(back, names);
+        // A control character is written (and read) escaped, never raw.
+        let expected: Vec<String> = names.iter().map(|n| n.replace('\t', r"\x09")).collect();
+        assert_eq!(back, expected);
+        assert!(!text.contains('\t'), "{text}");
+    }
+
+    #[test]
+    fn retained_rows_stay_in_order_and_appends_go_on_after_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("samples.csv");
+        let mut w = SampleWriter::create(&path).unwrap();
+        let rows: Vec<Row> = (0..10).map(|i| row(i, 4096 * i)).collect();
+        w.write_batch(&rows).unwrap();
+        assert_eq!(w.retain(|r| r.sample % 3 == 0).unwrap(), 4);
+        w.write_batch(&[row(10, 1)]).unwrap();
+        assert_eq!((w.rows_in_file(), w.rows_written()), (5, 11));
+        let samples: Vec<u64> = read_samples(&path)
+            .unwrap()
+            .iter()
+            .map(|r| r.sample)
+            .collect();
+        assert_eq!(samples, [0, 3, 6, 9, 10]);
+        // No temporary file is left beside it.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 
     #[test]

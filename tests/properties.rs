@@ -75,7 +75,9 @@ proptest! {
     fn stat_names_with_any_bytes_read_back(name in "[^\\n]{0,15}", ppid in 0u32..100_000, start in any::<u64>()) {
         let text = format!("42 ({name}) S {ppid} 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 {start} 0 0");
         let s = parse_stat(&text).unwrap();
-        prop_assert_eq!(s.comm, name);
+        // Read back as it was, control characters shown escaped.
+        prop_assert_eq!(&s.comm, &leakwatch::escape::inert(&name));
+        prop_assert!(!s.comm.chars().any(|c| c.is_control()), "{:?}", s.comm);
         prop_assert_eq!(s.ppid, ppid);
         prop_assert_eq!(s.start_time, start);
     }

@@ -8,7 +8,8 @@ use super::doc::{Block, Inline, Table};
 /// through here.
 pub fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
+    // No control character either (a terminal shows a `cat report.html`).
+    for c in crate::escape::inert_lines(s).chars() {
         match c {
             '&' => out.push_str("&amp;"),
             '<' => out.push_str("&lt;"),

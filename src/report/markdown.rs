@@ -16,7 +16,7 @@ use super::doc::{Block, Inline, Table};
 /// mailto link there, which fetches nothing.)
 fn md_text(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 8);
-    let chars: Vec<char> = s.chars().collect();
+    let chars: Vec<char> = crate::escape::inert_lines(s).chars().collect();
     for (i, &c) in chars.iter().enumerate() {
         let after_scheme = c == '/'
             && (chars.get(i.wrapping_sub(1)) == Some(&':')
@@ -53,7 +53,7 @@ fn md_text(s: &str) -> String {
 /// A code span that holds any text: the fence is one backtick longer than the longest run
 /// inside it.
 fn md_code(s: &str) -> String {
-    let s = s.replace(['\n', '\r'], " ");
+    let s = crate::escape::inert_lines(s).replace('\n', " ");
     let mut longest = 0;
     let mut run = 0;
     for c in s.chars() {
@@ -118,6 +118,7 @@ pub fn render(doc: &[Block]) -> String {
             }
             Block::Table(t) => md_table(t, &mut out),
             Block::Code(s) => {
+                let s = crate::escape::inert_lines(s);
                 // A fence longer than any run of backticks inside.
                 let longest = s.split(|c| c != '`').map(str::len).max().unwrap_or(0);
                 let fence = "`".repeat((longest + 1).max(3));

@@ -6,7 +6,7 @@
 //! What it cost — ticks, the interval achieved, walks, the longest walk —
 //! is recorded for the summary.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::time::{Duration, Instant};
 
 use nix::time::{ClockId, clock_gettime};
@@ -19,7 +19,7 @@ use super::{
     Clock, Context, Depth, Outcome, Progress, ResolveError, SampleError, Scoped, event_row,
     sample_scope,
 };
-use crate::store::{self, LongestWalk, Row, SampleWriter, SamplingCost, Scope};
+use crate::store::{self, LongestWalk, Row, SampleWriter, SamplingCost, Scope, Tier};
 use crate::units::{format_bytes, format_duration, format_signed_bytes};
 
 const SCOPE: Scope = Scope::Target;
@@ -34,6 +34,8 @@ pub struct AttachPlan {
     pub duration: Option<Duration>,
     /// Fraction of wall time (0.001 = 0.1%) the deep reads may take.
     pub deep_budget: f64,
+    /// `--max-samples`: the rows samples.csv may hold.
+    pub max_rows: Option<u64>,
 }
 
 /// Resolves the target (a name to its PID, a unit to its cgroup) and checks
@@ -161,6 +163,11 @@ struct Session<'a> {
     unreadable_more: bool,
     /// How often the sampling rate was halved to bound samples.csv.
     halvings: u32,
+    /// `--max-samples`: how often samples.csv was thinned, and the rows
+    /// written before it may be again (thinning that frees little must
+    /// not run every tick).
+    thinnings: u32,
+    thin_after_rows: u64,
     /// (pid, start time) of the processes whose mappings the first deep
     /// pass read.
     mapped_first: BTreeSet<(u32, u64)>,
@@ -222,6 +229,8 @@ pub fn attach(
         unreadable_noted: BTreeSet::new(),
         unreadable_more: false,
         halvings: 0,
+        thinnings: 0,
+        thin_after_rows: 0,
         mapped_first: BTreeSet::new(),
         latest_maps: Vec::new(),
     };
@@ -241,6 +250,7 @@ pub fn attach(
         if !session.tick(&ctx, done)? {
             break;
         }
+        session.hold_rows()?;
         if done {
             session.outcome.interrupted = interrupt.is_set();
             break;
@@ -289,6 +299,11 @@ impl Session<'_> {
     /// The mean interval now: `--interval`, doubled for each
     /// `ROWS_PER_HALVING` rows written (noted the first time).
     fn interval(&mut self) -> Duration {
+        if self.plan.max_rows.is_some() {
+            // `hold_rows` halves the rate as it thins the file.
+            self.cost.interval = self.halved(self.halvings);
+            return self.cost.interval;
+        }
         let halvings = (self.writer.rows_written() / ROWS_PER_HALVING).min(16) as u32;
         if halvings > self.halvings {
             self.halvings = halvings;
@@ -304,6 +319,44 @@ impl Session<'_> {
         }
         self.cost.interval = self.halved(self.halvings);
         self.cost.interval
+    }
+
+    /// `--max-samples`: when samples.csv holds that many rows, every other
+    /// sample of the cheap tier alone is dropped from it — the first and
+    /// the last kept, and every sample with a deep row (PSS, mappings),
+    /// every event and note — and the rate halves from then on, so the
+    /// series stays evenly spaced and the file holds between half the
+    /// limit and the limit. Two passes over the file, in bounded memory.
+    fn hold_rows(&mut self) -> Result<(), SampleError> {
+        let Some(max) = self.plan.max_rows else {
+            return Ok(());
+        };
+        if self.writer.rows_in_file() < max || self.writer.rows_written() < self.thin_after_rows {
+            return Ok(());
+        }
+        let mut cheap: Vec<u64> = Vec::new();
+        let mut deep = BTreeSet::new();
+        store::scan(self.writer.path(), |row| match row.tier {
+            Tier::Cheap if cheap.last() != Some(&row.sample) => cheap.push(row.sample),
+            Tier::Deep | Tier::Mapping => {
+                deep.insert(row.sample);
+            }
+            _ => {}
+        })?;
+        cheap.retain(|s| !deep.contains(s));
+        let last = cheap.len().saturating_sub(1);
+        let dropped: HashSet<u64> = cheap
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| i % 2 == 1 && i != last)
+            .map(|(_, &s)| s)
+            .collect();
+        self.writer
+            .retain(|row| row.tier != Tier::Cheap || !dropped.contains(&row.sample))?;
+        self.thinnings += 1;
+        self.halvings = (self.halvings + 1).min(16);
+        self.thin_after_rows = self.writer.rows_written() + max / 4;
+        Ok(())
     }
 
     fn halved(&self, halvings: u32) -> Duration {
@@ -594,6 +647,15 @@ impl Session<'_> {
         if self.unreadable_more {
             self.outcome.notes.push(format!(
                 "more processes than the {NOTED_MAX} named above could not be read"
+            ));
+        }
+        if let (Some(max), 1..) = (self.plan.max_rows, self.thinnings) {
+            self.outcome.notes.push(format!(
+                "samples.csv held to --max-samples {max} rows: thinned {} time(s), every other \
+                 older sample of the cheap tier dropped (the first, the last and every deep \
+                 sample kept); sampling every {} at the end",
+                self.thinnings,
+                format_duration(self.halved(self.halvings))
             ));
         }
         self.writer.write_batch(&[store::sampling_row(&record)])?;

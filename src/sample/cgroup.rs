@@ -225,7 +225,7 @@ pub fn parse_stat_v2(text: &str) -> CgroupMemory {
 /// The cgroup's row of one sample (scope `cgroup`, pid 0, its path as the name).
 pub fn row(ctx: &Context, cgroup: &Cgroup, m: &CgroupMemory) -> Row {
     Row {
-        comm: cgroup.dir.display().to_string(),
+        comm: crate::escape::inert_bytes(cgroup.dir.as_os_str().as_encoded_bytes()),
         tier: Tier::Cheap,
         usage_bytes: m.usage,
         anon_bytes: m.anon,

@@ -41,6 +41,7 @@ impl Cgroup {
     /// A new cgroup `leakwatch-<pid>` under the freezer hierarchy, or `None`
     /// where there is none or it is not ours to write (not root).
     pub fn create(pid: u32) -> Option<Cgroup> {
+        sweep_stale(Path::new(FREEZER));
         let dir = Path::new(FREEZER).join(format!("leakwatch-{pid}"));
         fs::create_dir(&dir).ok()?;
         let procs = CString::new(
@@ -50,6 +51,19 @@ impl Cgroup {
         )
         .ok()?;
         Some(Cgroup { dir, procs })
+    }
+
+    /// The cgroup a session made at `dir`, as its guardian sees it.
+    pub fn open(dir: &Path) -> Option<Cgroup> {
+        let procs = CString::new(
+            dir.join("cgroup.procs")
+                .into_os_string()
+                .into_encoded_bytes(),
+        );
+        Some(Cgroup {
+            dir: dir.to_path_buf(),
+            procs: procs.ok().filter(|_| dir.is_dir())?,
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -101,6 +115,31 @@ impl Cgroup {
     /// processes in it were kept on purpose, or could not be stopped).
     pub fn remove(&self) {
         let _ = fs::remove_dir(&self.dir);
+    }
+}
+
+/// Removes the empty cgroups of sessions that are gone (a leakwatch killed
+/// before it could remove its own): they would pile up, and one named for a
+/// pid that is reused would cost that session its cgroup. Only when no
+/// process has that pid now (whatever a live session's binary is called),
+/// and never one with a process in it (rmdir refuses).
+fn sweep_stale(freezer: &Path) {
+    let Ok(entries) = fs::read_dir(freezer) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("leakwatch-"))
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let gone = !Path::new("/proc").join(pid.to_string()).exists();
+        if gone && members(&entry.path()).is_empty() {
+            let _ = fs::remove_dir(entry.path());
+        }
     }
 }
 
@@ -177,6 +216,12 @@ impl Record {
         }
     }
 
+    /// The record of session `pid`, if there is one.
+    pub fn load(dir: &Path, pid: u32) -> Option<Record> {
+        let text = fs::read(Record::path(dir, pid)).ok()?;
+        serde_json::from_slice(&text).ok()
+    }
+
     /// Removes this session's record: everything it started is gone.
     pub fn remove(&self, dir: &Path) {
         let _ = fs::remove_file(Record::path(dir, self.pid));
@@ -238,6 +283,31 @@ pub fn leftovers(dir: &Path, root: &ProcRoot) -> Vec<(Record, Vec<Left>)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_empty_cgroups_of_pids_gone_are_swept() {
+        let dir = tempfile::tempdir().unwrap();
+        let names = [
+            format!("leakwatch-{}", std::process::id()),
+            "leakwatch-2147483600".to_string(),
+            "leakwatch-2147483601".to_string(),
+            "other-2147483600".to_string(),
+        ];
+        for n in &names {
+            fs::create_dir(dir.path().join(n)).unwrap();
+        }
+        // A member: not empty, kept whatever its name says.
+        fs::write(dir.path().join(&names[2]).join("cgroup.procs"), "77\n").unwrap();
+        sweep_stale(dir.path());
+        let mut left: Vec<String> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        let mut expected = vec![names[0].clone(), names[2].clone(), names[3].clone()];
+        expected.sort();
+        assert_eq!(left, expected);
+    }
 
     #[test]
     fn a_dead_sessions_live_survivors_are_found_and_a_finished_one_forgotten() {

@@ -6,6 +6,7 @@ pub mod cgroup;
 pub mod confine;
 #[cfg(test)]
 pub mod fake;
+pub mod guardian;
 pub mod proc;
 pub mod pysites;
 pub mod reaper;
@@ -402,7 +403,7 @@ impl Progress {
         match &self.bar {
             Some(bar) => {
                 bar.set_position(pos);
-                bar.set_message(text.to_string());
+                bar.set_message(crate::escape::inert(text).into_owned());
             }
             None => self.line(text),
         }
@@ -411,14 +412,14 @@ impl Progress {
     /// The bar's message only (no log line): per-tick status in attach mode.
     pub fn status(&self, text: &str) {
         if let Some(bar) = &self.bar {
-            bar.set_message(text.to_string());
+            bar.set_message(crate::escape::inert(text).into_owned());
         }
     }
 
     /// A line that stays: above the bar, or on its own.
     pub fn line(&self, text: &str) {
         match &self.bar {
-            Some(bar) => bar.println(format!("leakwatch: {text}")),
+            Some(bar) => bar.println(format!("leakwatch: {}", crate::escape::inert_lines(text))),
             None if !self.quiet => crate::console::say_line(&format!("leakwatch: {text}")),
             None => {}
         }

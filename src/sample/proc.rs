@@ -635,7 +635,7 @@ fn unescape_name(escaped: &[u8], out: &mut String) {
             }
         }
     }
-    out.push_str(&String::from_utf8_lossy(&bytes));
+    out.push_str(&crate::escape::inert_bytes(&bytes));
 }
 
 /// Parses `/proc/PID/smaps_rollup` (the header line is skipped).
@@ -693,7 +693,7 @@ fn parse_stat_bytes(text: &[u8]) -> Result<Stat, String> {
         .iter()
         .rposition(|&b| b == b')')
         .ok_or("no ')' after the command name")?;
-    let comm = String::from_utf8_lossy(text.get(open + 1..close).unwrap_or_default()).into_owned();
+    let comm = crate::escape::inert_bytes(text.get(open + 1..close).unwrap_or_default());
     // After ")": state(3) ppid(4) ... starttime(22); index 0 here is field 3.
     let fields: Vec<&[u8]> = text
         .get(close + 1..)
@@ -889,13 +889,14 @@ mod tests {
     #[test]
     fn status_names_are_unescaped_like_stat_gives_them() {
         let s = parse_status("Name:\ta\\nb\\\\c  \nState:\tZ (zombie)\nPPid:\t7\n").unwrap();
-        assert_eq!(s.name, "a\nb\\c  ");
+        // Unescaped, then shown inert as every name is (`stat` gives the same).
+        assert_eq!(s.name, "a\\x0ab\\c  ");
         assert_eq!(s.ppid, 7);
         assert!(s.is_zombie());
         // Bytes that are not UTF-8 do not make the process unreadable.
         let mut out = Status::default();
         parse_status_into(b"Name:\tx\xffy\nVmRSS:\t4 kB\n", &mut out).unwrap();
-        assert_eq!(out.name, "x\u{fffd}y");
+        assert_eq!(out.name, "x\\xffy");
         assert_eq!(out.rss_bytes, Some(4096));
         // A reused Status keeps nothing of the last read.
         parse_status_into(b"Name:\tz\n", &mut out).unwrap();

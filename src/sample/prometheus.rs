@@ -8,6 +8,7 @@
 //! (`status`, `data.resultType` = `matrix`, `data.result[].metric` and
 //! `.values` as `[unix seconds, "value"]`; errors as `errorType` + `error`).
 
+use crate::escape::inert;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -198,7 +199,12 @@ pub fn parse_reply(q: &RangeQuery, status: u16, body: &str) -> Result<Vec<PromSe
     Ok(matrix
         .into_iter()
         .map(|m| PromSeries {
-            labels: m.metric,
+            // Labels are anyone's text (a pod name, a path): inert from here on.
+            labels: m
+                .metric
+                .into_iter()
+                .map(|(k, v)| (inert(&k).into_owned(), inert(&v).into_owned()))
+                .collect(),
             points: m
                 .values
                 .into_iter()

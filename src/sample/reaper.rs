@@ -90,10 +90,17 @@ pub fn reap_all() -> HashMap<u32, Reaped> {
 
 /// Ctrl-C and the other ways a session is ended from outside (SIGTERM, a
 /// dropped ssh session's SIGHUP, SIGQUIT), seen as a flag the loops poll.
-/// The first signal stops sampling; what was started is stopped and every
-/// report is written. A second signal ends leakwatch at once.
+/// The first signal stops sampling; what was started is stopped (TERM, then
+/// KILL after a grace period) and every report is written. A second signal
+/// cuts the grace period short (KILL now) and the reports are still
+/// written; a third ends leakwatch at once (its guardian stops the rest).
 #[derive(Clone)]
-pub struct Interrupt(Arc<AtomicUsize>);
+pub struct Interrupt {
+    /// The first signal's number, 0 before any.
+    first: Arc<AtomicUsize>,
+    /// How many signals arrived.
+    count: Arc<AtomicUsize>,
+}
 
 /// The signals that interrupt a session.
 const SIGNALS: [i32; 4] = [
@@ -106,21 +113,35 @@ const SIGNALS: [i32; 4] = [
 impl Interrupt {
     /// Registers the handlers; the flag holds the first signal's number.
     pub fn install() -> io::Result<Self> {
-        let flag = Arc::new(AtomicUsize::new(0));
-        let seen = Arc::new(AtomicBool::new(false));
+        let first = Arc::new(AtomicUsize::new(0));
+        let count = Arc::new(AtomicUsize::new(0));
+        let twice = Arc::new(AtomicBool::new(false));
         for sig in SIGNALS {
-            // Order matters: the shutdown check runs before the flag is set,
-            // so only a second signal exits (with the shell's 128 + signal).
-            signal_hook::flag::register_conditional_shutdown(sig, 128 + sig, Arc::clone(&seen))?;
-            signal_hook::flag::register(sig, Arc::clone(&seen))?;
-            signal_hook::flag::register_usize(sig, Arc::clone(&flag), sig as usize)?;
+            // Order matters: the shutdown check runs before the count goes
+            // up, so only a third signal exits (with the shell's 128 + signal).
+            signal_hook::flag::register_conditional_shutdown(sig, 128 + sig, Arc::clone(&twice))?;
+            let (first, count, twice) =
+                (Arc::clone(&first), Arc::clone(&count), Arc::clone(&twice));
+            let handler = move || {
+                let _ = first.compare_exchange(0, sig as usize, Ordering::SeqCst, Ordering::SeqCst);
+                if count.fetch_add(1, Ordering::SeqCst) >= 1 {
+                    twice.store(true, Ordering::SeqCst);
+                }
+            };
+            // SAFETY: the handler only touches atomics (async-signal-safe).
+            unsafe { signal_hook::low_level::register(sig, handler)? };
         }
-        Ok(Interrupt(flag))
+        Ok(Interrupt { first, count })
+    }
+
+    /// A second signal came: stop waiting for processes to exit.
+    pub fn hurried(&self) -> bool {
+        self.count.load(Ordering::Relaxed) >= 2
     }
 
     /// The number of the signal that interrupted the session, if one did.
     pub fn signal(&self) -> Option<i32> {
-        match self.0.load(Ordering::Relaxed) {
+        match self.first.load(Ordering::Relaxed) {
             0 => None,
             sig => i32::try_from(sig).ok(),
         }
@@ -164,9 +185,10 @@ pub fn send(pid: u32, sig: Signal) {
 /// asked again every round. Each new one gets TERM; whoever is still there
 /// after `grace` gets KILL, round after round, until `walk` comes back
 /// empty (a killed process forks no more) or 5 more seconds have passed.
-/// Reaps them all (they are our children or orphans reparented to us).
-/// Returns the pids that needed KILL and those that could not be stopped.
-pub fn stop(walk: impl Fn() -> Vec<u32>, grace: Duration) -> Stopped {
+/// `hurry` cuts the grace period short (a second Ctrl-C). Reaps them all
+/// (they are our children or orphans reparented to us). Returns the pids
+/// that needed KILL and those that could not be stopped.
+pub fn stop(walk: impl Fn() -> Vec<u32>, grace: Duration, hurry: impl Fn() -> bool) -> Stopped {
     let mut termed = std::collections::BTreeSet::new();
     let mut stopped = Stopped::default();
     let deadline = Instant::now() + grace;
@@ -176,7 +198,7 @@ pub fn stop(walk: impl Fn() -> Vec<u32>, grace: Duration) -> Stopped {
         if now.is_empty() {
             return stopped;
         }
-        if Instant::now() >= deadline {
+        if Instant::now() >= deadline || hurry() {
             break;
         }
         for pid in now.into_iter().filter(|p| termed.insert(*p)) {

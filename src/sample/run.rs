@@ -11,6 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::confine::{self, Cgroup, Record};
+use super::guardian::{self, Guardian};
 use super::proc::ProcRoot;
 use super::pysites::PySites;
 use super::reaper::{self, Exit, Interrupt, Reaped};
@@ -167,6 +168,8 @@ struct Session<'a> {
     /// `--py-sites`: the bootstrap's directory, and what was asked so far.
     sites: Option<&'a PySites>,
     site_session: SiteSession,
+    /// Stops what this session started should leakwatch die first.
+    guardian: Option<Guardian>,
 }
 
 pub fn run(
@@ -175,8 +178,27 @@ pub fn run(
     interrupt: &Interrupt,
     progress: &Progress,
 ) -> Result<Outcome, SampleError> {
-    reaper::become_subreaper().map_err(SampleError::Subreaper)?;
     let root = ProcRoot::default();
+    let me = std::process::id();
+    let cgroup = Cgroup::create(me);
+    // Before becoming a subreaper: the guardian must not be in our tree.
+    let start_time = root.stat(me).map(|s| s.start_time).unwrap_or(0);
+    let records = confine::records_dir();
+    // With --keep-survivors what the command leaves is meant to outlive us.
+    let guardian = (!prepared.plan.keep_survivors).then(|| {
+        Guardian::start(
+            me,
+            start_time,
+            cgroup.as_ref().map(Cgroup::path),
+            records.as_deref(),
+        )
+    });
+    if let Err(e) = reaper::become_subreaper() {
+        if let Some(cgroup) = &cgroup {
+            cgroup.remove();
+        }
+        return Err(SampleError::Subreaper(e));
+    }
     let watched = prepared
         .plan
         .watch
@@ -187,11 +209,12 @@ pub fn run(
             alive: true,
         })
         .collect();
+    // The user's bytes, shown inert: they reach samples.csv and stderr.
     let command_line: Vec<String> = prepared
         .plan
         .command
         .iter()
-        .map(|a| a.to_string_lossy().into_owned())
+        .map(|a| crate::escape::inert_bytes(a.as_encoded_bytes()))
         .collect();
     let mut session = Session {
         plan: &prepared.plan,
@@ -201,16 +224,25 @@ pub fn run(
         interrupt,
         progress,
         root,
-        me: std::process::id(),
+        me,
         clock: Clock::new(),
         watched,
         outcome: Outcome::default(),
         noted: BTreeSet::new(),
-        cgroup: Cgroup::create(std::process::id()),
+        cgroup,
         record: None,
         sites: prepared.sites.as_ref(),
         site_session: SiteSession::default(),
+        guardian: None,
     };
+    match guardian {
+        Some(Ok(g)) => session.guardian = Some(g),
+        None => {}
+        Some(Err(e)) => session.outcome.notes.push(format!(
+            "no guardian process ({e}): what this session starts is stopped at its end, \
+             but not if leakwatch itself is killed"
+        )),
+    }
     session.open_record();
     // A write error is returned after the survivors are stopped.
     let result = session.baseline().and_then(|()| session.runs());
@@ -220,6 +252,9 @@ pub fn run(
     };
     session.stop_survivors();
     session.close_record();
+    if let Some(guardian) = session.guardian.take() {
+        guardian.release();
+    }
     result.map(|()| session.outcome)
 }
 
@@ -266,6 +301,9 @@ impl Session<'_> {
         if let Some(sites) = self.sites {
             command.envs(sites.env(std::env::var_os("PYTHONPATH").as_deref()));
         }
+        if let Some(guardian) = &self.guardian {
+            command.env(guardian::MARK, guardian.mark_value());
+        }
         if let Some(cgroup) = &self.cgroup {
             // SAFETY: the hook only opens, writes and closes a file (see
             // `confine::join`): async-signal-safe, as a pre_exec hook must be.
@@ -278,6 +316,9 @@ impl Session<'_> {
             error,
         })?;
         let pid = child.id();
+        if let (Some(guardian), Ok(stat)) = (&mut self.guardian, self.root.stat(pid)) {
+            guardian.track(pid, stat.start_time);
+        }
         // `child` is never waited on through std: reap_all() collects its
         // status together with the orphans'.
         drop(child);
@@ -330,7 +371,16 @@ impl Session<'_> {
         event_row(ctx, Scope::Command, pid, &self.name, event, code)
     }
 
+    /// Writes rows to samples.csv, and names the processes of the session
+    /// (not the watched ones) to the guardian.
     fn write(&mut self, rows: &[Row]) -> Result<(), SampleError> {
+        if let Some(guardian) = &mut self.guardian {
+            for r in rows.iter().filter(|r| {
+                matches!(r.scope, Scope::Command | Scope::Survivors) && r.is_process_sample()
+            }) {
+                guardian.track(r.pid, r.start_time);
+            }
+        }
         Ok(self.writer.write_batch(rows)?)
     }
 
@@ -461,7 +511,12 @@ impl Session<'_> {
             return;
         }
         let (root, me) = (&self.root, self.me);
-        let mut stopped = reaper::stop(|| survivors_of(root, me), STOP_GRACE);
+        let interrupt = self.interrupt;
+        let mut stopped = reaper::stop(
+            || survivors_of(root, me),
+            STOP_GRACE,
+            || interrupt.hurried(),
+        );
         // The cgroup knows what the tree walk cannot see (a process that
         // escaped to another subreaper): freeze it, kill what is left.
         if let Some(cgroup) = &self.cgroup
@@ -473,10 +528,14 @@ impl Session<'_> {
             stopped.remaining = cgroup.pids();
         }
         if !stopped.killed.is_empty() {
+            let waited = if interrupt.hurried() {
+                "until a second interrupt".to_string()
+            } else {
+                format!("for {}s", STOP_GRACE.as_secs())
+            };
             self.outcome.notes.push(format!(
-                "survivor(s) {} ignored TERM for {}s and were killed",
+                "survivor(s) {} ignored TERM {waited} and were killed",
                 pid_list(&stopped.killed),
-                STOP_GRACE.as_secs()
             ));
         }
         if !stopped.remaining.is_empty() {
@@ -565,7 +624,12 @@ impl Session<'_> {
     /// Stops the command and what it started (TERM, then KILL).
     fn stop_tree(&self, pid: u32) {
         let root = &self.root;
-        reaper::stop(|| live(root, root.tree(pid)), STOP_GRACE);
+        let interrupt = self.interrupt;
+        reaper::stop(
+            || live(root, root.tree(pid)),
+            STOP_GRACE,
+            || interrupt.hurried(),
+        );
     }
 
     /// Polls the command's tree (cheap tier) every `interval` until the

@@ -257,8 +257,10 @@ impl SmapsParser {
 
 /// A region's header: `start-end perms offset dev inode [name]`.
 fn header(line: &[u8]) -> Option<Region> {
-    let text = String::from_utf8_lossy(line);
-    let mut rest = text.as_ref();
+    // The path is the mapped file's name: anyone who can create a file
+    // chooses it, control characters included.
+    let text = crate::escape::inert_bytes(line);
+    let mut rest = text.as_str();
     let mut fields = [""; 5];
     for field in &mut fields {
         rest = rest.trim_start_matches(' ');

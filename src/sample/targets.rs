@@ -89,7 +89,8 @@ pub fn candidates(proc_dir: &Path) -> Vec<Candidate> {
             if cmdline.is_empty() {
                 return None;
             }
-            let comm = fs::read_to_string(dir.join("comm")).ok()?;
+            let comm = fs::read(dir.join("comm")).ok()?;
+            let comm = crate::escape::inert_bytes(comm.strip_suffix(b"\n").unwrap_or(&comm));
             let cmdline: Vec<String> = cmdline
                 .split(|b| *b == 0)
                 .filter(|a| !a.is_empty())
@@ -97,7 +98,7 @@ pub fn candidates(proc_dir: &Path) -> Vec<Candidate> {
                 .collect();
             Some(Candidate {
                 pid,
-                comm: comm.trim_end_matches('\n').to_string(),
+                comm,
                 cmdline: cmdline.join(" "),
             })
         })

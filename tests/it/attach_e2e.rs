@@ -235,3 +235,96 @@ fn a_deep_budget_of_zero_walks_no_page() {
     let notes = s["notes"].to_string();
     assert!(notes.contains("deep tier off"), "{notes}");
 }
+
+/// `--max-samples`: a 10 ms attach that would write ≈400 rows holds
+/// samples.csv to 200 — older cheap samples thinned, the first, the last
+/// and every deep sample kept, the rate halved — says so, still measures
+/// the growth, and `report` rebuilds the same from the thinned file.
+#[test]
+fn max_samples_thins_older_cheap_samples_and_report_rebuilds_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let grower = Fixture::start(&["grow", "--rate", "8MiB"]);
+    let out = out_dir(&tmp, "report");
+    let status = leakwatch()
+        .args(["attach", &grower.pid().to_string()])
+        .args([
+            "--interval",
+            "10ms",
+            "--duration",
+            "4s",
+            "--max-samples",
+            "200",
+        ])
+        .args(["--quiet", "--out"])
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(status.success(), "{status}");
+    let rows = store_rows(&out);
+    let samples = |tiers: &[&str]| {
+        let mut s: Vec<u64> = rows
+            .iter()
+            .filter(|r| tiers.contains(&r["tier"].as_str()))
+            .map(|r| r["sample"].parse().unwrap())
+            .collect();
+        s.dedup();
+        s
+    };
+    let measured = samples(&["cheap", "deep"]);
+    assert!(measured.len() <= 200, "{} samples kept", measured.len());
+    let cost: serde_json::Value =
+        serde_json::from_str(&rows.iter().find(|r| r["event"] == "sampling").unwrap()["comm"])
+            .unwrap();
+    let ticks = cost["ticks"].as_u64().unwrap();
+    assert!(
+        ticks > measured.len() as u64 + 50,
+        "{ticks} ticks, nothing thinned"
+    );
+    // The first sample, the last and every deep one are still there.
+    assert_eq!(measured.first(), Some(&0));
+    assert_eq!(
+        samples(&["deep"]).len() as u64,
+        cost["deep_samples"].as_u64().unwrap()
+    );
+    let s = summary(&out);
+    let notes = s["notes"].to_string();
+    assert!(notes.contains("held to --max-samples 200 rows"), "{notes}");
+    assert!(
+        std::fs::read_to_string(out.join("report.md"))
+            .unwrap()
+            .contains("--max-samples 200")
+    );
+    let rss = series(&s, "target", "rss_bytes");
+    assert_within("rss slope", rss["slope"].as_f64().unwrap(), 8.0 * MIB, 0.10);
+    let again = out_dir(&tmp, "again");
+    let status = leakwatch()
+        .args(["report", "--quiet", "--out"])
+        .arg(&again)
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let rebuilt = summary(&again);
+    assert_eq!(
+        series(&rebuilt, "target", "rss_bytes")["slope"],
+        rss["slope"]
+    );
+    assert_eq!(rebuilt["notes"], s["notes"]);
+}
+
+/// samples.csv's rows as maps of column → text.
+fn store_rows(dir: &std::path::Path) -> Vec<std::collections::HashMap<String, String>> {
+    let mut reader = csv::Reader::from_path(dir.join("samples.csv")).unwrap();
+    let headers = reader.headers().unwrap().clone();
+    reader
+        .records()
+        .map(|r| {
+            let r = r.unwrap();
+            headers
+                .iter()
+                .map(String::from)
+                .zip(r.iter().map(String::from))
+                .collect()
+        })
+        .collect()
+}

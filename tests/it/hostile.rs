@@ -186,6 +186,70 @@ fn hangup_and_quit_mid_run_write_the_reports_and_stop_the_daemon() {
     }
 }
 
+/// A second Ctrl-C while a TERM-ignoring daemon gets its grace period:
+/// KILL now, every report still written from the samples taken, exit 130.
+#[test]
+fn a_second_interrupt_cuts_the_grace_short_and_still_writes_every_report() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let tag = format!("twice-{}", tmp.path().display());
+    let mut lw = Running(
+        leakwatch()
+            .args(["run", "-n", "3", "--settle", "5s", "--quiet", "--out"])
+            .arg(&out)
+            .args(["--", "python3"])
+            .arg(manifest("fixtures/hostile/refork_daemon.py"))
+            .args(["--ignore-term", &tag])
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let started = std::panic::catch_unwind(|| {
+        wait_until("the daemon and its worker", Duration::from_secs(20), || {
+            running_with(&tag).len() >= 2 && csv_text(&out).contains("run_end")
+        })
+    });
+    if started.is_err() {
+        kill_all(&tag);
+        panic!("the daemon never started");
+    }
+    let pid = lw.0.id().to_string();
+    Command::new("kill").args(["-INT", &pid]).status().unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(
+        lw.0.try_wait().unwrap().is_none(),
+        "still in the grace period"
+    );
+    Command::new("kill").args(["-INT", &pid]).status().unwrap();
+    let status = wait_exit(&mut lw.0, Duration::from_secs(20));
+    let left = running_with(&tag);
+    kill_all(&tag);
+    assert_eq!(status.code(), Some(130), "{status}");
+    assert!(left.is_empty(), "left running: {left:?}");
+    for name in ["summary.json", "report.md", "report.html", "samples.csv"] {
+        assert!(out.join(name).is_file(), "no {name}");
+    }
+    let s = summary(&out);
+    assert_eq!(s["interrupted"], true);
+    let notes = s["notes"].to_string();
+    assert!(
+        notes.contains("until a second interrupt and were killed"),
+        "{notes}"
+    );
+    // Everything taken is on disk: `report` rebuilds the same notes.
+    let rebuilt = leakwatch()
+        .args(["report", "--quiet", "--out"])
+        .arg(tmp.path().join("again"))
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert_eq!(rebuilt.code(), Some(0));
+    assert_eq!(
+        summary(&tmp.path().join("again"))["notes"].to_string(),
+        notes
+    );
+}
+
 /// `leakwatch run … 2>&1 >/dev/null | head -1`: stderr closed under it.
 #[test]
 fn a_closed_stderr_pipe_is_no_panic_and_no_lost_report() {
@@ -329,7 +393,179 @@ fn numbers_that_overflow_are_usage_errors_naming_the_flag() {
     }
 }
 
-/// `kill -9` of leakwatch leaves its daemon running; the next run says so.
+/// Processes carrying session `pid`'s mark (`LEAKWATCH_SESSION=pid.…`).
+fn marked_by(pid: u32) -> Vec<u32> {
+    let mark = format!("LEAKWATCH_SESSION={pid}.");
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(p) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let env = std::fs::read(format!("/proc/{p}/environ")).unwrap_or_default();
+        let env = String::from_utf8_lossy(&env);
+        if env.split('\0').any(|v| v.starts_with(&mark)) && alive(p) {
+            pids.push(p);
+        }
+    }
+    pids
+}
+
+/// The rows of samples.csv so far, as text.
+fn csv_text(out: &Path) -> String {
+    std::fs::read_to_string(out.join("samples.csv")).unwrap_or_default()
+}
+
+/// Waits until session `out` is in run `run` (its start event is on disk).
+fn wait_for_run(out: &Path, run: u32, tag: &str) {
+    let run = run.to_string();
+    let started = std::panic::catch_unwind(|| {
+        wait_until("the run", Duration::from_secs(30), || {
+            csv_text(out)
+                .lines()
+                .any(|l| l.contains("run_start") && l.split(',').nth(1) == Some(run.as_str()))
+        })
+    });
+    if started.is_err() {
+        kill_all(tag);
+        panic!("run {run} never started: {}", csv_text(out));
+    }
+}
+
+/// `kill -9` of leakwatch during run 4 of 8: its guardian stops the daemon
+/// the command started within seconds — through the session's cgroup as
+/// root, and by the tracked tree and the environment mark as a user with
+/// no cgroup of its own (`nobody`, when the test runs as root) — and the
+/// samples taken are rebuilt by `report`.
+#[test]
+fn a_killed_leakwatch_leaves_nothing_it_started_running() {
+    let is_root = nix::unistd::getuid().is_root();
+    for unprivileged in [false, true] {
+        if unprivileged && !is_root {
+            // Already the unprivileged case.
+            continue;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let runtime = tmp.path().join("runtime");
+        std::fs::create_dir(&runtime).unwrap();
+        std::fs::set_permissions(&runtime, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let socket = tmp.path().join("k9.sock");
+        let out = tmp.path().join("out");
+        let tag = socket.to_string_lossy().into_owned();
+        // Copies in the temp dir: the build tree may sit where `nobody`
+        // cannot enter.
+        let (lw, fx) = (tmp.path().join("leakwatch"), tmp.path().join("fixture"));
+        for (from, to) in [(env!("CARGO_BIN_EXE_leakwatch"), &lw), (fixture(), &fx)] {
+            std::fs::copy(from, to).unwrap();
+            std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let mut cmd = if unprivileged {
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                .arg(&lw);
+            c
+        } else {
+            Command::new(&lw)
+        };
+        cmd.args(["run", "-n", "8", "--settle", "700ms", "--quiet", "--out"])
+            .arg(&out)
+            .arg("--")
+            .arg(&fx)
+            .args(["client", "--leak", "1MiB", "--socket"])
+            .arg(&socket)
+            .env("XDG_RUNTIME_DIR", &runtime)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null());
+        let mut session = Running(cmd.spawn().unwrap());
+        let pid = session.0.id();
+        wait_for_run(&out, 4, &tag);
+        let daemon = running_with(&format!("daemon --socket {tag}"));
+        assert_eq!(daemon.len(), 1, "the daemon runs: {daemon:?}");
+        assert!(!marked_by(pid).is_empty(), "the daemon carries the mark");
+        // Both ways of stopping are exercised: the cgroup as root (where the
+        // freezer hierarchy exists), the tracked tree and the mark without.
+        let guardian = running_with(&format!("__guardian {pid} "));
+        assert_eq!(guardian.len(), 1, "one guardian: {guardian:?}");
+        let argv = std::fs::read(format!("/proc/{}/cmdline", guardian[0])).unwrap();
+        let with_cgroup = String::from_utf8_lossy(&argv).contains("--cgroup");
+        let freezer =
+            nix::unistd::access("/sys/fs/cgroup/freezer", nix::unistd::AccessFlags::W_OK).is_ok();
+        assert_eq!(with_cgroup, is_root && !unprivileged && freezer, "{argv:?}");
+        session.0.kill().unwrap(); // SIGKILL: leakwatch stops nothing itself
+        session.0.wait().unwrap();
+        let gone = std::panic::catch_unwind(|| {
+            wait_until(
+                "the session's processes to stop",
+                Duration::from_secs(6),
+                || running_with(&tag).is_empty() && marked_by(pid).is_empty(),
+            )
+        });
+        let left = running_with(&tag);
+        kill_all(&tag);
+        assert!(
+            gone.is_ok(),
+            "unprivileged={unprivileged}: left running {left:?}"
+        );
+        // Nothing is left to name: the record goes with the processes.
+        let records = || {
+            std::fs::read_dir(runtime.join("leakwatch"))
+                .unwrap()
+                .count()
+        };
+        wait_until("the session record to go", Duration::from_secs(3), || {
+            records() == 0
+        });
+        let guardian = format!("__guardian {pid} ");
+        wait_until("the guardian to exit", Duration::from_secs(3), || {
+            running_with(&guardian).is_empty()
+        });
+        let rebuilt = leakwatch()
+            .args(["report", "--quiet"])
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(rebuilt.status.code().is_some_and(|c| c <= 1), "{rebuilt:?}");
+        let s = summary(&out);
+        assert!(s["runs"].as_u64().unwrap() >= 3, "{s}");
+    }
+}
+
+/// `kill -9` of leakwatch while a daemon that ignores TERM and re-forks its
+/// worker runs: the guardian's KILL after the grace period leaves nothing.
+#[test]
+fn a_killed_leakwatchs_term_ignoring_daemon_is_killed_by_the_guardian() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let tag = format!("k9-refork-{}", tmp.path().display());
+    let mut session = Running(
+        leakwatch()
+            .args(["run", "-n", "8", "--settle", "700ms", "--quiet", "--out"])
+            .arg(&out)
+            .env("XDG_RUNTIME_DIR", tmp.path())
+            .args(["--", "python3"])
+            .arg(manifest("fixtures/hostile/refork_daemon.py"))
+            .args(["--ignore-term", &tag])
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for_run(&out, 2, &tag);
+    assert!(running_with(&tag).len() >= 2, "daemon and worker run");
+    session.0.kill().unwrap();
+    session.0.wait().unwrap();
+    let gone = std::panic::catch_unwind(|| {
+        wait_until("the daemons to be killed", Duration::from_secs(10), || {
+            running_with(&tag).is_empty()
+        })
+    });
+    let left = running_with(&tag);
+    kill_all(&tag);
+    assert!(gone.is_ok(), "left running: {left:?}");
+}
+
+/// When the guardian cannot act either (killed with leakwatch), the daemon
+/// outlives the session and the next run names it.
 #[test]
 fn a_killed_sessions_daemon_is_named_by_the_next_run() {
     let tmp = tempfile::tempdir().unwrap();
@@ -352,14 +588,23 @@ fn a_killed_sessions_daemon_is_named_by_the_next_run() {
         panic!("the daemon never started");
     }
     std::thread::sleep(Duration::from_millis(500));
+    let guardian = running_with(&format!("__guardian {} ", lw.0.id()));
+    assert_eq!(guardian.len(), 1, "one guardian: {guardian:?}");
+    kill_all(&format!("__guardian {} ", lw.0.id()));
+    let cgroup = Path::new("/sys/fs/cgroup/freezer").join(format!("leakwatch-{}", lw.0.id()));
     drop(lw); // SIGKILL: leakwatch gets no chance to stop its daemon
     let daemon = running_with(&format!("daemon --socket {tag}"));
-    assert_eq!(daemon.len(), 1, "the daemon outlives a killed leakwatch");
+    assert_eq!(
+        daemon.len(),
+        1,
+        "the daemon outlives leakwatch and its guardian"
+    );
     let output = run_client(&tmp.path().join("b"), &socket, "1", &[])
         .env("XDG_RUNTIME_DIR", &runtime)
         .output()
         .unwrap();
     kill_all(&tag);
+    let _ = std::fs::remove_dir(&cgroup); // empty now: what the session left is gone
     let err = String::from_utf8_lossy(&output.stderr);
     assert!(
         err.contains("left by an earlier leakwatch session")
@@ -410,6 +655,155 @@ fn hostile_process_names_are_inert_in_csv_and_markdown() {
     assert!(md.contains("!\\[x\\](//e.vil/p"), "{md}");
     assert!(!md.contains("![x]("), "{md}");
     rendered_by_github_makes_no_link_or_image(&out.join("report.md"));
+}
+
+/// Control characters in a text: C0 but the newline, DEL, C1 (U+0080–U+009F);
+/// the text must be UTF-8 (a byte that is not would be raw too).
+fn raw_controls(what: &str, bytes: &[u8]) -> Vec<char> {
+    let text = std::str::from_utf8(bytes).unwrap_or_else(|e| panic!("{what}: not UTF-8: {e}"));
+    text.chars()
+        .filter(|&c| matches!(c, '\0'..='\x09' | '\x0b'..='\x1f' | '\x7f' | '\u{80}'..='\u{9f}'))
+        .collect()
+}
+
+/// A daemon that names itself ESC ] 0;pwn BEL ESC [2J and maps a file named
+/// with colour codes, a lone 0x9b and a byte that is not UTF-8, started by
+/// a command line that holds such bytes too: none reaches stderr, the
+/// reports, samples.csv, summary.json, JUnit or OpenMetrics raw; the names
+/// are there escaped (`\x1b`), and `report` rebuilds the same text.
+#[test]
+fn escape_sequences_from_a_process_reach_no_terminal_and_no_file_raw() {
+    use std::os::unix::ffi::OsStrExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let junit = tmp.path().join("junit.xml");
+    let tag = format!("escapes-{}", tmp.path().display());
+    let mut arg = b"\x1b[2J\xc2\x9b\xff".to_vec();
+    arg.extend_from_slice(tag.as_bytes());
+    let gate = ["--max-growth", "1GiB/run"];
+    let output = leakwatch()
+        .args(["run", "-n", "2", "--settle", "300ms", "--out"])
+        .arg(&out)
+        .args(gate)
+        .arg("--junit")
+        .arg(&junit)
+        .args(["--", "python3"])
+        .arg(manifest("fixtures/hostile/escape_daemon.py"))
+        .arg(tmp.path())
+        .arg(std::ffi::OsStr::from_bytes(&arg))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let left = running_with(&tag);
+    kill_all(&tag);
+    assert!(left.is_empty(), "left running: {left:?}");
+    assert!(output.status.code().is_some_and(|c| c <= 1), "{output:?}");
+    let export = leakwatch()
+        .args(["export", "--format", "openmetrics"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(export.status.success(), "{export:?}");
+    let rebuilt = tmp.path().join("again");
+    let status = leakwatch()
+        .args(["report", "--quiet", "--out"])
+        .arg(&rebuilt)
+        .args(gate)
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(status.code().is_some_and(|c| c <= 1));
+    let read = |p: PathBuf| std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    let texts = [
+        ("stderr", output.stderr.clone()),
+        ("openmetrics", export.stdout.clone()),
+        ("junit", read(junit)),
+        ("report.md", read(out.join("report.md"))),
+        ("report.html", read(out.join("report.html"))),
+        ("samples.csv", read(out.join("samples.csv"))),
+        ("summary.json", read(out.join("summary.json"))),
+        ("rebuilt report.md", read(rebuilt.join("report.md"))),
+    ];
+    for (what, bytes) in &texts {
+        let raw = raw_controls(what, bytes);
+        assert!(raw.is_empty(), "{what} holds raw {raw:?}");
+    }
+    let csv = String::from_utf8_lossy(&texts[5].1);
+    assert!(
+        csv.contains(r"\x1b]0;pwn\x07\x1b[2J"),
+        "the name, escaped: {csv}"
+    );
+    assert!(
+        csv.contains(r"map\x1b[31mred\x1b[0m\x9b\xff.so"),
+        "the mapping, escaped"
+    );
+    assert!(String::from_utf8_lossy(&texts[3].1).contains("0;pwn"));
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        err.contains(r"\x1b[2J\xc2\x9b\xff"),
+        "the command line, escaped: {err}"
+    );
+    assert!(String::from_utf8_lossy(&export.stdout).contains("pwn"));
+    assert_eq!(texts[3].1, texts[7].1, "report rebuilds the same report.md");
+}
+
+/// `--py-sites` on a Python daemon whose file name and leaking source line
+/// hold escape sequences: the sites reach samples.csv, the reports and
+/// stderr escaped, never raw.
+#[test]
+fn python_file_names_and_source_lines_with_escapes_are_shown_escaped() {
+    use std::os::unix::ffi::OsStrExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let source = std::fs::read_to_string(manifest("fixtures/py/pyd.py")).unwrap();
+    let source = source.replace("# LEAK-SITE", "# LEAK-SITE \x1b]0;pwn\x07\u{9b}2J");
+    assert!(source.contains('\x1b'));
+    let script = tmp
+        .path()
+        .join(std::ffi::OsStr::from_bytes(b"pyd\x1b[31m\xc2\x9b.py"));
+    std::fs::write(&script, source).unwrap();
+    let sock = tmp.path().join("pyd.sock");
+    let output = leakwatch()
+        .args(["run", "-n", "3", "--settle", "200ms", "--py-sites", "--out"])
+        .arg(&out)
+        .args(["--", "python3"])
+        .arg(&script)
+        .args(["client", "--leak", "1000000", "--sock"])
+        .arg(&sock)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    let left = running_with(&sock.to_string_lossy());
+    kill_all(&sock.to_string_lossy());
+    assert!(left.is_empty(), "left running: {left:?}");
+    assert!(output.status.code().is_some_and(|c| c <= 1), "{output:?}");
+    let csv = std::fs::read(out.join("samples.csv")).unwrap();
+    for (what, bytes) in [
+        ("stderr", output.stderr.clone()),
+        ("samples.csv", csv.clone()),
+        ("report.md", std::fs::read(out.join("report.md")).unwrap()),
+        (
+            "report.html",
+            std::fs::read(out.join("report.html")).unwrap(),
+        ),
+        (
+            "summary.json",
+            std::fs::read(out.join("summary.json")).unwrap(),
+        ),
+    ] {
+        let raw = raw_controls(what, &bytes);
+        assert!(raw.is_empty(), "{what} holds raw {raw:?}");
+    }
+    let csv = String::from_utf8_lossy(&csv);
+    assert!(
+        csv.contains(r"pyd\x1b[31m\xc2\x9b.py:"),
+        "the file name, escaped: {csv}"
+    );
+    assert!(
+        csv.contains(r"# LEAK-SITE \x1b]0;pwn\x07\xc2\x9b2J"),
+        "the line, escaped"
+    );
 }
 
 /// report.md through cmark-gfm (GitHub's renderer, from the test venv):

@@ -696,15 +696,16 @@ def _file_index(files, name):
 
 
 def _clean(s):
-    """A string JSON and Rust accept: undecodable file names (surrogate
-    escapes) become U+FFFD instead of lone surrogates."""
+    """A string JSON and Rust accept: the bytes of undecodable file names
+    (surrogate escapes) become \\xNN, as leakwatch shows every byte that
+    is not UTF-8, instead of lone surrogates."""
     if not isinstance(s, str):
         s = str(s)
     try:
         s.encode("utf-8")
         return s
     except UnicodeEncodeError:
-        return s.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        return s.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def _frame(files, f):
