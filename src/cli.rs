@@ -19,7 +19,9 @@ use clap::{Args, Parser, Subcommand};
         1 a leak verdict when no gate is given, or the gate (--max-growth, --max-peak, \
         `check`) failed; 2 usage or runtime error; 128+N when stopped by signal N: \
         130 Ctrl-C, 129 SIGHUP (a dropped ssh session), 131 SIGQUIT, 143 SIGTERM. \
-        --exit-zero gives 0 for a leak or a failed gate (reports only).\n\n\
+        --exit-zero (run, attach, report, analyze) gives 0 for a leak or a failed gate \
+        (reports only). A gate check whose interval contains its limit is undecided: \
+        it passes unless --undecided fail.\n\n\
         Sizes (--max-growth, --max-peak, --limit, --budget) take any case: k, m, g, t and \
         KiB, MiB, GiB, TiB are binary (1024), kB, MB, GB, TB are SI (1000): 10m = 10MiB = \
         10485760 bytes, 10mb = 10MB = 10000000 bytes; the gate prints the limit it read. Whatever stops it, the processes leakwatch started are \
@@ -286,7 +288,7 @@ pub struct CheckArgs {
     pub tolerance: String,
 
     /// The series to compare, SERIES:METRIC (default: the ones the baseline
-    /// gated, else the followed processes' pss_bytes). Repeatable.
+    /// gated, else the followed processes' anon_bytes). Repeatable.
     #[arg(long, value_name = "SERIES:METRIC")]
     pub gate_on: Vec<String>,
 

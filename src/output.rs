@@ -159,7 +159,12 @@ pub fn copy_samples(from: &Path, to: &Path) -> Result<(), OutputError> {
     }
     let mut source = File::open(from).map_err(write_error(from))?;
     let mut target = create_new(to)?;
-    io::copy(&mut source, &mut target).map_err(write_error(to))?;
+    if let Err(e) = io::copy(&mut source, &mut target) {
+        // A partial copy (a full disk) would block every later `report`.
+        drop(target);
+        let _ = fs::remove_file(to);
+        return Err(write_error(to)(e));
+    }
     Ok(())
 }
 

@@ -308,7 +308,7 @@ pub fn analyze(opts: &AnalyzeOptions) -> Result<Exit> {
     if !opts.output.quiet {
         console::say(&legend(&analysis, opts.metric));
     }
-    app::finish(&analysis, &dir, &opts.output, &gate)
+    app::finish(&analysis, &dir, &opts.output, &gate, None)
 }
 
 /// The gate of an analysis of Prometheus series: unless `--gate-on` says

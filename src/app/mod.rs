@@ -157,11 +157,13 @@ fn report_again(opts: &ReportOptions) -> Result<Exit> {
     check_outputs(&opts.gate)?;
     let analysis = fit::analyse(read(&samples)?, &opts.fit);
     output::create_dir(&dir)?;
-    // The rebuilt directory is one `report` can read again: it gets its
-    // samples.csv too.
-    output::copy_samples(&samples, &dir.join("samples.csv")).context("--out")?;
+    // A directory given with --out is one `report` can read again: it gets
+    // its samples.csv too (without --out the reports go beside the input).
+    if opts.output.dir.is_some() {
+        output::copy_samples(&samples, &dir.join("samples.csv")).context("--out")?;
+    }
     let gate = fleet::gate_every_series(&analysis, &opts.gate);
-    finish(&analysis, &dir, &opts.output, &gate)
+    finish(&analysis, &dir, &opts.output, &gate, None)
 }
 
 /// Creates the output directory, samples into it, then analyses what is on
@@ -205,7 +207,13 @@ fn sample_then_report(
     let rows = read.rows;
     let analysis = fit::analyse(read, fit_options);
     // Reports first, whatever happened; then the sampling error, if any.
-    let exit = finish(&analysis, dir, output, gate)?;
+    // What the process will exit with, so the CI line says it too.
+    let stopped = match &result {
+        Err(_) => Some(Exit::Error),
+        Ok(_) if analysis.interrupted => Some(interrupted(&interrupt)),
+        Ok(_) => None,
+    };
+    let exit = finish(&analysis, dir, output, gate, stopped)?;
     match result {
         Err(e) => Err(anyhow::Error::new(e).context(format!(
             "sampling stopped early; the {rows} rows taken are in {}",
@@ -244,12 +252,14 @@ fn session_rows(result: &Result<Outcome, SampleError>) -> Vec<Row> {
 
 /// Judges the gate, writes the reports (always, even when the gate cannot
 /// be judged) and the CI outputs, and prints the human summary, the one
-/// line for CI logs and what to do next.
+/// line for CI logs and what to do next. `stopped`: the exit an interrupt or
+/// a sampling error forces, whatever the verdict (the CI line says it).
 pub(crate) fn finish(
     analysis: &Analysis,
     dir: &Path,
     output: &Output,
     setup: &GateSetup,
+    stopped: Option<Exit>,
 ) -> Result<Exit> {
     let judged = gate::evaluate(analysis, &setup.gate);
     report::write_all(analysis, judged.as_ref().ok().and_then(Option::as_ref), dir)?;
@@ -272,7 +282,8 @@ pub(crate) fn finish(
         if let Some(next) = ci::next_steps(analysis, judged.is_some()) {
             console::say_line(&next);
         }
-        console::say_line(&ci::one_line(analysis, judged.as_ref(), exit.code()));
+        let code = stopped.unwrap_or(exit).code();
+        console::say_line(&ci::one_line(analysis, judged.as_ref(), code));
     }
     let title = format!("leakwatch: {}", analysis.verdict.as_str());
     let step = ci::step_summary(&title, Some(&summary), judged.as_ref());

@@ -89,8 +89,9 @@ pub struct SeriesFit {
     /// one "end" stderr, report.md and summary.json all show.
     #[serde(default)]
     pub end_slope: Option<f64>,
-    /// The 95% CI of the end slope: the least-squares line over the points
-    /// from `end_start_x` on.
+    /// The 95% CI of the end slope: the least-squares line over what the end
+    /// slope was fitted on from `end_start_x` on (the troughs of a saw-tooth,
+    /// else the points).
     #[serde(default)]
     pub end_slope_ci95: Option<(f64, f64)>,
     #[serde(default)]
@@ -213,10 +214,7 @@ pub fn fit(series: &Series, warmup: usize) -> SeriesFit {
         rate: c.rate,
         rate_ci95,
         end_slope: c.end_slope,
-        end_slope_ci95: c.end_start_x.and_then(|from| {
-            let k = xs[warm..].partition_point(|&x| x < from);
-            stats::ols(&xs[warm + k..], &ys[warm + k..])?.slope_ci95
-        }),
+        end_slope_ci95: end_ci(&c, &xs[warm..], &ys[warm..]),
         end_start_x: c.end_start_x,
         plateau: c.plateau,
         steps: real_steps(&c),
@@ -273,6 +271,27 @@ fn rate_ci(c: &verdict::Classification, xs: &[f64], ys: &[f64]) -> Option<(f64, 
     }
 }
 
+/// The 95% CI of the end slope, from the points it was fitted on: the
+/// window minima from the end's start when troughs decided, else the
+/// series' points from there.
+fn end_ci(c: &verdict::Classification, xs: &[f64], ys: &[f64]) -> Option<(f64, f64)> {
+    c.end_slope?;
+    let from = c.end_start_x?;
+    if c.decided_by == DecidedBy::Troughs {
+        let (tx, ty): (Vec<f64>, Vec<f64>) = c
+            .envelope
+            .as_ref()?
+            .points
+            .iter()
+            .filter(|p| p.0 >= from)
+            .copied()
+            .unzip();
+        return stats::ols(&tx, &ty)?.slope_ci95;
+    }
+    let k = xs.partition_point(|&x| x < from);
+    stats::ols(&xs[k..], &ys[k..])?.slope_ci95
+}
+
 /// What the verdict rested on, for the charts: the troughs of a saw-tooth;
 /// the segments of a series judged by them (a plateau, steps, a leak that
 /// started part-way); nothing when the straight line was what was judged.
@@ -282,8 +301,15 @@ fn model(c: verdict::Classification) -> Model {
         (Some(rate), Some(f)) => (f.slope - rate).abs() <= 1e-9 * rate.abs().max(1.0),
         _ => false,
     };
-    let by_segments =
-        c.segments.len() > 1 && !troughs && !(c.verdict == Verdict::Leak && on_the_line);
+    // Segments only when the verdict rests on them (a plateau's fill and end,
+    // a leak that started part-way): a stable or inconclusive series is
+    // judged by its line, and a 4 KiB blip is no step to mark.
+    let rests_on_segments = match c.verdict {
+        Verdict::Plateau => true,
+        Verdict::Leak => !on_the_line,
+        Verdict::Stable | Verdict::Inconclusive => false,
+    };
+    let by_segments = c.segments.len() > 1 && !troughs && rests_on_segments;
     let envelope = c.envelope.filter(|_| troughs);
     Model {
         segments: if by_segments { c.segments } else { Vec::new() },

@@ -357,7 +357,10 @@ pub fn classify(x: &[f64], y: &[f64], warmup: Option<usize>, t: &Thresholds) -> 
         // A saw-tooth only when collections were seen: a hard floor *and* at least one drop
         // per window. A ramp that curves has a hard lower edge of residuals too, but no drops
         // (a PostgreSQL backend growing 2 GiB/h was judged on "0 drops" before).
-        Some(env) if env.sharpness < envelope::SAWTOOTH_SHARPNESS && env.drops >= env.windows => {
+        Some(env)
+            if env.sharpness < envelope::SAWTOOTH_SHARPNESS
+                && env.drops >= env.windows.max(envelope::MIN_WINDOWS) =>
+        {
             ctx.judge_troughs(c, &env)
         }
         _ => ctx.judge_mean(c),
@@ -473,7 +476,12 @@ impl<'a> Ctx<'a> {
     fn slope_txt(&self) -> String {
         let pct = if self.level != 0.0 {
             let p = self.fit.slope / self.level * 100.0 * self.t.display_scale;
-            format!("{p:+.2}%/{}", self.t.display_unit)
+            let sign = if p >= 0.0 { "+" } else { "" };
+            format!(
+                "{sign}{}%/{}",
+                crate::units::format_sig3(p),
+                self.t.display_unit
+            )
         } else {
             "n/a".into()
         };
@@ -1277,24 +1285,15 @@ fn fmt_rate(bytes: f64, unit_label: &str) -> String {
     format!("{}/{unit_label}", fmt_signed(bytes))
 }
 
-/// Signed bytes in binary units, e.g. "+4.43 MiB".
+/// Signed bytes in binary units, 3 significant digits, e.g. "+4.43 MiB" (`units`, as
+/// every other number leakwatch prints).
 fn fmt_signed(bytes: f64) -> String {
-    let sign = if bytes < 0.0 { "-" } else { "+" };
-    format!("{sign}{}", fmt_bytes(bytes))
+    crate::units::format_signed_bytes(bytes)
 }
 
-/// |bytes| in binary units, e.g. "4.43 MiB".
+/// |bytes| in binary units, 3 significant digits, e.g. "4.43 MiB".
 fn fmt_bytes(bytes: f64) -> String {
-    let mut v = bytes.abs();
-    let mut unit = "B";
-    for next in ["KiB", "MiB", "GiB", "TiB"] {
-        if v < 1024.0 {
-            break;
-        }
-        v /= 1024.0;
-        unit = next;
-    }
-    format!("{v:.3} {unit}")
+    crate::units::format_bytes(bytes.abs())
 }
 
 fn fmt_p(p: f64) -> String {
@@ -1753,6 +1752,23 @@ mod tests {
         let need = points_needed(ctx.sd, 1.0, ctx.thr, 0.975, POWER).unwrap();
         assert_eq!(c.runs_needed, Some(need));
         assert!(need > 13, "{need}");
+    }
+
+    /// Regression (issue 19): a PostgreSQL backend keeping prepared statements, attached
+    /// for 60 s, grew 64 GiB/h in a slightly convex ramp with no drop at all; its residuals'
+    /// hard lower edge read as a saw-tooth with "too few teeth" (inconclusive). A saw-tooth
+    /// needs collections: at least one drop per window, and enough windows.
+    #[test]
+    fn a_convex_ramp_without_drops_is_no_saw_tooth() {
+        let x: Vec<f64> = (0..60).map(f64::from).collect();
+        let y: Vec<f64> = x
+            .iter()
+            .map(|&t| 43.0 * MIB_ + 17.0 * MIB_ * t + 0.02 * MIB_ * t * t)
+            .collect();
+        let c = classify(&x, &y, Some(0), &per_hour());
+        assert_eq!(c.envelope.as_ref().map(|e| e.drops), Some(0));
+        assert_eq!(c.decided_by, DecidedBy::Mean, "{c:#?}");
+        assert_eq!(c.verdict, Verdict::Leak, "{c:#?}");
     }
 
     #[test]

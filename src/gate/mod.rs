@@ -392,8 +392,12 @@ fn check_growth(f: &SeriesFit, limit: &GrowthLimit, rule: Rule) -> Result<Check,
     );
     // A gate that cannot judge must not pass quietly: a broken command in CI
     // would otherwise "pass" the leak gate.
-    // The verdict's own estimate and interval, whatever the verdict.
-    let (rate, ci) = f.judged_rate();
+    // The verdict's own estimate and interval, whatever the verdict; a total
+    // is the growth over the whole series, so it takes the whole line.
+    let (rate, ci) = match limit.limit {
+        Limit::Total(_) => (f.slope, f.slope_ci95),
+        _ => f.judged_rate(),
+    };
     let (Some(rate), Some((lo, hi))) = (rate, ci) else {
         return Ok(check.outcome(
             false,
@@ -448,9 +452,15 @@ fn check_growth(f: &SeriesFit, limit: &GrowthLimit, rule: Rule) -> Result<Check,
         )
     };
     let message = format!("{what}: {}, {numbers}", f.verdict.as_str());
+    // The slope rule compares one number: at the limit is within it.
+    let within = if rule == Rule::Slope {
+        high <= threshold
+    } else {
+        high < threshold
+    };
     Ok(if low > threshold {
         check.outcome(false, message)
-    } else if high < threshold {
+    } else if within {
         check.outcome(true, message)
     } else {
         check.undecided(format!(
@@ -749,8 +759,17 @@ mod tests {
             growth_pct_per_x: Some(slope / (100.0 * MIB) * 100.0),
             rate: Some(slope),
             rate_ci95: Some(ci),
-            end_slope: Some(slope),
-            end_slope_ci95: Some(ci),
+            // A plateau's end holds: its end rate is 0 (± 0.1 MiB/run).
+            end_slope: Some(if verdict == Verdict::Plateau {
+                0.0
+            } else {
+                slope
+            }),
+            end_slope_ci95: Some(if verdict == Verdict::Plateau {
+                (-0.1 * MIB, 0.1 * MIB)
+            } else {
+                ci
+            }),
             end_start_x: Some(5.0),
             plateau: None,
             steps: Vec::new(),
@@ -821,6 +840,18 @@ mod tests {
             // 1%/run of a ~100 MiB level is ~1 MiB/run.
             (Verdict::Leak, 4.0, (3.9, 4.1), "1%/run", Rule::Ci, Fail),
             (Verdict::Leak, 0.5, (0.45, 0.55), "1%/run", Rule::Ci, Pass),
+            // A total is the whole series' growth, whatever the end does: a
+            // plateau that grew 35% fails 30% (its end slope is 0 here).
+            (Verdict::Plateau, 4.0, (3.9, 4.1), "30%", Rule::Ci, Fail),
+            // At the limit is within it for the slope rule.
+            (
+                Verdict::Leak,
+                1.0,
+                (0.5, 1.5),
+                "1MiB/run",
+                Rule::Slope,
+                Pass,
+            ),
             // A total: 9 runs × 3.9 MiB ≈ 35% of 100 MiB.
             (Verdict::Leak, 4.0, (3.9, 4.1), "30%", Rule::Ci, Fail),
             (Verdict::Leak, 4.0, (3.9, 4.1), "40%", Rule::Ci, Pass),

@@ -353,10 +353,15 @@ fn model_lines(f: &SeriesFit, k: f64) -> Vec<ModelLine> {
     out
 }
 
-/// Where a plateau stopped, and the steps, marked on the x axis.
+/// Where a plateau stopped, and the steps, marked on the x axis — steps only
+/// when the chart draws the segments they join (what the model found).
 fn markers(f: &SeriesFit, k: f64) -> Vec<(f64, String)> {
-    let mut out: Vec<(f64, String)> = f
-        .steps
+    let drawn = if f.model.segments.is_empty() {
+        &[][..]
+    } else {
+        &f.steps[..]
+    };
+    let mut out: Vec<(f64, String)> = drawn
         .iter()
         .map(|s| (s.x / k, format!("step {}", format_signed_bytes(s.bytes))))
         .collect();

@@ -788,8 +788,23 @@ fn watched_tree(root: &ProcRoot, pid: u32) -> Vec<u32> {
 }
 
 /// Leakwatch's own descendants: what the runs left behind.
+/// Processes below leakwatch but leakwatch itself and any session guardian
+/// (`leakwatch __guardian …`): one re-parents to leakwatch when leakwatch is
+/// PID 1 of a container or runs inside another leakwatch session.
 fn survivors(root: &ProcRoot, me: u32) -> Vec<u32> {
-    root.tree(me).into_iter().filter(|&p| p != me).collect()
+    root.tree(me)
+        .into_iter()
+        .filter(|&p| p != me && !is_guardian(root, p))
+        .collect()
+}
+
+/// Whether `pid` runs `… __guardian …` as its second argument.
+fn is_guardian(root: &ProcRoot, pid: u32) -> bool {
+    std::fs::read(root.path(pid, "cmdline")).is_ok_and(|argv| {
+        argv.split(|&b| b == 0)
+            .nth(1)
+            .is_some_and(|arg| arg == super::guardian::SUBCOMMAND.as_bytes())
+    })
 }
 
 /// The survivors that are still running (not zombies awaiting a reap).

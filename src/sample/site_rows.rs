@@ -24,8 +24,10 @@ pub struct SiteSession {
     diagnosed: BTreeSet<u32>,
 }
 
+/// `file:line`, with every control character of the file name (a newline
+/// included: it would forge a frame or a stderr line) shown escaped.
 fn site_name(frame: &Frame) -> String {
-    format!("{}:{}", frame.file, frame.line)
+    format!("{}:{}", crate::escape::inert(&frame.file), frame.line)
 }
 
 impl SiteSession {
@@ -88,7 +90,7 @@ impl SiteSession {
         rows.extend(type_rows(snapshot).map(|(name, objects, bytes)| Row {
             tier: Tier::Type,
             objects: Some(objects),
-            ..row(name, bytes, None)
+            ..row(crate::escape::inert(&name).into_owned(), bytes, None)
         }));
         rows
     }
@@ -160,7 +162,8 @@ fn with_source(frame: &Frame) -> String {
             .lines()
             .nth(frame.line.checked_sub(1)? as usize)?
             .trim();
-        (!line.is_empty()).then(|| line.chars().take(120).collect::<String>())
+        (!line.is_empty())
+            .then(|| crate::escape::inert(&line.chars().take(120).collect::<String>()).into_owned())
     });
     match code {
         Some(code) => format!("{}    {code}", site_name(frame)),
