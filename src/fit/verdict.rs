@@ -21,7 +21,8 @@
 //!
 //! Rules of the straight-piece path (α = `Thresholds::alpha`, thr = practical threshold):
 //! 1. fewer than `min_points` after warm-up → inconclusive;
-//! 2. no significant growth (Mann–Kendall p ≥ α or S ≤ 0, or the OLS 95% CI includes 0) →
+//! 2. no significant growth (neither Mann–Kendall p < α with S > 0 nor the OLS 95% CI wholly
+//!    above thr; or the CI includes 0) →
 //!    stable if the CI's upper end is ≤ thr (or thr = 0), else inconclusive (the noise could
 //!    hide a slope that matters);
 //! 3. significant, but the OLS slope is ≤ thr → stable (too small to matter);
@@ -66,7 +67,8 @@
 //!   plateau with the average fill rate up to the last change; otherwise inconclusive, with
 //!   the runs until that end length would be reached.
 //!
-//! Rules of the trough path (a saw-tooth: `Envelope::sharpness` < `SAWTOOTH_SHARPNESS`): see
+//! Rules of the trough path (a saw-tooth: `Envelope::sharpness` < `SAWTOOTH_SHARPNESS` and at
+//! least one drop per window, `envelope::MIN_WINDOWS` windows at least — collections seen): see
 //! `judge_troughs` — Mann–Kendall at α/10 on the window minima plus a one-sided t test at α,
 //! slope and Theil–Sen above thr → the floor rises: a plateau if it stopped (the minima's
 //! last change-point segment, or the second half of a broken stick, below half the pace
