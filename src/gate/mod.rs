@@ -299,14 +299,11 @@ impl GateResult {
         for c in checks.iter_mut().filter(|c| c.undecided) {
             c.passed = on_undecided == OnUndecided::Pass;
         }
-        let messages = |undecided: bool| -> Vec<String> {
-            checks
-                .iter()
-                .filter(|c| !c.passed && c.undecided == undecided)
-                .map(|c| c.message.clone())
-                .collect()
-        };
-        let violations = messages(false);
+        let violations = checks
+            .iter()
+            .filter(|c| !c.passed && !c.undecided)
+            .map(|c| c.message.clone())
+            .collect();
         let undecided = checks
             .iter()
             .filter(|c| c.undecided)

@@ -48,13 +48,12 @@ pub fn one_line(a: &Analysis, gate: Option<&GateResult>, exit: u8) -> String {
     format!("{line}; {gate}; exit {exit}")
 }
 
-/// The rate the verdict rests on, with its interval: the leak's rate (the
-/// end's, the troughs'), else the least-squares slope.
+/// The rate the verdict rests on, with its interval (`SeriesFit::judged_rate`,
+/// as the gate judges it).
 fn headline_rate(f: &SeriesFit) -> Option<String> {
-    let (rate, ci) = match f.verdict {
-        Verdict::Leak => (f.rate.or(f.slope)?, f.rate_ci95.or(f.slope_ci95)),
-        _ => (f.slope?, f.slope_ci95),
-    };
+    // The gate's number: one home for "the rate the verdict rests on".
+    let (rate, ci) = f.judged_rate();
+    let rate = rate?;
     let r = |v: f64| f.x.format_rate(v, f.metric.is_bytes());
     Some(match ci {
         Some((lo, hi)) => format!("{} (95% CI {} … {})", r(rate), r(lo), r(hi)),
