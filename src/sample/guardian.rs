@@ -436,6 +436,18 @@ mod tests {
             .env(MARK, "4242.990")
             .spawn()
             .unwrap();
+        // A forked child shows its parent's environment until it has exec'd:
+        // wait until both carry theirs (the race failed this test once in CI).
+        for c in [&child, &other] {
+            let environ = format!("/proc/{}/environ", c.id());
+            for _ in 0..200 {
+                let seen = std::fs::read(&environ).unwrap_or_default();
+                if seen.windows(MARK.len()).any(|w| w == MARK.as_bytes()) {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        }
         assert!(s.marked(child.id()));
         assert!(!s.marked(other.id()));
         assert!(!s.marked(std::process::id()));
