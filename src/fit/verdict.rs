@@ -1025,16 +1025,25 @@ impl Ctx<'_> {
             .map(|s| s.bytes)
             .sum();
         let first_mean = stats::mean(&self.y[first.start..first.end]).unwrap_or(first.level_start);
-        if ev.up_x.len() == 1 && ev.ramps == 0 && end_level - first_mean < 0.5 * up {
+        let net = end_level - first_mean;
+        if ev.up_x.len() == 1 && ev.ramps == 0 && (net < 0.5 * up || net <= self.thr * self.dx) {
             // The one step up climbs back from a dip (an allocator giving
-            // pages back, then taking them again): no net rise, so the line
-            // judges it, as when nothing moved.
+            // pages back, then taking them again), or leaves the level
+            // less than one x step's worth of the threshold higher: no
+            // rise that matters, so the line judges it, as when nothing
+            // moved.
             let c = self.not_significant(c, false);
             if c.verdict == Verdict::Stable {
+                let what = if net < 0.5 * up {
+                    "a dip and its recovery"
+                } else {
+                    "a step too small to matter"
+                };
                 let reason = format!(
-                    "a dip and its recovery ({} up again at {}), no net rise; {end_txt}",
+                    "{what} ({} up at {}, net {}); {end_txt}",
                     fmt_signed(up),
-                    self.at_x(ev.up_x[0])
+                    self.at_x(ev.up_x[0]),
+                    fmt_signed(net)
                 );
                 return c.decide(Verdict::Stable, reason);
             }
@@ -1589,6 +1598,23 @@ mod tests {
         let x: Vec<f64> = (0..=20).map(f64::from).collect();
         let c = classify(&x, &y, Some(0), &per_run());
         assert_eq!(c.verdict, Verdict::Stable, "{c:#?}");
+    }
+
+    /// Another settled redis (CI, anon bytes after runs 0–20): 104 KiB back
+    /// at run 3, 88 KiB again at run 4, 20 KiB above where it began from run
+    /// 5 on. One step whose net rise is under one run's threshold: stable.
+    #[test]
+    fn a_step_too_small_to_matter_is_stable() {
+        let mut y = vec![8540160.0, 8540160.0, 8540160.0, 8433664.0, 8540160.0];
+        y.extend([8560640.0; 16]);
+        let x: Vec<f64> = (0..=20).map(f64::from).collect();
+        let c = classify(&x, &y, Some(0), &per_run());
+        assert_eq!(c.verdict, Verdict::Stable, "{c:#?}");
+        // A net step of 200 KiB (over the 64 KiB/run threshold) is a plateau.
+        let mut big = vec![8540160.0; 5];
+        big.extend([8540160.0 + 200.0 * KIB; 16]);
+        let c = classify(&x, &big, Some(0), &per_run());
+        assert_eq!(c.verdict, Verdict::Plateau, "{c:#?}");
     }
 
     /// The LRU of issue 10: +2 MiB/run for 6 runs, flat 7, +2 MiB at run 14, flat to 24.
