@@ -255,6 +255,9 @@ fn real_steps(c: &verdict::Classification) -> Vec<Step> {
 /// end's line's when the rate is the end's slope, else the least-squares one.
 fn rate_ci(c: &verdict::Classification, xs: &[f64], ys: &[f64]) -> Option<(f64, f64)> {
     let rate = c.rate?;
+    if c.rate_ci95.is_some() {
+        return c.rate_ci95;
+    }
     if c.decided_by == DecidedBy::Troughs {
         return c.envelope.as_ref()?.fit.as_ref()?.slope_ci95;
     }

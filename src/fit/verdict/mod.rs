@@ -164,6 +164,11 @@ pub struct Classification {
     /// slope when troughs decided, else the OLS slope); a plateau's fill rate; the OLS slope for
     /// stable and inconclusive; `None` for a one-off step.
     pub rate: Option<f64>,
+    /// The rate's 95% CI when the path that chose the rate knows it better than its line's
+    /// (a staircase whose last steps are too recent to tell whether they stopped: from the end's
+    /// own lower bound to the whole line's upper bound); `None`: the CI of the line the rate
+    /// was fitted on.
+    pub rate_ci95: Option<(f64, f64)>,
     /// Slope at the end (see the module docs: after the last change point, or after the median x
     /// when there is none; the floor's slope when troughs decided), bytes per x unit.
     pub end_slope: Option<f64>,
@@ -199,6 +204,7 @@ impl Classification {
             trend_p: None,
             growth_pct_per_x: None,
             rate: None,
+            rate_ci95: None,
             end_slope: None,
             end_start_x: None,
             plateau: None,

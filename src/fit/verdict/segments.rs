@@ -132,12 +132,26 @@ impl Ctx<'_> {
         mut c: Classification,
         seg: &changepoint::Segmentation,
     ) -> Classification {
-        let segs = &seg.segments;
+        let sigma = segment_sigma(seg);
+        let (segs, merged) = self.end_window(&seg.segments);
+        let segs = &segs;
         let (Some(first), Some(last)) = (segs.first(), segs.last()) else {
             return self.judge_line(c);
         };
-        let sigma = segment_sigma(seg);
-        let (end_slope, end_se) = self.segment_slope(last, sigma);
+        if segs.len() == 1 {
+            return self.judge_line(c);
+        }
+        let (end_slope, end_se) = if merged {
+            // The end window holds a change the search saw: its own residuals say how well
+            // one line fits it (a step inside widens its error, as it should).
+            let (x, y) = (&self.x[last.start..], &self.y[last.start..]);
+            let own = stats::ols(x, y)
+                .and_then(|f| f.slope_se)
+                .unwrap_or(f64::INFINITY);
+            (last.slope, own.max(slope_se(x, sigma)))
+        } else {
+            self.segment_slope(last, sigma)
+        };
         let ev = self.events(segs, sigma);
         c.segments = segs.clone();
         c.steps = ev.steps.clone();
@@ -157,6 +171,11 @@ impl Ctx<'_> {
         }
         if ev.up_x.is_empty() && ev.ramps == 0 {
             return self.no_growth_events(c, &end_txt);
+        }
+        if self.staircase(&ev) {
+            // Rises that keep coming — a GC heap or an allocator growing in chunks — at the
+            // same long-run pace to the end: their line, steps included, is the end's rate.
+            return self.judge_line(c);
         }
         if ev.down_total > 0.5 * ev.up_total {
             let rising = self.mk.s > 0.0 && self.mk.p_two_sided < self.t.alpha && self.ci.0 > 0.0;
@@ -214,7 +233,7 @@ impl Ctx<'_> {
         }
         if end_slope + t1 * end_se < bound {
             let before = segs.len().checked_sub(2).and_then(|i| segs.get(i));
-            return self.judge_stopped(c, &ev, first, (before, last), &end_txt);
+            return self.judge_stopped(c, &ev, first, (before, last), (end_slope, &end_txt));
         }
         let gap = (end_slope - bound).abs().max(0.25 * bound);
         let z = stats::normal_quantile(POWER);
@@ -226,6 +245,49 @@ impl Ctx<'_> {
             self.at_x(last.x_start)
         );
         c.decide(Verdict::Inconclusive, reason)
+    }
+
+    /// Growth in two or more rises (steps or ramps) that keeps its long-run pace to the end:
+    /// the whole series rises (its least-squares CI above thr, Theil–Sen above thr) and its
+    /// second half's slope stays above half the whole line's at one-sided α/10, as a
+    /// straight leak's does; a fill that stops, or slows down, does not.
+    fn staircase(&self, ev: &Events) -> bool {
+        ev.up_x.len() + ev.ramps >= 2
+            && self.ci.0 > self.thr
+            && self.robust.is_some_and(|r| r > self.thr)
+            && self.keeps_pace(0, self.x.len())
+    }
+
+    /// The segments with the end window long enough for a rate of its own: a change point
+    /// found within the last `max(5, n/5)` points leaves too few after it to estimate what the
+    /// end adds, so the last segment reaches back over the ones before it until it holds that
+    /// many (refitted by least squares over its points). True when segments were merged.
+    fn end_window(&self, segs: &[Segment]) -> (Vec<Segment>, bool) {
+        let n = self.x.len();
+        let need = 5.max(n / 5);
+        let mut out = segs.to_vec();
+        let mut merged = false;
+        while out.len() >= 2 && out.last().is_some_and(|s| n - s.start < need) {
+            out.pop();
+            let Some(prev) = out.pop() else { break };
+            let (x, y) = (&self.x[prev.start..n], &self.y[prev.start..n]);
+            let Some(f) = stats::ols(x, y) else {
+                out.push(prev);
+                break;
+            };
+            let x_end = self.x[n - 1];
+            out.push(Segment {
+                start: prev.start,
+                end: n,
+                x_start: prev.x_start,
+                x_end,
+                slope: f.slope,
+                level_start: f.intercept + f.slope * prev.x_start,
+                level_end: f.intercept + f.slope * x_end,
+            });
+            merged = true;
+        }
+        (out, merged)
     }
 
     /// A broken stick over points `a..b`, knot at their median x: (its
@@ -293,7 +355,7 @@ impl Ctx<'_> {
         ev: &Events,
         first: &Segment,
         (before, last): (Option<&Segment>, &Segment),
-        end_txt: &str,
+        (end_slope, end_txt): (f64, &str),
     ) -> Classification {
         let n = self.x.len();
         // Where the growth ended: with a step into the end, at the end's
@@ -392,6 +454,29 @@ impl Ctx<'_> {
                 self.at_x(stop_x)
             );
             return c.decide(Verdict::Plateau, reason);
+        }
+        // Too recent to tell whether the steps stopped, but the end may rise above the
+        // threshold on its own (the 95% CI of its own line; the search put the change where
+        // the end looks least like what came before, which biases its slope down, not up):
+        // then it leaks either way. Its rate is the long-run one, steps included, as far as
+        // the data can tell; its interval runs from the end's own lower bound (the steps
+        // stopped) to the whole line's upper one.
+        let own = stats::ols(&self.x[last.start..], &self.y[last.start..]);
+        if let Some((end_low, _)) = own.and_then(|f| f.slope_ci95)
+            && end_low > self.thr
+            && n - last.start >= 5
+            && self.ci.0 > self.thr
+        {
+            c.rate = Some(self.fit.slope);
+            c.rate_ci95 = Some((end_low.min(self.ci.0), self.ci.1));
+            let reason = format!(
+                "rises in {} steps and between them: {} on average, {} since {}",
+                ev.up_x.len() + ev.ramps,
+                self.per_x(self.fit.slope),
+                self.per_x(end_slope),
+                self.at_x(last.x_start)
+            );
+            return c.decide(Verdict::Leak, reason);
         }
         c.runs_needed = self.needed(n as f64 + (stop_len - end_len) / self.dx);
         let reason = format!(
@@ -579,5 +664,28 @@ mod tests {
         let p = c.plateau.unwrap();
         assert_eq!((p.fill_rate, p.stop_x), (None, 9.0));
         assert!(c.reason.contains("one-off step of +3.0"), "{}", c.reason);
+    }
+}
+
+#[cfg(test)]
+mod v8_tests {
+    use crate::fit::verdict::tests::*;
+    use crate::fit::verdict::*;
+
+    /// A Node server keeping ≈0.5 MB of JS strings per request (V8's own
+    /// `used_heap_size` after a forced GC), anon KiB after runs 0–20 (a real
+    /// recording): the heap grows in chunks, the last at run 12, and keeps
+    /// rising between them. A leak at its long-run rate, steps included.
+    #[test]
+    fn a_v8_heap_growing_in_chunks_is_a_leak_at_its_long_run_rate() {
+        let kib = [
+            7500.0, 8188.0, 9740.0, 9916.0, 10368.0, 12156.0, 13900.0, 13928.0, 13940.0, 14544.0,
+            15204.0, 17572.0, 21364.0, 21388.0, 21400.0, 21432.0, 21492.0, 21552.0, 21976.0,
+            22648.0, 23328.0,
+        ];
+        let y: Vec<f64> = kib.iter().map(|v| v * 1024.0).collect();
+        let x: Vec<f64> = (0..=20).map(f64::from).collect();
+        let c = classify(&x, &y, None, &per_run());
+        assert_eq!(c.verdict, Verdict::Leak, "{c:#?}");
     }
 }
