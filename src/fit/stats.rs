@@ -30,6 +30,35 @@ pub struct LinearFit {
     pub residual_sd: Option<f64>,
 }
 
+/// The least-squares slope's 95% CI with its error widened for lag-1
+/// autocorrelation of the residuals (Santer et al. 2000, J. Geophys. Res.
+/// 105(D6): the variance and the degrees of freedom by the effective sample
+/// size n(1−ρ)/(1+ρ), ρ ≥ 0). Memory between steps is such a series: flat,
+/// then a bump, then flat; its plain CI is far too narrow. `None` when fewer
+/// than three effective points are left.
+pub fn ols_ar1_ci95(x: &[f64], y: &[f64]) -> Option<(f64, f64)> {
+    let f = ols(x, y)?;
+    let r: Vec<f64> = x
+        .iter()
+        .zip(y)
+        .map(|(xi, yi)| yi - (f.intercept + f.slope * xi))
+        .collect();
+    let ss: f64 = r.iter().map(|v| v * v).sum();
+    let rho = if ss > 0.0 {
+        (r.windows(2).map(|w| w[0] * w[1]).sum::<f64>() / ss).clamp(0.0, 0.99)
+    } else {
+        0.0
+    };
+    let n = f.n as f64;
+    let n_eff = n * (1.0 - rho) / (1.0 + rho);
+    if n_eff < 3.0 {
+        return None;
+    }
+    let se = f.slope_se? * ((n - 2.0) / (n_eff - 2.0)).sqrt();
+    let half = student_t_quantile(0.975, n_eff - 2.0) * se;
+    Some((f.slope - half, f.slope + half))
+}
+
 /// Least-squares line through `(x, y)`, with the slope's 95% CI from Student's t distribution
 /// with n−2 degrees of freedom.
 ///
