@@ -82,31 +82,6 @@ fn life_labels(life: &Life, lives_of_series: usize) -> String {
     prometheus::label_text(&labels)
 }
 
-/// Puts `value` in the column of `metric`.
-fn set_metric(row: &mut Row, metric: Metric, value: u64) {
-    let v = Some(value);
-    match metric {
-        Metric::RssBytes => row.rss_bytes = v,
-        Metric::PssBytes => row.pss_bytes = v,
-        Metric::UssBytes => row.uss_bytes = v,
-        Metric::SharedBytes => row.shared_bytes = v,
-        Metric::PrivateDirtyBytes => row.private_dirty_bytes = v,
-        Metric::AnonBytes => row.anon_bytes = v,
-        Metric::FileBytes => row.file_bytes = v,
-        Metric::ShmemBytes => row.shmem_bytes = v,
-        Metric::SwapBytes => row.swap_bytes = v,
-        Metric::Fds => row.fds = v,
-        Metric::Threads => row.threads = v,
-        Metric::UsageBytes => row.usage_bytes = v,
-        Metric::KernelBytes => row.kernel_bytes = v,
-        Metric::SockBytes => row.sock_bytes = v,
-        Metric::SlabReclaimableBytes => row.slab_reclaimable_bytes = v,
-        Metric::SlabUnreclaimableBytes => row.slab_unreclaimable_bytes = v,
-        Metric::KernelStackBytes => row.kernel_stack_bytes = v,
-        Metric::PageTablesBytes => row.pagetables_bytes = v,
-    }
-}
-
 /// Lives ordered worst first (leak before inconclusive, plateau, stable;
 /// then by growth in bytes per second: the leak that costs most), so `series:0` is the worst and every report lists them
 /// in that order.
@@ -175,7 +150,7 @@ fn write_samples(
             tier: Tier::Cheap,
             ..Row::new(Scope::Series(i as u32))
         };
-        set_metric(&mut row, metric, v.max(0.0).round() as u64);
+        row.set(metric, v.max(0.0).round() as u64);
         batch.push(row);
     }
     writer.write_batch(&batch)?;
