@@ -5,6 +5,7 @@ pub mod attribution;
 pub mod changepoint;
 pub mod envelope;
 pub mod findings;
+pub mod lives;
 pub mod sites;
 pub mod stats;
 pub mod verdict;
