@@ -29,10 +29,6 @@ pub struct FitOptions {
     pub budget_bytes: Option<u64>,
 }
 
-/// Series longer than this are averaged into this many buckets before the
-/// trend tests (Mann–Kendall is O(n²); a day of 1 s samples is 86,400 points).
-const MAX_FIT_POINTS: usize = 1000;
-
 /// Growth too small to matter, whatever the statistics say: 64 KiB or 0.1%
 /// of the level per run (per hour in time series). PSS of a small process
 /// moves by hundreds of KiB when other processes map or unmap the same
@@ -155,13 +151,15 @@ pub struct Model {
     pub trough_line: Option<(f64, f64)>,
 }
 
-/// Averages a long series into `MAX_FIT_POINTS` buckets of consecutive points
-/// (the charts plot the same points, so the fitted line matches).
+/// Averages a long series into `verdict::MAX_MEAN_POINTS` buckets of
+/// consecutive points, the one limit of the trend tests (Mann–Kendall is
+/// O(n²); a day of 1 s samples is 86,400 points): the charts plot the same
+/// points, so the fitted line matches.
 pub fn thin(points: &[(f64, f64)]) -> Vec<(f64, f64)> {
-    if points.len() <= MAX_FIT_POINTS {
+    if points.len() <= verdict::MAX_MEAN_POINTS {
         return points.to_vec();
     }
-    let per = points.len().div_ceil(MAX_FIT_POINTS);
+    let per = points.len().div_ceil(verdict::MAX_MEAN_POINTS);
     points
         .chunks(per)
         .map(|c| {
