@@ -25,7 +25,7 @@ use crate::output;
 use crate::sample::prometheus::{self, Life, RangeQuery};
 use crate::series::{self, Metric};
 use crate::serve::Server;
-use crate::store::{self, Row, SampleWriter, Scope, Tier};
+use crate::store::{self, Row, SampleWriter, Scope, SessionEvent, Tier};
 
 /// Starts /metrics before sampling (a port in use fails before any output
 /// exists) and says where it is.
@@ -83,9 +83,11 @@ fn write_samples(
         .iter()
         .zip(counts)
         .enumerate()
-        .map(|(i, (l, &n))| store::note_row("labels", &format!("{i} {}", life_labels(l, n))))
+        .map(|(i, (l, &n))| {
+            store::note_row(SessionEvent::Labels, &format!("{i} {}", life_labels(l, n)))
+        })
         .collect();
-    head.extend(notes.iter().map(|n| store::note_row("note", n)));
+    head.extend(notes.iter().map(|n| store::note_row(SessionEvent::Note, n)));
     writer.write_batch(&head)?;
     let mut points: Vec<(f64, usize, f64)> = lives
         .iter()
