@@ -261,9 +261,10 @@ fn real_steps(c: &verdict::Classification) -> Vec<Step> {
         .collect()
 }
 
-/// The CI of the headline rate: the troughs' line's when they decided, the
-/// least-squares one's when the rate is the line's, the end's line's when
-/// it is the last segment's; none for a fill rate.
+/// The CI of the headline rate: the troughs' line's whenever they decided
+/// (even when the rate is the line's: too few teeth), else the estimate's
+/// own: the least-squares line's, or the last segment's line's; none for a
+/// fill rate.
 fn rate_ci(c: &verdict::Classification, xs: &[f64], ys: &[f64]) -> Option<(f64, f64)> {
     c.rate?;
     if c.decided_by == DecidedBy::Troughs {
@@ -276,9 +277,9 @@ fn rate_ci(c: &verdict::Classification, xs: &[f64], ys: &[f64]) -> Option<(f64, 
             let k = xs.partition_point(|&x| x < from);
             stats::ols(&xs[k..], &ys[k..])?.slope_ci95
         }
-        RateFrom::FirstHalf | RateFrom::AverageFill | RateFrom::Troughs | RateFrom::TroughFill => {
-            None
-        }
+        RateFrom::FirstHalf | RateFrom::AverageFill => None,
+        // Only when troughs decided, answered above.
+        RateFrom::Troughs | RateFrom::TroughFill => None,
     }
 }
 
