@@ -89,6 +89,47 @@ impl<'de> Deserialize<'de> for Scope {
     }
 }
 
+/// What an event row of the session (scope `leakwatch`, tier `event`)
+/// records, by the name in its `event` cell; `comm` holds its text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionEvent {
+    /// A line for the reports.
+    Note,
+    /// The session was interrupted: the samples end early. No text.
+    Interrupted,
+    /// What was attached to when not one PID (a cgroup, a name pattern).
+    Target,
+    /// The label set of one series of `analyze`: `<N> {k="v",…}`.
+    Labels,
+    /// What sampling cost (attach mode): a `SamplingCost` as JSON.
+    Sampling,
+}
+
+impl SessionEvent {
+    pub const ALL: [SessionEvent; 5] = [
+        SessionEvent::Note,
+        SessionEvent::Interrupted,
+        SessionEvent::Target,
+        SessionEvent::Labels,
+        SessionEvent::Sampling,
+    ];
+
+    /// The name in the `event` cell.
+    pub fn name(self) -> &'static str {
+        match self {
+            SessionEvent::Note => "note",
+            SessionEvent::Interrupted => "interrupted",
+            SessionEvent::Target => "target",
+            SessionEvent::Labels => "labels",
+            SessionEvent::Sampling => "sampling",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<SessionEvent> {
+        SessionEvent::ALL.into_iter().find(|e| e.name() == name)
+    }
+}
+
 /// What a row holds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -162,6 +203,11 @@ impl Row {
             site_blocks: None,
             objects: None,
         }
+    }
+
+    /// The session event this row records, if it is one by its `event` cell.
+    pub fn session_event(&self) -> Option<SessionEvent> {
+        self.event.as_deref().and_then(SessionEvent::from_name)
     }
 
     /// A whole-process memory sample (not an event, not a mapping).
@@ -282,12 +328,12 @@ pub const TRACEMALLOC_SITE: &str = "(tracemalloc)";
 /// the GC-tracked objects: untracked leaves (str, bytes, int …) and storage.
 pub const UNTRACKED_TYPE: &str = "(untracked)";
 
-/// A session-level event row: `note` (its text in `comm`) or `interrupted`.
-pub fn note_row(event: &str, text: &str) -> Row {
+/// A session event row, its text in `comm`.
+pub fn note_row(event: SessionEvent, text: &str) -> Row {
     Row {
         comm: text.to_string(),
         tier: Tier::Event,
-        event: Some(event.to_string()),
+        event: Some(event.name().to_string()),
         ..Row::new(Scope::Session)
     }
 }
@@ -345,7 +391,10 @@ pub struct LongestWalk {
 
 /// The session event row that carries a `SamplingCost`.
 pub fn sampling_row(cost: &SamplingCost) -> Row {
-    note_row("sampling", &serde_json::to_string(cost).unwrap_or_default())
+    note_row(
+        SessionEvent::Sampling,
+        &serde_json::to_string(cost).unwrap_or_default(),
+    )
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -652,6 +701,25 @@ pub fn read_samples(path: &Path) -> Result<Vec<Row>, StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The names are samples.csv's contract: files written before the enum
+    /// read back the same.
+    #[test]
+    fn session_events_keep_their_names_in_the_file() {
+        let names: Vec<&str> = SessionEvent::ALL.iter().map(|e| e.name()).collect();
+        assert_eq!(
+            names,
+            ["note", "interrupted", "target", "labels", "sampling"]
+        );
+        for e in SessionEvent::ALL {
+            let row = note_row(e, "text");
+            assert_eq!(
+                (row.event.as_deref(), row.session_event()),
+                (Some(e.name()), Some(e))
+            );
+        }
+        assert_eq!(SessionEvent::from_name("run_start"), None);
+    }
 
     fn row(sample: u64, rss: u64) -> Row {
         Row {

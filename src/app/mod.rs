@@ -25,7 +25,7 @@ use crate::report::{self, ci, junit};
 use crate::sample::reaper::Interrupt;
 use crate::sample::{self, Outcome, Progress, SampleError};
 use crate::series::{self, Samples};
-use crate::store::{self, Row, SampleWriter};
+use crate::store::{self, Row, SampleWriter, SessionEvent};
 
 pub fn run(cli: Cli) -> Result<Exit> {
     match cli.command {
@@ -243,9 +243,12 @@ fn session_rows(result: &Result<Outcome, SampleError>) -> Vec<Row> {
         Ok(o) => (o.notes.clone(), o.interrupted),
         Err(e) => (vec![format!("sampling stopped early: {e}")], false),
     };
-    let mut rows: Vec<Row> = notes.iter().map(|n| store::note_row("note", n)).collect();
+    let mut rows: Vec<Row> = notes
+        .iter()
+        .map(|n| store::note_row(SessionEvent::Note, n))
+        .collect();
     if interrupted {
-        rows.push(store::note_row("interrupted", ""));
+        rows.push(store::note_row(SessionEvent::Interrupted, ""));
     }
     rows
 }

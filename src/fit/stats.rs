@@ -289,6 +289,50 @@ pub fn segmented_fit(x: &[f64], y: &[f64], knot: f64) -> Option<SegmentedFit> {
         .then_some(fit)
 }
 
+/// Slope shared by groups that each have their own intercept, with its Student t 95% CI on
+/// N − G − 1 degrees of freedom (N points in G groups): a fixed-effects ("within") regression,
+/// e.g. growth within each worker's life pooled over the workers of a pool, or within each life
+/// of a restarted series pooled over its lives — the jump from one group's end to the next
+/// group's start does not count. Groups of fewer than two points are left out. `None` without a
+/// degree of freedom left, or when x does not vary within any group.
+pub fn pooled_slope<G: AsRef<[(f64, f64)]>>(groups: &[G]) -> Option<(f64, (f64, f64))> {
+    // Each group centred on its own means (its own intercept); sums per group, then added.
+    let centred = || {
+        groups
+            .iter()
+            .map(AsRef::as_ref)
+            .filter(|g| g.len() >= 2)
+            .map(|g| {
+                let k = g.len() as f64;
+                let mx = g.iter().map(|p| p.0).sum::<f64>() / k;
+                let my = g.iter().map(|p| p.1).sum::<f64>() / k;
+                (g, mx, my)
+            })
+    };
+    let (mut sxy, mut sxx, mut n, mut count) = (0.0, 0.0, 0usize, 0usize);
+    for (g, mx, my) in centred() {
+        sxx += g.iter().map(|p| (p.0 - mx).powi(2)).sum::<f64>();
+        sxy += g.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum::<f64>();
+        n += g.len();
+        count += 1;
+    }
+    let df = n.checked_sub(count + 1).filter(|d| *d >= 1)? as f64;
+    if sxx <= 0.0 {
+        return None;
+    }
+    let slope = sxy / sxx;
+    let sse: f64 = centred()
+        .map(|(g, mx, my)| {
+            g.iter()
+                .map(|p| (p.1 - my - slope * (p.0 - mx)).powi(2))
+                .sum::<f64>()
+        })
+        .sum();
+    let se = (sse / df / sxx).sqrt();
+    let t = student_t_quantile(0.975, df);
+    Some((slope, (slope - t * se, slope + t * se)))
+}
+
 /// Inverse CDF of Student's t distribution with `df` (> 0, need not be an integer) degrees of
 /// freedom: the t with P(T ≤ t) = p. Dimensionless.
 ///
@@ -608,6 +652,19 @@ fn is_constant(v: &[f64]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pooled_slope_ignores_the_jump_between_workers() {
+        // Two workers of 5 tasks, each +2 per task, the second starting low
+        // again (recycled): a plain regression would see a sawtooth.
+        let w1: Vec<(f64, f64)> = (1..=5).map(|i| (i as f64, 10.0 + 2.0 * i as f64)).collect();
+        let w2: Vec<(f64, f64)> = (6..=10)
+            .map(|i| (i as f64, 10.0 + 2.0 * (i - 5) as f64))
+            .collect();
+        let (slope, ci) = pooled_slope(&[w1, w2]).unwrap();
+        assert!((slope - 2.0).abs() < 1e-9);
+        assert!((ci.0 - 2.0).abs() < 1e-6 && (ci.1 - 2.0).abs() < 1e-6);
+    }
 
     fn close(a: f64, b: f64, tol: f64) -> bool {
         (a - b).abs() <= tol

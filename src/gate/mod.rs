@@ -644,7 +644,7 @@ fn series_names(a: &Analysis) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fit::Verdict;
+    use crate::fit::{RateFrom, Verdict};
 
     const MIB: f64 = 1024.0 * 1024.0;
 
@@ -756,6 +756,7 @@ mod tests {
             growth_pct_per_x: Some(slope / (100.0 * MIB) * 100.0),
             rate: Some(slope),
             rate_ci95: Some(ci),
+            rate_from: Some(RateFrom::Line),
             // A plateau's end holds: its end rate is 0 (± 0.1 MiB/run).
             end_slope: Some(if verdict == Verdict::Plateau {
                 0.0

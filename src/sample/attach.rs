@@ -209,7 +209,7 @@ pub fn attach(
         }
     };
     if let Some(what) = members.describe() {
-        writer.write_batch(&[store::note_row("target", &what)])?;
+        writer.write_batch(&[store::note_row(store::SessionEvent::Target, &what)])?;
     }
     let mut session = Session {
         plan,

@@ -26,8 +26,8 @@
 
 use super::power::POWER;
 use super::{
-    Classification, Ctx, PlateauInfo, Step, Verdict, fmt_bytes, fmt_signed, halves, segment_sigma,
-    slope_se,
+    Classification, Ctx, PlateauInfo, RateFrom, Step, Verdict, fmt_bytes, fmt_signed, halves,
+    segment_sigma, slope_se,
 };
 use crate::fit::changepoint::{self, Segment};
 use crate::fit::stats;
@@ -206,7 +206,7 @@ impl Ctx<'_> {
             && n_last >= 5.max(self.x.len() / 5)
             && end_robust.is_some_and(|r| r > self.thr)
         {
-            c.rate = Some(end_slope);
+            c.set_rate(RateFrom::EndSegment, end_slope);
             let reason = format!(
                 "grows {end_txt} (before that {} in {} segments)",
                 self.per_x(2.0 * pace),
@@ -224,7 +224,7 @@ impl Ctx<'_> {
             && self.keeps_pace(last.start, self.x.len())
             && !self.slows_down(0, last.start)
         {
-            c.rate = Some(end_slope);
+            c.set_rate(RateFrom::EndSegment, end_slope);
             let reason = format!(
                 "grows {end_txt}, at a steady pace to the end, after a faster rise ({} before)",
                 self.per_x(2.0 * pace),
@@ -402,7 +402,7 @@ impl Ctx<'_> {
             return c;
         }
         if ev.up_x.len() == 1 && ev.ramps == 0 {
-            c.rate = None;
+            (c.rate, c.rate_from) = (None, None);
             c.plateau = Some(PlateauInfo {
                 fill_rate: None,
                 stop_x: ev.up_x[0],
@@ -431,7 +431,7 @@ impl Ctx<'_> {
         let spacing = ev.quantum / rate;
         let end_len = self.x[n - 1] - last.x_start + self.dx;
         if ev.up_x.len() >= 3 && self.steady(ev, first.x_start, end_len) {
-            c.rate = Some(self.fit.slope);
+            c.set_rate(RateFrom::Line, self.fit.slope);
             let k = (ev.up_x[ev.up_x.len() - 1] - ev.up_x[0]) / (ev.up_x.len() - 1) as f64;
             let reason = format!(
                 "rises in steps that keep coming: {} steps, one every {k:.1} x on average, {} on average",
@@ -442,7 +442,7 @@ impl Ctx<'_> {
         }
         let stop_len = spacing * (1.0 / STOP_P).ln();
         if end_len >= stop_len {
-            c.rate = Some(rate);
+            c.set_rate(RateFrom::AverageFill, rate);
             c.plateau = Some(PlateauInfo {
                 fill_rate: Some(rate),
                 stop_x,
@@ -469,7 +469,7 @@ impl Ctx<'_> {
             && n - last.start >= 5
             && self.ci.0 > self.thr
         {
-            c.rate = Some(self.fit.slope);
+            c.set_rate(RateFrom::Staircase, self.fit.slope);
             c.rate_ci95 = Some((end_low.min(self.ci.0), self.ci.1));
             let reason = format!(
                 "rises in {} steps and between them: {} on average, {} since {}",
@@ -533,6 +533,7 @@ mod tests {
         );
         assert!(c.steps.is_empty(), "{:?}", c.steps);
         assert!(c.plateau.is_none());
+        assert_eq!(c.rate_from, Some(RateFrom::EndSegment));
         // The same fill that stops instead is a plateau that stopped at run 8.
         let y: Vec<f64> = (1..=30)
             .map(|r: i32| 12.2 * MIB_ + 4.0 * MIB_ * (f64::from(r) - 1.0).min(7.0))
@@ -561,6 +562,7 @@ mod tests {
         let fill = p.fill_rate.unwrap();
         assert!((fill / (4.6 * MIB_) - 1.0).abs() < 0.05, "fill {fill}");
         assert_eq!(c.rate, Some(fill));
+        assert_eq!(c.rate_from, Some(RateFrom::AverageFill));
         assert!((14.0..=16.0).contains(&p.stop_x), "{p:?}");
         assert!((p.level / (68_560.0 * KIB) - 1.0).abs() < 0.01, "{p:?}");
         // One "end" for every output: the last segment, flat.
@@ -648,6 +650,7 @@ mod tests {
         assert_eq!(c.verdict, Verdict::Leak, "{c:#?}");
         let rate = c.rate.unwrap();
         assert!((rate / (0.25 * MIB_) - 1.0).abs() < 0.1, "{rate}");
+        assert_eq!(c.rate_from, Some(RateFrom::Line));
     }
 
     #[test]
@@ -662,7 +665,7 @@ mod tests {
             .collect();
         let c = classify(&runs(20), &y, None, &per_run());
         assert_eq!(c.verdict, Verdict::Plateau, "{c:#?}");
-        assert_eq!(c.rate, None);
+        assert_eq!((c.rate, c.rate_from), (None, None));
         let p = c.plateau.unwrap();
         assert_eq!((p.fill_rate, p.stop_x), (None, 9.0));
         assert!(c.reason.contains("one-off step of +3.0"), "{}", c.reason);
