@@ -10,16 +10,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::confine::{self, Cgroup, Record};
-use super::guardian::{self, Guardian};
-use super::proc::ProcRoot;
+use super::lifecycle::confine::{self, Confinement, Record};
+use super::lifecycle::guardian::{self, Guardian};
+use super::lifecycle::reaper::{self, ChildExit, Interrupt, Reaped};
+use super::procfs::{Depth, ProcRoot};
 use super::pysites::PySites;
-use super::reaper::{self, Exit, Interrupt, Reaped};
+use super::rows::{Clock, Context, event_row};
 use super::site_rows::SiteSession;
-use super::{
-    Clock, Context, Depth, Outcome, Progress, ResolveError, SampleError, Scoped, event_row,
-    sample_scope,
-};
+use super::{Outcome, ResolveError, SampleError, Scoped, sample_scope};
+use crate::console::Progress;
 use crate::store::{Row, SampleWriter, Scope, Tier};
 use crate::units::{format_bytes, format_duration};
 
@@ -44,6 +43,8 @@ pub struct RunPlan {
     pub py_sites: Option<usize>,
     /// The command and its arguments, as typed.
     pub command: Vec<OsString>,
+    /// Where the processes are read: /proc, or a fake tree in a test.
+    pub root: ProcRoot,
 }
 
 /// A plan checked against the environment: the program found, the watched
@@ -57,7 +58,7 @@ pub struct Prepared {
 
 /// Finds the program and checks the watched PIDs, before any output exists.
 pub fn prepare(plan: &RunPlan) -> Result<Prepared, ResolveError> {
-    let root = ProcRoot::default();
+    let root = &plan.root;
     for &pid in &plan.watch {
         if !root.alive(pid) {
             return Err(ResolveError::NoSuchProcess {
@@ -161,7 +162,7 @@ struct Session<'a> {
     /// Processes already noted as unreadable or refused, noted only once.
     noted: BTreeSet<u32>,
     /// The cgroup every run is started in, where the machine allows.
-    cgroup: Option<Cgroup>,
+    cgroup: Option<Confinement>,
     /// This session's record (and where it is kept), for a later session
     /// to find what this one left should it be killed.
     record: Option<(Record, PathBuf)>,
@@ -178,9 +179,9 @@ pub fn run(
     interrupt: &Interrupt,
     progress: &Progress,
 ) -> Result<Outcome, SampleError> {
-    let root = ProcRoot::default();
+    let root = prepared.plan.root.clone();
     let me = std::process::id();
-    let cgroup = Cgroup::create(me);
+    let cgroup = Confinement::create(me);
     // Before becoming a subreaper: the guardian must not be in our tree.
     let start_time = root.stat(me).map(|s| s.start_time).unwrap_or(0);
     let records = confine::records_dir();
@@ -189,7 +190,7 @@ pub fn run(
         Guardian::start(
             me,
             start_time,
-            cgroup.as_ref().map(Cgroup::path),
+            cgroup.as_ref().map(Confinement::path),
             records.as_deref(),
         )
     });
@@ -397,7 +398,7 @@ impl Session<'_> {
         reaped: &Reaped,
         polled_hwm: u64,
     ) -> Result<(), SampleError> {
-        let exit: Exit = reaped.exit;
+        let exit: ChildExit = reaped.exit;
         let end = self.command_event(
             ctx,
             pid,
@@ -800,10 +801,10 @@ fn survivors(root: &ProcRoot, me: u32) -> Vec<u32> {
 
 /// Whether `pid` runs `… __guardian …` as its second argument.
 fn is_guardian(root: &ProcRoot, pid: u32) -> bool {
-    std::fs::read(root.path(pid, "cmdline")).is_ok_and(|argv| {
+    root.cmdline(pid).is_ok_and(|argv| {
         argv.split(|&b| b == 0)
             .nth(1)
-            .is_some_and(|arg| arg == super::guardian::SUBCOMMAND.as_bytes())
+            .is_some_and(|arg| arg == guardian::SUBCOMMAND.as_bytes())
     })
 }
 

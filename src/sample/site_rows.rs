@@ -6,9 +6,9 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use super::Context;
 use super::pysites::wire::{Frame, Snapshot};
 use super::pysites::{PySites, Silence};
+use super::rows::Context;
 use crate::store::{Row, Scope, TRACEMALLOC_SITE as TRACEMALLOC, Tier, UNTRACKED_TYPE};
 
 /// How long one process may take to answer (a snapshot of a large heap

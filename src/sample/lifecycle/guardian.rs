@@ -34,8 +34,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
-use super::confine::{Cgroup, Left, Record};
-use super::proc::ProcRoot;
+use super::confine::{Confinement, Left, Record};
+use crate::sample::procfs::ProcRoot;
 
 /// The hidden first argument that makes the binary a guardian.
 pub const SUBCOMMAND: &str = "__guardian";
@@ -290,7 +290,7 @@ impl Session {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        if let Some(cgroup) = self.cgroup.as_deref().and_then(Cgroup::open) {
+        if let Some(cgroup) = self.cgroup.as_deref().and_then(Confinement::open) {
             cgroup.kill_all(Duration::from_secs(1));
         }
         let hard = Instant::now() + Duration::from_secs(5);

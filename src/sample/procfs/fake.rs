@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use super::proc::ProcRoot;
+use super::ProcRoot;
 
 pub const STATUS: &str = "Name:\tpantsd\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t4242\nNgid:\t0\n\
 Pid:\t4242\nPPid:\t1\nTracerPid:\t0\nVmPeak:\t  300000 kB\nVmSize:\t  290000 kB\nVmLck:\t       0 kB\n\
