@@ -31,7 +31,7 @@ pub fn run(cli: Cli) -> Result<Exit> {
     match cli.command {
         Command::Run(args) => {
             let opts = RunOptions::from_args(&args)?;
-            let prepared = sample::prepare(&opts.plan)?;
+            let mut prepared = sample::prepare(&opts.plan)?;
             check_outputs(&opts.gate)?;
             let dir = new_out_dir(&opts.output)?;
             sample_then_report(
@@ -40,7 +40,9 @@ pub fn run(cli: Cli) -> Result<Exit> {
                 Some(u64::from(opts.plan.repeat)),
                 &opts.fit,
                 &opts.gate,
-                |writer, interrupt, progress| sample::run(&prepared, writer, interrupt, progress),
+                |writer, interrupt, progress| {
+                    sample::run(&mut prepared, writer, interrupt, progress)
+                },
             )
         }
         Command::Attach(args) => {

@@ -11,7 +11,8 @@
 //!   signals, the session's confinement and record, the guardian.
 //! - `targets`: what `attach` follows when it is not one PID (a name, a
 //!   cgroup, a unit).
-//! - `pysites`, `site_rows`: Python allocation sites (`--py-sites`).
+//! - `sites`: allocation sites from tracers inside the processes, behind
+//!   one trait (`--py-sites`).
 //! - `prometheus`: Prometheus as a source (HTTP), for `analyze`.
 //! - `run`, `attach`: the drivers.
 //!
@@ -22,10 +23,9 @@ mod attach;
 mod lifecycle;
 pub mod procfs;
 pub mod prometheus;
-pub mod pysites;
 pub mod rows;
 mod run;
-mod site_rows;
+pub mod sites;
 mod targets;
 pub mod tree;
 

@@ -14,9 +14,9 @@ use super::lifecycle::confine::{self, Confinement, Record};
 use super::lifecycle::guardian::{self, Guardian};
 use super::lifecycle::reaper::{self, ChildExit, Interrupt, Reaped};
 use super::procfs::{Depth, ProcRoot};
-use super::pysites::PySites;
 use super::rows::{Clock, Context, event_row};
-use super::site_rows::SiteSession;
+use super::sites::python::PythonSites;
+use super::sites::{self, ANSWER_TIMEOUT, Sites};
 use super::{Outcome, ResolveError, SampleError, Scoped, sample_scope};
 use crate::console::Progress;
 use crate::store::{Row, SampleWriter, Scope, Tier};
@@ -48,12 +48,12 @@ pub struct RunPlan {
 }
 
 /// A plan checked against the environment: the program found, the watched
-/// processes alive, the Python bootstrap in place.
+/// processes alive, the tracers of allocation sites in place.
 #[derive(Debug)]
 pub struct Prepared {
     plan: RunPlan,
     program: PathBuf,
-    sites: Option<PySites>,
+    sites: Vec<Box<dyn Sites>>,
 }
 
 /// Finds the program and checks the watched PIDs, before any output exists.
@@ -73,11 +73,12 @@ pub fn prepare(plan: &RunPlan) -> Result<Prepared, ResolveError> {
         .map(|a| a.to_string_lossy().into_owned())
         .unwrap_or_default();
     let program = resolve_program(&name)?;
-    let sites = plan
-        .py_sites
-        .map(PySites::prepare)
-        .transpose()
-        .map_err(|e| ResolveError::PySites(e.to_string()))?;
+    let mut sites: Vec<Box<dyn Sites>> = Vec::new();
+    if let Some(frames) = plan.py_sites {
+        let python =
+            PythonSites::prepare(frames).map_err(|e| ResolveError::PySites(e.to_string()))?;
+        sites.push(Box::new(python));
+    }
     Ok(Prepared {
         plan: plan.clone(),
         program,
@@ -166,15 +167,14 @@ struct Session<'a> {
     /// This session's record (and where it is kept), for a later session
     /// to find what this one left should it be killed.
     record: Option<(Record, PathBuf)>,
-    /// `--py-sites`: the bootstrap's directory, and what was asked so far.
-    sites: Option<&'a PySites>,
-    site_session: SiteSession,
+    /// The tracers of allocation sites (`--py-sites`), asked after each run.
+    sites: &'a mut [Box<dyn Sites>],
     /// Stops what this session started should leakwatch die first.
     guardian: Option<Guardian>,
 }
 
 pub fn run(
-    prepared: &Prepared,
+    prepared: &mut Prepared,
     writer: &mut SampleWriter,
     interrupt: &Interrupt,
     progress: &Progress,
@@ -232,8 +232,7 @@ pub fn run(
         noted: BTreeSet::new(),
         cgroup,
         record: None,
-        sites: prepared.sites.as_ref(),
-        site_session: SiteSession::default(),
+        sites: &mut prepared.sites,
         guardian: None,
     };
     match guardian {
@@ -299,8 +298,8 @@ impl Session<'_> {
         command
             .args(self.plan.command.iter().skip(1))
             .stdin(Stdio::null());
-        if let Some(sites) = self.sites {
-            command.envs(sites.env(std::env::var_os("PYTHONPATH").as_deref()));
+        for tracer in self.sites.iter() {
+            command.envs(tracer.env());
         }
         if let Some(guardian) = &self.guardian {
             command.env(guardian::MARK, guardian.mark_value());
@@ -464,10 +463,10 @@ impl Session<'_> {
         self.update_record(&rows);
         // Asked after the deep sample: a snapshot costs the process memory
         // (a copy of its traces) that must not show in the sample.
-        if let Some(sites) = self.sites {
-            let (site_rows, notes) = self.site_session.collect(sites, &ctx, &rows);
-            self.outcome.notes.extend(notes);
-            self.write(&site_rows)?;
+        if !self.sites.is_empty() {
+            let got = sites::collect_all(self.sites, &ctx, &rows, ANSWER_TIMEOUT);
+            self.outcome.notes.extend(got.notes);
+            self.write(&got.rows)?;
         }
         Ok(rows)
     }
