@@ -23,11 +23,11 @@ mod attach;
 mod lifecycle;
 pub mod procfs;
 pub mod prometheus;
-pub mod rows;
+mod rows;
 mod run;
 pub mod sites;
 mod targets;
-pub mod tree;
+mod tree;
 
 pub use attach::{AttachPlan, attach, check_target};
 pub use lifecycle::guardian;
@@ -35,6 +35,7 @@ pub use lifecycle::reaper::Interrupt;
 pub use rows::{Clock, Context};
 pub use run::{Prepared, RunPlan, prepare, run};
 pub use targets::{Target, TargetError};
+pub use tree::Tree;
 
 use crate::store::{Row, Scope};
 use procfs::{Depth, ProcError, ProcRoot, read_process};
@@ -143,7 +144,7 @@ pub enum ResolveError {
     #[error("PID {pid} ({name}) is a kernel thread: it has no user memory to sample")]
     KernelThread { pid: u32, name: String },
     #[error("--py-sites: {0}")]
-    PySites(String),
+    PySites(sites::python::PySitesError),
 }
 
 /// Errors that end sampling early. Samples taken before stay on disk.

@@ -75,8 +75,7 @@ pub fn prepare(plan: &RunPlan) -> Result<Prepared, ResolveError> {
     let program = resolve_program(&name)?;
     let mut sites: Vec<Box<dyn Sites>> = Vec::new();
     if let Some(frames) = plan.py_sites {
-        let python =
-            PythonSites::prepare(frames).map_err(|e| ResolveError::PySites(e.to_string()))?;
+        let python = PythonSites::prepare(frames).map_err(ResolveError::PySites)?;
         sites.push(Box::new(python));
     }
     Ok(Prepared {

@@ -7,6 +7,6 @@
 //! - `guardian`: a process of its own that stops what the session started
 //!   should leakwatch die first.
 
-pub mod confine;
+pub(super) mod confine;
 pub mod guardian;
-pub mod reaper;
+pub(super) mod reaper;
