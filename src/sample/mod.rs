@@ -179,7 +179,7 @@ pub struct Outcome {
 mod tests {
     use super::*;
 
-    use procfs::fake::FakeProc;
+    use procfs::fake::{FakeProc, HEAP_SMAPS};
 
     /// At the first and last sample of `run` and of a group target, one
     /// read of `smaps` gives the row's deep figures and the mappings: no
@@ -190,13 +190,7 @@ mod tests {
         let fake = FakeProc::new();
         fake.process(10, 1, 'S', &[(10, &[])]);
         fake.file(10, "smaps_rollup", "");
-        fake.file(
-            10,
-            "smaps",
-            "01000000-01100000 rw-p 00000000 00:00 0 [heap]\n\
-             Rss: 1024 kB\nPss: 1000 kB\nPss_Dirty: 1000 kB\nPrivate_Dirty: 1024 kB\n\
-             Anonymous: 1024 kB\n",
-        );
+        fake.file(10, "smaps", HEAP_SMAPS);
         let ctx = Clock::new().context(Some(1));
         let scope = crate::store::Scope::Survivors;
         let root = fake.root();

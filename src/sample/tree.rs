@@ -566,7 +566,7 @@ fn read_cheap(m: &mut Member, buf: &mut Vec<u8>) -> Result<(), ProcError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sample::procfs::fake::FakeProc;
+    use crate::sample::procfs::fake::{FakeProc, HEAP_SMAPS};
     use crate::sample::rows::Clock;
 
     /// 10 → 20, 21; 20 → 30; and 99, a process outside the tree.
@@ -680,13 +680,7 @@ mod tests {
     #[test]
     fn a_deep_pass_walks_each_process_once() {
         let fake = tree_of_four();
-        fake.file(
-            20,
-            "smaps",
-            "01000000-01100000 rw-p 00000000 00:00 0 [heap]\n\
-             Rss: 1024 kB\nPss: 1000 kB\nPss_Dirty: 1000 kB\nPrivate_Dirty: 1024 kB\n\
-             Anonymous: 1024 kB\n",
-        );
+        fake.file(20, "smaps", HEAP_SMAPS);
         let mut tree = Tree::new(fake.root(), 10, None).unwrap();
         let ctx = Clock::new().context(None);
         let mut rows = tree.sweep(&ctx, Scope::Target).rows;

@@ -164,7 +164,8 @@ fn join(procs: &CString) -> io::Result<()> {
     Ok(())
 }
 
-fn members(dir: &Path) -> Vec<u32> {
+/// The processes in the cgroup at `dir` now (its `cgroup.procs`).
+pub(super) fn members(dir: &Path) -> Vec<u32> {
     fs::read_to_string(dir.join("cgroup.procs"))
         .unwrap_or_default()
         .split_whitespace()

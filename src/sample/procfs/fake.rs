@@ -19,6 +19,11 @@ Private_Dirty:    139700 kB\nReferenced:       156300 kB\nAnonymous:        1400
 KSM:                   0 kB\nLazyFree:              0 kB\nAnonHugePages:         0 kB\n\
 Swap:                 12 kB\nSwapPss:               12 kB\nLocked:                0 kB\n";
 
+/// `smaps` of one heap region: 1 MiB resident, 1000 kB of PSS, all of it
+/// anonymous.
+pub const HEAP_SMAPS: &str = "01000000-01100000 rw-p 00000000 00:00 0 [heap]\n\
+Rss: 1024 kB\nPss: 1000 kB\nPss_Dirty: 1000 kB\nPrivate_Dirty: 1024 kB\nAnonymous: 1024 kB\n";
+
 pub struct FakeProc {
     pub dir: tempfile::TempDir,
 }
