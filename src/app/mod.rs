@@ -4,6 +4,7 @@
 //! Prometheus in and out, completions and man pages.
 
 mod fleet;
+mod serve;
 
 use std::fs;
 use std::path::{Path, PathBuf};
