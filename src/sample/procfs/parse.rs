@@ -6,7 +6,7 @@
 //! Every file is parsed by hand from bytes: `status` is read every tick for
 //! every process of a tree, and a parser that only looks for the dozen keys
 //! we keep costs a fraction of the kernel's own read time (see
-//! `benches/sampler.rs`, `benches/sweep.rs`).
+//! `benches/criterion/sampler.rs`, `benches/criterion/sweep.rs`).
 
 /// What a /proc file held that is not what the kernel writes.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
