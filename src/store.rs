@@ -157,6 +157,27 @@ pub enum Tier {
     Type,
 }
 
+/// Which tracer found an allocation site (samples.csv's `site_source`, on
+/// `site` and `type` rows; see `sample::sites`).
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum SiteSource {
+    /// tracemalloc in each Python process (`run --py-sites`). What files
+    /// written before the column existed hold, so the default.
+    #[default]
+    Python,
+}
+
+impl fmt::Display for SiteSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SiteSource::Python => f.write_str("python"),
+        }
+    }
+}
+
 impl Row {
     /// A row of `scope` with nothing filled in.
     pub fn new(scope: Scope) -> Row {
@@ -202,6 +223,7 @@ impl Row {
             site_bytes: None,
             site_blocks: None,
             objects: None,
+            site_source: None,
         }
     }
 
@@ -284,6 +306,10 @@ pub struct Row {
     /// files written before type rows existed.
     #[serde(default)]
     pub objects: Option<u64>,
+    /// The tracer of a `site` or `type` row; files written before the
+    /// column existed read as python (`scan`), the only tracer then.
+    #[serde(default)]
+    pub site_source: Option<SiteSource>,
 }
 
 /// Spreadsheet-safe text cells, as OWASP's CSV-injection advice has it: a
@@ -608,6 +634,15 @@ impl SampleKeys {
     }
 }
 
+/// A row as read: a site or type row of a file written before
+/// `site_source` existed was Python's.
+fn upgraded(mut row: Row) -> Row {
+    if matches!(row.tier, Tier::Site | Tier::Type) && row.site_source.is_none() {
+        row.site_source = Some(SiteSource::Python);
+    }
+    row
+}
+
 /// Why a parsed row is not a sample leakwatch could have written.
 fn invalid(row: &Row) -> Option<&'static str> {
     (!(row.t_seconds.is_finite() && row.t_seconds >= 0.0))
@@ -659,7 +694,7 @@ pub fn scan(path: &Path, mut each: impl FnMut(Row)) -> Result<ScanReport, StoreE
                     .map_err(|e| e.to_string())
                     .and_then(|row| match invalid(&row) {
                         Some(why) => Err(why.to_string()),
-                        None => Ok(row),
+                        None => Ok(upgraded(row)),
                     }),
             ),
             Err(e) => Some(Err(e.to_string())),
@@ -754,6 +789,7 @@ mod tests {
             tier: Tier::Type,
             objects: Some(objects),
             site_bytes: Some(objects * 56),
+            site_source: Some(SiteSource::Python),
             ..row(1, 0)
         };
         let rows = [row(1, 4096), kind("__main__.Parser", 700), kind("dict", 9)];
@@ -762,17 +798,69 @@ mod tests {
         drop(w);
         assert_eq!(read_samples(&path).unwrap(), rows);
         // The same file as a leakwatch without type rows wrote it: no
-        // `objects` column, no type rows.
+        // `objects` column (nor `site_source`, which came later), no type
+        // rows.
         let text = std::fs::read_to_string(&path).unwrap();
         let old: Vec<String> = text
             .lines()
             .filter(|l| !l.contains(",type,"))
-            .map(|l| l.rsplit_once(',').unwrap().0.to_string())
+            .map(|l| l.rsplitn(3, ',').nth(2).unwrap().to_string())
             .collect();
         assert!(old[0].ends_with(",site_blocks"), "{}", old[0]);
         std::fs::write(&path, old.join("\n") + "\n").unwrap();
         let back = read_samples(&path).unwrap();
         assert_eq!(back, vec![row(1, 4096)]);
+    }
+
+    /// samples.csv as leakwatch wrote it before `site_source`: its site and
+    /// type rows were tracemalloc's, and read back as python.
+    #[test]
+    fn site_rows_of_a_file_without_site_source_read_as_python() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("samples.csv");
+        let site = |tier: Tier, name: &str| Row {
+            comm: name.into(),
+            tier,
+            site_bytes: Some(4096),
+            site_blocks: (tier == Tier::Site).then_some(3),
+            objects: (tier == Tier::Type).then_some(7),
+            site_source: Some(SiteSource::Python),
+            ..row(1, 0)
+        };
+        let rows = [
+            row(1, 4096),
+            site(Tier::Site, "app.py:12"),
+            site(Tier::Type, "dict"),
+        ];
+        let mut w = SampleWriter::create(&path).unwrap();
+        w.write_batch(&rows).unwrap();
+        drop(w);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            text.lines()
+                .next()
+                .unwrap()
+                .ends_with(",objects,site_source")
+        );
+        assert!(text.lines().nth(2).unwrap().ends_with(",python"), "{text}");
+        let old: Vec<String> = text
+            .lines()
+            .map(|l| l.rsplit_once(',').unwrap().0.to_string())
+            .collect();
+        assert!(old[0].ends_with(",objects"), "{}", old[0]);
+        std::fs::write(
+            &path,
+            old.join(
+                "
+",
+            ) + "
+",
+        )
+        .unwrap();
+        let back = read_samples(&path).unwrap();
+        assert_eq!(back, rows);
+        // A process row has no tracer.
+        assert_eq!(back[0].site_source, None);
     }
 
     #[test]

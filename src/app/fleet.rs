@@ -14,17 +14,17 @@ use anyhow::{Context, Result, bail};
 use clap::CommandFactory;
 
 use super as app;
+use super::serve::Server;
 use crate::cli::Cli;
 use crate::console;
 use crate::error::Exit;
 use crate::fit::{self, FitOptions};
 use crate::gate::GateOn;
-use crate::openmetrics::{self, Latest};
 use crate::options::{AnalyzeOptions, ExportOptions, GateSetup, ServeOptions};
 use crate::output;
+use crate::report::openmetrics::{self, Latest};
 use crate::sample::prometheus::{self, Life, RangeQuery};
 use crate::series::{self, Metric};
-use crate::serve::Server;
 use crate::store::{self, Row, SampleWriter, Scope, SessionEvent, Tier};
 
 /// Starts /metrics before sampling (a port in use fails before any output

@@ -1,6 +1,7 @@
-//! The CI gate: growth and peak limits judged on the verdict's own evidence.
-//! (Baselines are compared in `crate::check`; JUnit is written by
-//! `crate::report::junit`.)
+//! The CI gate: `--max-growth` and `--max-peak` limits judged on the
+//! verdict's own evidence, into a `GateResult` (each check, the violations,
+//! passed or not). Limits only: comparing against a baseline summary.json
+//! is `check`'s, and `report` writes the result (JUnit among its files).
 //!
 //! The rule (default, `ci`): a rate limit is judged on the rate the verdict
 //! rests on and its 95% CI (`SeriesFit::judged_rate`) — it **fails**

@@ -1,9 +1,10 @@
 //! Support for the end-to-end tests on real software (memcached, redis,
-//! gunicorn, Celery, Prometheus; `fixtures/real/`). Not a test of its own:
+//! gunicorn, Celery, Prometheus; `fixtures/real/`). Not a test target of its
+//! own (a file below `tests/support/`, which cargo does not build alone):
 //! include it in a test file with
 //!
 //! ```ignore
-//! #[path = "real_support.rs"]
+//! #[path = "support/real.rs"]
 //! mod real;
 //! ```
 //!

@@ -30,8 +30,8 @@ use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use leakwatch::sample::Clock;
-use leakwatch::sample::proc::ProcRoot;
-use leakwatch::sample::sweep::Tree;
+use leakwatch::sample::Tree;
+use leakwatch::sample::procfs::ProcRoot;
 use leakwatch::store::Scope;
 use nix::fcntl::{AtFlags, OFlag, openat};
 use nix::sys::stat::{Mode, fstatat};

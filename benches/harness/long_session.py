@@ -8,7 +8,7 @@ flat with noise. Then runs `leakwatch report` on it under /usr/bin/time and
 prints its wall time and peak RSS (the claim: within 64 MiB, whatever the
 session's length).
 
-Usage: python3 benches/long_session.py [--hours 24] [--processes 100]
+Usage: python3 benches/harness/long_session.py [--hours 24] [--processes 100]
        [--out /tmp/lw-day]  (needs a release build: cargo build --release)
 """
 
@@ -65,7 +65,7 @@ def main():
     ap.add_argument("--processes", type=int, default=100)
     ap.add_argument("--out", default="/tmp/lw-day")
     args = ap.parse_args()
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     lw = os.path.join(root, "target", "release", "leakwatch")
     os.makedirs(args.out, exist_ok=True)
     csv = os.path.join(args.out, "samples.csv")

@@ -4,14 +4,14 @@
 # few per second), and a second leakwatch attached to the first, judging its
 # RSS and open fds. Prints both verdicts and the first one's figures.
 #
-# Usage: bash benches/self_watch.sh            (30 minutes, needs a release
+# Usage: bash benches/harness/self_watch.sh            (30 minutes, needs a release
 #        build: cargo build --release)
-#        DURATION=300 WORKERS=50 bash benches/self_watch.sh   (a shorter run)
+#        DURATION=300 WORKERS=50 bash benches/harness/self_watch.sh   (a shorter run)
 # Environment: LEAKWATCH (binary, default target/release/leakwatch),
 #        DURATION (seconds, 1800), WORKERS (200), LIFE (mean worker life in seconds,
 #        60: WORKERS/LIFE recycles per second), OUT (output directory).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 LW=${LEAKWATCH:-target/release/leakwatch}
 DURATION=${DURATION:-1800}
 WORKERS=${WORKERS:-200}

@@ -4,9 +4,9 @@
 #   steady daemon,             --max-growth 64KiB/run -> expect pass (0) every time
 #   leak 256 KiB/run,          --max-growth 2MiB/run  -> expect pass (0) every time
 #   leak 4 MiB/run,            --max-growth 1MiB/run  -> expect fail (1) every time
-# Usage: bash benches/gate_reliability.sh [N=30]
+# Usage: bash benches/harness/gate_reliability.sh [N=30]
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 N=${1:-30}
 cargo build --release --quiet --bins --examples
 LW=./target/release/leakwatch

@@ -34,8 +34,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
-use super::confine::{Cgroup, Left, Record};
-use super::proc::ProcRoot;
+use super::confine::{self, Confinement, Left, Record};
+use crate::sample::procfs::ProcRoot;
 
 /// The hidden first argument that makes the binary a guardian.
 pub const SUBCOMMAND: &str = "__guardian";
@@ -231,7 +231,7 @@ impl Session {
             consider(pid, Some(start));
         }
         if let Some(cgroup) = &self.cgroup {
-            for pid in cgroup_members(cgroup) {
+            for pid in confine::members(cgroup) {
                 consider(pid, None);
             }
         }
@@ -290,7 +290,7 @@ impl Session {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        if let Some(cgroup) = self.cgroup.as_deref().and_then(Cgroup::open) {
+        if let Some(cgroup) = self.cgroup.as_deref().and_then(Confinement::open) {
             cgroup.kill_all(Duration::from_secs(1));
         }
         let hard = Instant::now() + Duration::from_secs(5);
@@ -334,14 +334,6 @@ impl Session {
             .collect();
         record.save(dir);
     }
-}
-
-fn cgroup_members(dir: &Path) -> Vec<u32> {
-    fs::read_to_string(dir.join("cgroup.procs"))
-        .unwrap_or_default()
-        .split_whitespace()
-        .filter_map(|p| p.parse().ok())
-        .collect()
 }
 
 fn all_pids(root: &ProcRoot) -> Vec<u32> {

@@ -19,7 +19,7 @@
 use std::collections::HashMap;
 use std::io::{self, Read};
 
-use super::proc::{Mapping, Rollup};
+use super::parse::{Mapping, Rollup, kb_bytes};
 
 /// Bytes read per `read` call: the kernel produces smaps a buffer at a time
 /// and takes the target's mmap lock afresh for each, so the buffer bounds
@@ -180,16 +180,16 @@ impl SmapsParser {
             b"Private_Dirty" => &mut region.private_dirty,
             b"Swap" => &mut region.swap,
             b"Pss_Dirty" => {
-                region.pss_dirty = super::proc::kb_bytes(rest);
+                region.pss_dirty = kb_bytes(rest);
                 return;
             }
             b"SwapPss" => {
-                region.swap_pss = super::proc::kb_bytes(rest);
+                region.swap_pss = kb_bytes(rest);
                 return;
             }
             _ => return,
         };
-        *slot = super::proc::kb_bytes(rest).unwrap_or(0);
+        *slot = kb_bytes(rest).unwrap_or(0);
     }
 
     /// Adds the region just read to the sums.

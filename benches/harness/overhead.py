@@ -4,14 +4,14 @@ the kernel's floor measured in the same run and against what people run
 instead (psutil, psrecord, smem).
 
 Installs psutil and psrecord from PyPI into a venv under target/ and smem
-from apt when missing; builds benches/mmap_loop.c and benches/proc_floor.c
-with cc and leakwatch with cargo (release). Starts the trees it measures (a
-Python master forking sleepers, which die with it) and stops everything it
-started, whatever happens.
+from apt when missing; builds benches/harness/mmap_loop.c and
+benches/harness/proc_floor.c with cc and leakwatch with cargo (release).
+Starts the trees it measures (a Python master forking sleepers, which die
+with it) and stops everything it started, whatever happens.
 
-  python3 benches/overhead.py              # the figures of README's table
-  python3 benches/overhead.py --long       # the 100-process attach for 10 min
-  python3 benches/overhead.py --only interference   (or: compare, goals)
+  python3 benches/harness/overhead.py              # the figures of README's table
+  python3 benches/harness/overhead.py --long       # the 100-process attach for 10 min
+  python3 benches/harness/overhead.py --only interference   (or: compare, goals)
 
 Every CPU figure is user + system time from wait4(2) (whole process) or
 CLOCK_PROCESS_CPUTIME_ID (the floor). A tool's cost per sample is marginal:
@@ -31,7 +31,7 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TARGET = os.path.join(ROOT, "target")
 BIN = os.path.join(TARGET, "bench-bin")
 VENV = os.path.join(TARGET, "bench-venv")
@@ -75,7 +75,7 @@ def setup():
     os.makedirs(BIN, exist_ok=True)
     for src in ("mmap_loop", "proc_floor"):
         subprocess.run(["cc", "-O2", "-o", os.path.join(BIN, src),
-                        os.path.join(ROOT, "benches", src + ".c")], check=True)
+                        os.path.join(ROOT, "benches", "harness", src + ".c")], check=True)
     subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=ROOT, check=True)
     if not os.path.exists(os.path.join(VENV, "bin", "psrecord")):
         subprocess.run([sys.executable, "-m", "venv", VENV], check=True)

@@ -16,7 +16,7 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use super::Context;
+use crate::sample::rows::Context;
 use crate::store::{Row, Scope, Tier};
 
 /// Where cgroup file systems are mounted on every distribution we know.

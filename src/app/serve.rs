@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use crate::fit::FitOptions;
-use crate::openmetrics::{self, Live};
+use crate::report::openmetrics::{self, Live};
 use crate::store::Tap;
 
 #[derive(Debug, thiserror::Error)]

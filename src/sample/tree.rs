@@ -24,8 +24,8 @@ use nix::dir::Dir;
 use nix::fcntl::OFlag;
 use nix::sys::stat::Mode;
 
-use super::proc::{ProcDir, ProcError, ProcRoot, Status, raise_fd_limit};
-use super::{Context, fill_deep, mapping_row};
+use super::procfs::{ProcDir, ProcError, ProcRoot, Status, raise_fd_limit};
+use super::rows::{Context, Who, cheap_row, fill_deep, mapping_row};
 use crate::store::{Row, Scope, Tier};
 
 /// A process of the tree, held for its life.
@@ -236,7 +236,15 @@ impl Tree {
             .members
             .iter()
             .filter(|(_, m)| m.is_live())
-            .map(|(&pid, m)| cheap_row(ctx, scope, pid, m))
+            .map(|(&pid, m)| {
+                let who = Who {
+                    pid,
+                    ppid: m.status.ppid,
+                    start_time: m.start_time,
+                    comm: &m.status.name,
+                };
+                cheap_row(ctx, scope, who, &m.status, m.fds)
+            })
             .collect();
         out
     }
@@ -555,32 +563,11 @@ fn read_cheap(m: &mut Member, buf: &mut Vec<u8>) -> Result<(), ProcError> {
     Ok(())
 }
 
-/// The cheap row of a member.
-fn cheap_row(ctx: &Context, scope: Scope, pid: u32, m: &Member) -> Row {
-    let s = &m.status;
-    Row {
-        pid,
-        ppid: s.ppid,
-        start_time: m.start_time,
-        comm: s.name.clone(),
-        tier: Tier::Cheap,
-        rss_bytes: s.rss_bytes,
-        anon_bytes: s.anon_bytes,
-        file_bytes: s.file_bytes,
-        shmem_bytes: s.shmem_bytes,
-        swap_bytes: s.swap_bytes,
-        hwm_bytes: s.hwm_bytes,
-        threads: s.threads,
-        fds: m.fds,
-        ..ctx.row(scope)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sample::Clock;
-    use crate::sample::fake::FakeProc;
+    use crate::sample::procfs::fake::{FakeProc, HEAP_SMAPS};
+    use crate::sample::rows::Clock;
 
     /// 10 → 20, 21; 20 → 30; and 99, a process outside the tree.
     fn tree_of_four() -> FakeProc {
@@ -693,13 +680,7 @@ mod tests {
     #[test]
     fn a_deep_pass_walks_each_process_once() {
         let fake = tree_of_four();
-        fake.file(
-            20,
-            "smaps",
-            "01000000-01100000 rw-p 00000000 00:00 0 [heap]\n\
-             Rss: 1024 kB\nPss: 1000 kB\nPss_Dirty: 1000 kB\nPrivate_Dirty: 1024 kB\n\
-             Anonymous: 1024 kB\n",
-        );
+        fake.file(20, "smaps", HEAP_SMAPS);
         let mut tree = Tree::new(fake.root(), 10, None).unwrap();
         let ctx = Clock::new().context(None);
         let mut rows = tree.sweep(&ctx, Scope::Target).rows;

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use super::proc::ProcRoot;
+use super::ProcRoot;
 
 pub const STATUS: &str = "Name:\tpantsd\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t4242\nNgid:\t0\n\
 Pid:\t4242\nPPid:\t1\nTracerPid:\t0\nVmPeak:\t  300000 kB\nVmSize:\t  290000 kB\nVmLck:\t       0 kB\n\
@@ -18,6 +18,11 @@ Shared_Clean:      12000 kB\nShared_Dirty:        600 kB\nPrivate_Clean:      40
 Private_Dirty:    139700 kB\nReferenced:       156300 kB\nAnonymous:        140000 kB\n\
 KSM:                   0 kB\nLazyFree:              0 kB\nAnonHugePages:         0 kB\n\
 Swap:                 12 kB\nSwapPss:               12 kB\nLocked:                0 kB\n";
+
+/// `smaps` of one heap region: 1 MiB resident, 1000 kB of PSS, all of it
+/// anonymous.
+pub const HEAP_SMAPS: &str = "01000000-01100000 rw-p 00000000 00:00 0 [heap]\n\
+Rss: 1024 kB\nPss: 1000 kB\nPss_Dirty: 1000 kB\nPrivate_Dirty: 1024 kB\nAnonymous: 1024 kB\n";
 
 pub struct FakeProc {
     pub dir: tempfile::TempDir,

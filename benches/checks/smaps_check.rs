@@ -3,11 +3,11 @@
 //! this machine that holds still while read (rollup, smaps, rollup: the two
 //! rollups equal), field by field: how many match exactly, and the largest
 //! difference. This is what lets a deep pass read `smaps` alone for the
-//! processes whose mappings it wants (`src/sample/smaps.rs`).
+//! processes whose mappings it wants (`src/sample/procfs/smaps.rs`).
 //!
 //! `cargo bench --bench smaps_check` (as root to see every process).
 
-use leakwatch::sample::proc::{ProcRoot, Rollup};
+use leakwatch::sample::procfs::{ProcRoot, Rollup};
 
 type Field = (&'static str, fn(&Rollup) -> Option<u64>);
 

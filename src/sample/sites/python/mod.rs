@@ -2,7 +2,9 @@
 //! Python processes of a command with a bootstrap `sitecustomize` and asks
 //! each of them, after a run, for tracemalloc's top allocation sites.
 //!
-//! How it fits the run loop:
+//! [`PythonSites`] is the tracer the run driver holds (`super::Sites`);
+//! `rows` turns its answers into samples.csv rows. [`PySites`] is the
+//! asking itself. How it fits the run loop:
 //!
 //! 1. [`PySites::prepare`] once, before the first run: creates the private
 //!    directory D (mode 0700) and writes the bootstrap into
@@ -11,7 +13,7 @@
 //!    first, `LEAKWATCH_PY_DIR`, `LEAKWATCH_PY_FRAMES`. Every Python 3.7+
 //!    process started from it (and every process they fork) then traces
 //!    allocations and listens on `D/<pid>.sock`; see
-//!    `pysites/sitecustomize.py` for what runs inside the processes.
+//!    `sitecustomize.py` beside this file for what runs inside the processes.
 //! 3. [`PySites::collect`] after each run, once the command has exited, the
 //!    settle delay has passed and the survivors' deep sample is taken — not
 //!    before it: answering costs the process CPU (0.2–3 s for 100k–350k live
@@ -29,6 +31,7 @@
 //! The wire format is specified in [`wire`] (version 1).
 
 mod diagnose;
+mod rows;
 pub mod wire;
 
 use std::ffi::{OsStr, OsString};
@@ -43,6 +46,9 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use super::{Collected, Sites};
+use crate::sample::rows::Context;
+use crate::store::{Row, SiteSource};
 pub use diagnose::{PyFlags, Silence, python_flags};
 pub use wire::{
     Frame, Grouping, Limits, LineSite, PeakSince, Snapshot, Totals, TracebackSite, TypeCounts,
@@ -50,7 +56,7 @@ pub use wire::{
 };
 
 /// The bootstrap, written to `D/boot/sitecustomize.py`.
-pub const BOOTSTRAP: &str = include_str!("pysites/sitecustomize.py");
+pub const BOOTSTRAP: &str = include_str!("sitecustomize.py");
 /// Names the private directory D for the bootstrap.
 pub const ENV_DIR: &str = "LEAKWATCH_PY_DIR";
 /// Frames tracemalloc keeps per allocation.
@@ -160,6 +166,40 @@ pub struct SiteReport {
     pub pid: u32,
     pub endpoint: PathBuf,
     pub answer: Result<Snapshot, AnswerError>,
+}
+
+/// `--py-sites` as the run driver holds it: the private directory D and
+/// what this session has written of the answers so far.
+#[derive(Debug)]
+pub struct PythonSites {
+    sites: PySites,
+    session: rows::SiteSession,
+}
+
+impl PythonSites {
+    /// Creates D with the bootstrap (see [`PySites::prepare`]), tracing
+    /// `frames` frames per allocation.
+    pub fn prepare(frames: usize) -> Result<PythonSites, PySitesError> {
+        Ok(PythonSites {
+            sites: PySites::prepare(frames)?,
+            session: rows::SiteSession::default(),
+        })
+    }
+}
+
+impl Sites for PythonSites {
+    fn source(&self) -> SiteSource {
+        SiteSource::Python
+    }
+
+    /// `PYTHONPATH` with the bootstrap first, then the one leakwatch has.
+    fn env(&self) -> Vec<(OsString, OsString)> {
+        self.sites.env(std::env::var_os("PYTHONPATH").as_deref())
+    }
+
+    fn collect(&mut self, ctx: &Context, sampled: &[Row], timeout: Duration) -> Collected {
+        self.session.collect(&self.sites, ctx, sampled, timeout)
+    }
 }
 
 /// The private directory D of one leakwatch session and how to ask the

@@ -16,8 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use leakwatch::sample::proc::ProcRoot;
-use leakwatch::sample::{Depth, read_process};
+use leakwatch::sample::procfs::{Depth, ProcRoot, read_process};
 
 fn target() -> Child {
     // 256 MiB written (so resident), then held.
@@ -73,13 +72,13 @@ fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("smaps");
     group.bench_function(
         format!("parse only ({} KiB in memory)", text.len() / 1024),
-        |b| b.iter(|| black_box(leakwatch::sample::smaps::SmapsParser::parse(&text))),
+        |b| b.iter(|| black_box(leakwatch::sample::procfs::SmapsParser::parse(&text))),
     );
     group.finish();
 
     let mut group = c.benchmark_group("process");
     let dir = root.open_dir(pid).expect("dir");
-    let mut status = leakwatch::sample::proc::Status::default();
+    let mut status = leakwatch::sample::procfs::Status::default();
     group.bench_function("attach's cheap tier (status+fd count, held dir)", |b| {
         b.iter(|| {
             dir.status(&mut buf, &mut status).expect("status");

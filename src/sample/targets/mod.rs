@@ -4,16 +4,17 @@
 //! (`resolve`); then `Members` says, at each tick, which processes to sample
 //! and adds the cgroup's own accounting row.
 
-use std::fs;
+mod cgroup;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use regex::Regex;
 
-use super::Context;
-use super::cgroup::{self, Cgroup, CgroupError};
-use super::proc::ProcRoot;
+use crate::sample::procfs::{Candidate, ProcRoot};
+use crate::sample::rows::Context;
 use crate::store::Row;
+pub use cgroup::{Cgroup, CgroupError};
 
 /// A target as the user named it (`Pid`, `Name`, `Cgroup` path, `Unit`), or
 /// as resolved (`Pid`, `Name` with `all`, `Group`).
@@ -37,7 +38,7 @@ pub enum Target {
 #[derive(Debug, thiserror::Error)]
 pub enum TargetError {
     #[error(transparent)]
-    Process(#[from] super::ResolveError),
+    Process(#[from] crate::sample::ResolveError),
     #[error(
         "--name '{0}' matches no process (names and command lines were searched); \
          check with `pgrep -af '{0}'`"
@@ -66,47 +67,6 @@ pub enum TargetError {
     NoUnitCgroup { unit: String, why: String },
 }
 
-/// One process's name and command line, for matching.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Candidate {
-    pub pid: u32,
-    pub comm: String,
-    pub cmdline: String,
-}
-
-/// Every user process under `proc_dir` (kernel threads have an empty
-/// command line and are left out), with its name and command line.
-pub fn candidates(proc_dir: &Path) -> Vec<Candidate> {
-    let Ok(entries) = fs::read_dir(proc_dir) else {
-        return Vec::new();
-    };
-    let mut out: Vec<Candidate> = entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter_map(|pid| {
-            let dir = proc_dir.join(pid.to_string());
-            let cmdline = fs::read(dir.join("cmdline")).ok()?;
-            if cmdline.is_empty() {
-                return None;
-            }
-            let comm = fs::read(dir.join("comm")).ok()?;
-            let comm = crate::escape::inert_bytes(comm.strip_suffix(b"\n").unwrap_or(&comm));
-            let cmdline: Vec<String> = cmdline
-                .split(|b| *b == 0)
-                .filter(|a| !a.is_empty())
-                .map(|a| String::from_utf8_lossy(a).into_owned())
-                .collect();
-            Some(Candidate {
-                pid,
-                comm,
-                cmdline: cmdline.join(" "),
-            })
-        })
-        .collect();
-    out.sort_by_key(|c| c.pid);
-    out
-}
-
 /// leakwatch and its ancestors: their command lines hold the pattern too
 /// (`leakwatch attach --name foo`, the shell that ran it).
 fn own_lineage(root: &ProcRoot) -> Vec<u32> {
@@ -130,14 +90,9 @@ pub fn matches(regex: &Regex, candidates: &[Candidate], exclude: &[u32]) -> Vec<
         .collect()
 }
 
-fn proc_dir() -> PathBuf {
-    PathBuf::from("/proc")
-}
-
 /// One match, or a clear error for none or several (unless `all`).
-fn resolve_name(regex: &Regex, all: bool) -> Result<Target, TargetError> {
-    let root = ProcRoot::default();
-    let found = matches(regex, &candidates(&proc_dir()), &own_lineage(&root));
+fn resolve_name(regex: &Regex, all: bool, root: &ProcRoot) -> Result<Target, TargetError> {
+    let found = matches(regex, &root.candidates(), &own_lineage(root));
     let pattern = regex.as_str().to_string();
     match found.as_slice() {
         [] => Err(TargetError::NoMatch(pattern)),
@@ -192,12 +147,13 @@ fn resolve_unit(unit: &str) -> Result<Target, TargetError> {
     )?))
 }
 
-/// The target resolved against this machine: a name with one match becomes
-/// its PID, a unit or a cgroup path becomes a cgroup directory.
-pub fn resolve(target: &Target) -> Result<Target, TargetError> {
+/// The target resolved against this machine (its processes as `root`
+/// shows them): a name with one match becomes its PID, a unit or a cgroup
+/// path becomes a cgroup directory.
+pub fn resolve(target: &Target, root: &ProcRoot) -> Result<Target, TargetError> {
     match target {
         Target::Pid(_) | Target::Group(_) => Ok(target.clone()),
-        Target::Name { regex, all } => resolve_name(regex, *all),
+        Target::Name { regex, all } => resolve_name(regex, *all, root),
         Target::Cgroup(path) => Ok(Target::Group(Cgroup::resolve(
             path,
             Path::new(cgroup::SYS_CGROUP),
@@ -250,7 +206,7 @@ impl Members {
         match &self.target {
             Target::Pid(pid) => root.tree_without(*pid, Some(skip)),
             Target::Name { regex, .. } => {
-                let found = matches(regex, &candidates(&proc_dir()), &own_lineage(root));
+                let found = matches(regex, &root.candidates(), &own_lineage(root));
                 let mut seen = std::collections::BTreeSet::new();
                 let mut pids: Vec<u32> = Vec::new();
                 for c in &found {
@@ -290,7 +246,7 @@ impl Members {
                 cg.dir.display()
             )),
             Target::Name { regex, .. }
-                if matches(regex, &candidates(&proc_dir()), &own_lineage(root)).is_empty() =>
+                if matches(regex, &root.candidates(), &own_lineage(root)).is_empty() =>
             {
                 Some(format!(
                     "no process matches '{}' any more; sampling stopped",
@@ -329,24 +285,11 @@ mod tests {
     }
 
     #[test]
-    fn a_fake_proc_lists_user_processes_only() {
-        let dir = tempfile::tempdir().unwrap();
-        for (pid, comm, cmdline) in [("7", "kthreadd", ""), ("42", "app", "app\0--serve\0")] {
-            let p = dir.path().join(pid);
-            fs::create_dir(&p).unwrap();
-            fs::write(p.join("comm"), format!("{comm}\n")).unwrap();
-            fs::write(p.join("cmdline"), cmdline).unwrap();
-        }
-        fs::create_dir(dir.path().join("self")).unwrap();
-        assert_eq!(candidates(dir.path()), vec![c(42, "app", "app --serve")]);
-    }
-
-    #[test]
     fn no_systemd_is_a_clear_error() {
         if Path::new("/run/systemd/system").is_dir() {
             return;
         }
-        let err = resolve(&Target::Unit("nginx.service".into())).unwrap_err();
+        let err = resolve(&Target::Unit("nginx.service".into()), &ProcRoot::default()).unwrap_err();
         assert!(err.to_string().contains("systemd is not running"), "{err}");
     }
 }

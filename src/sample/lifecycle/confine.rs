@@ -23,24 +23,24 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::proc::ProcRoot;
 use crate::output;
+use crate::sample::procfs::ProcRoot;
 
 const FREEZER: &str = "/sys/fs/cgroup/freezer";
 
 /// A freezer cgroup holding every process a `run` session started.
 #[derive(Debug)]
-pub struct Cgroup {
+pub struct Confinement {
     dir: PathBuf,
     /// `<dir>/cgroup.procs` as a C string, ready for the child to write to
     /// between fork and exec (no allocation there).
     procs: CString,
 }
 
-impl Cgroup {
+impl Confinement {
     /// A new cgroup `leakwatch-<pid>` under the freezer hierarchy, or `None`
     /// where there is none or it is not ours to write (not root).
-    pub fn create(pid: u32) -> Option<Cgroup> {
+    pub fn create(pid: u32) -> Option<Confinement> {
         sweep_stale(Path::new(FREEZER));
         let dir = Path::new(FREEZER).join(format!("leakwatch-{pid}"));
         fs::create_dir(&dir).ok()?;
@@ -50,17 +50,17 @@ impl Cgroup {
                 .into_encoded_bytes(),
         )
         .ok()?;
-        Some(Cgroup { dir, procs })
+        Some(Confinement { dir, procs })
     }
 
     /// The cgroup a session made at `dir`, as its guardian sees it.
-    pub fn open(dir: &Path) -> Option<Cgroup> {
+    pub fn open(dir: &Path) -> Option<Confinement> {
         let procs = CString::new(
             dir.join("cgroup.procs")
                 .into_os_string()
                 .into_encoded_bytes(),
         );
-        Some(Cgroup {
+        Some(Confinement {
             dir: dir.to_path_buf(),
             procs: procs.ok().filter(|_| dir.is_dir())?,
         })
@@ -164,7 +164,8 @@ fn join(procs: &CString) -> io::Result<()> {
     Ok(())
 }
 
-fn members(dir: &Path) -> Vec<u32> {
+/// The processes in the cgroup at `dir` now (its `cgroup.procs`).
+pub(super) fn members(dir: &Path) -> Vec<u32> {
     fs::read_to_string(dir.join("cgroup.procs"))
         .unwrap_or_default()
         .split_whitespace()

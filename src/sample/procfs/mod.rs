@@ -1,12 +1,21 @@
-//! Readers for the /proc files leakwatch samples, through an injectable root.
+//! /proc through an injectable root: `ProcRoot` (a view of /proc, or of a
+//! fake tree built by a test), `ProcDir` (one process's directory held
+//! open) and `ProcError`. Parsing lives apart from file access, as in
+//! procfs-core: `parse` turns bytes into the process types, `smaps` streams
+//! the one large file; `process` reads a process in tiers, `cmdline` its
+//! command line.
 //!
-//! Every file is parsed by hand from bytes: `status` is read every tick for
-//! every process of a tree, and a parser that only looks for the dozen keys
-//! we keep costs a fraction of the kernel's own read time (see
-//! `benches/sampler.rs`, `benches/sweep.rs`). A process read more than once is
-//! read through a `ProcDir`, its directory held open, so that each read is
-//! one `openat` with no path lookup and the handle itself tells a reused pid
-//! from the process it named.
+//! A process read more than once is read through a `ProcDir`, its
+//! directory held open, so that each read is one `openat` with no path
+//! lookup and the handle itself tells a reused pid from the process it
+//! named.
+
+mod cmdline;
+#[cfg(test)]
+pub(crate) mod fake;
+mod parse;
+mod process;
+mod smaps;
 
 use std::collections::HashSet;
 use std::fs;
@@ -18,7 +27,14 @@ use std::path::{Path, PathBuf};
 use nix::fcntl::{AtFlags, OFlag};
 use nix::sys::stat::Mode;
 
-use super::smaps::{Smaps, SmapsParser};
+pub use cmdline::Candidate;
+pub use parse::{
+    Mapping, ParseError, Rollup, Stat, Status, parse_smaps_rollup, parse_stat, parse_status,
+    parse_status_into,
+};
+use parse::{parse_smaps_rollup_bytes, parse_stat_bytes, parse_u64};
+pub use process::{Depth, ProcSample, read_process};
+pub use smaps::{Smaps, SmapsParser, mapping_name};
 
 /// Why a /proc read failed, kept apart as procfs-core does: a process that is
 /// gone is an event in the data, permission denied needs a hint.
@@ -37,11 +53,11 @@ pub enum ProcError {
         path: PathBuf,
         error: io::Error,
     },
-    #[error("cannot parse {path}: {what}")]
+    #[error("cannot parse {path}: {error}")]
     Parse {
         pid: u32,
         path: PathBuf,
-        what: String,
+        error: ParseError,
     },
 }
 
@@ -59,70 +75,6 @@ impl ProcError {
     pub fn is_gone(&self) -> bool {
         matches!(self, ProcError::Gone { .. })
     }
-}
-
-/// Cheap tier: `/proc/PID/status`. All sizes in bytes (the file says kB).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Status {
-    /// The command name as `stat` gives it (`status` escapes `\n` and `\`;
-    /// they are unescaped here).
-    pub name: String,
-    /// `R`, `S`, `D`, `Z` (zombie) …
-    pub state: Option<char>,
-    pub ppid: u32,
-    pub rss_bytes: Option<u64>,
-    pub anon_bytes: Option<u64>,
-    pub file_bytes: Option<u64>,
-    pub shmem_bytes: Option<u64>,
-    pub swap_bytes: Option<u64>,
-    pub hwm_bytes: Option<u64>,
-    pub threads: Option<u64>,
-}
-
-impl Status {
-    /// Exited and not yet reaped by its parent.
-    pub fn is_zombie(&self) -> bool {
-        matches!(self.state, Some('Z' | 'X'))
-    }
-}
-
-/// Deep tier: `/proc/PID/smaps_rollup`. All sizes in bytes (the file says kB).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Rollup {
-    pub rss_bytes: u64,
-    pub pss_bytes: u64,
-    pub pss_anon_bytes: Option<u64>,
-    pub pss_file_bytes: Option<u64>,
-    pub pss_shmem_bytes: Option<u64>,
-    pub shared_clean_bytes: u64,
-    pub shared_dirty_bytes: u64,
-    pub private_clean_bytes: u64,
-    pub private_dirty_bytes: u64,
-    pub swap_bytes: u64,
-    pub swap_pss_bytes: Option<u64>,
-}
-
-impl Rollup {
-    /// Unique set size: pages only this process maps.
-    pub fn uss_bytes(&self) -> u64 {
-        self.private_clean_bytes + self.private_dirty_bytes
-    }
-
-    pub fn shared_bytes(&self) -> u64 {
-        self.shared_clean_bytes + self.shared_dirty_bytes
-    }
-}
-
-/// The fields of `/proc/PID/stat` that identify a process over time.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Stat {
-    pub comm: String,
-    /// `R`, `S`, `D`, `Z` (zombie: exited, not yet reaped) …
-    pub state: char,
-    pub ppid: u32,
-    /// Start time in clock ticks since boot: with the pid, it names one process
-    /// even when the pid is reused.
-    pub start_time: u64,
 }
 
 /// A view of /proc, or of a fake /proc tree built by a test.
@@ -208,10 +160,10 @@ impl ProcRoot {
         let mut buf = Vec::new();
         let n = self.read(pid, "status", &mut buf)?;
         let mut status = Status::default();
-        parse_status_into(&buf[..n], &mut status).map_err(|what| ProcError::Parse {
+        parse_status_into(&buf[..n], &mut status).map_err(|error| ProcError::Parse {
             pid,
             path: self.path(pid, "status"),
-            what,
+            error,
         })?;
         Ok(status)
     }
@@ -223,10 +175,10 @@ impl ProcRoot {
     pub fn stat(&self, pid: u32) -> Result<Stat, ProcError> {
         let mut buf = Vec::new();
         let n = self.read(pid, "stat", &mut buf)?;
-        parse_stat_bytes(&buf[..n]).map_err(|what| ProcError::Parse {
+        parse_stat_bytes(&buf[..n]).map_err(|error| ProcError::Parse {
             pid,
             path: self.path(pid, "stat"),
-            what,
+            error,
         })
     }
 
@@ -344,11 +296,11 @@ impl ProcDir {
         ProcError::from_io(self.pid, self.path.join(name), e)
     }
 
-    fn parse_error(&self, name: &str, what: String) -> ProcError {
+    fn parse_error(&self, name: &str, error: ParseError) -> ProcError {
         ProcError::Parse {
             pid: self.pid,
             path: self.path.join(name),
-            what,
+            error,
         }
     }
 
@@ -505,277 +457,11 @@ pub fn raise_fd_limit() -> u64 {
     soft
 }
 
-/// One mapping name's memory in one process (bytes).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Mapping {
-    pub name: String,
-    pub regions: u64,
-    pub size_bytes: u64,
-    pub rss_bytes: u64,
-    pub pss_bytes: u64,
-    pub anon_bytes: u64,
-    pub private_dirty_bytes: u64,
-    pub swap_bytes: u64,
-}
-
-/// A decimal number of ASCII digits, `None` when empty, not digits or too
-/// large for a u64.
-fn parse_u64(digits: &[u8]) -> Option<u64> {
-    if digits.is_empty() {
-        return None;
-    }
-    digits.iter().try_fold(0u64, |n, &d| {
-        d.is_ascii_digit()
-            .then(|| n.checked_mul(10)?.checked_add(u64::from(d - b'0')))
-            .flatten()
-    })
-}
-
-/// The value of a `Key:   1234 kB` line (what follows the colon) in bytes;
-/// a value without unit is returned as it is.
-pub(crate) fn kb_bytes(rest: &[u8]) -> Option<u64> {
-    let mut parts = rest
-        .split(u8::is_ascii_whitespace)
-        .filter(|p| !p.is_empty());
-    let value = parse_u64(parts.next()?)?;
-    match parts.next() {
-        Some(b"kB") => value.checked_mul(1024),
-        None => Some(value),
-        Some(_) => None,
-    }
-}
-
-/// Parses `/proc/PID/status`; only the keys leakwatch keeps.
-pub fn parse_status(text: &str) -> Result<Status, String> {
-    let mut status = Status::default();
-    parse_status_into(text.as_bytes(), &mut status)?;
-    Ok(status)
-}
-
-/// The `status` keys leakwatch keeps.
-const STATUS_KEYS: [&[u8]; 10] = [
-    b"Name",
-    b"State",
-    b"PPid",
-    b"VmRSS",
-    b"RssAnon",
-    b"RssFile",
-    b"RssShmem",
-    b"VmSwap",
-    b"VmHWM",
-    b"Threads",
-];
-
-/// Parses `/proc/PID/status` into `out` (every field replaced; the name's
-/// allocation reused).
-pub fn parse_status_into(text: &[u8], out: &mut Status) -> Result<(), String> {
-    let mut name = std::mem::take(&mut out.name);
-    name.clear();
-    *out = Status::default();
-    let mut saw_name = false;
-    // The keys kept, counted down: the kernel writes them all before
-    // `Threads`, so the signal masks and CPU lists after it are not read.
-    let mut wanted = 10;
-    for line in text.split(|&b| b == b'\n') {
-        if wanted == 0 {
-            break;
-        }
-        let Some(colon) = line.iter().position(|&b| b == b':') else {
-            continue;
-        };
-        let (key, rest) = (&line[..colon], &line[colon + 1..]);
-        wanted -= usize::from(STATUS_KEYS.contains(&key));
-        match key {
-            b"Name" => {
-                unescape_name(rest.strip_prefix(b"\t").unwrap_or(rest), &mut name);
-                saw_name = true;
-            }
-            b"State" => out.state = rest.trim_ascii_start().first().map(|&c| char::from(c)),
-            b"PPid" => {
-                out.ppid = kb_bytes(rest)
-                    .and_then(|p| u32::try_from(p).ok())
-                    .unwrap_or(0)
-            }
-            b"VmRSS" => out.rss_bytes = kb_bytes(rest),
-            b"RssAnon" => out.anon_bytes = kb_bytes(rest),
-            b"RssFile" => out.file_bytes = kb_bytes(rest),
-            b"RssShmem" => out.shmem_bytes = kb_bytes(rest),
-            b"VmSwap" => out.swap_bytes = kb_bytes(rest),
-            b"VmHWM" => out.hwm_bytes = kb_bytes(rest),
-            b"Threads" => out.threads = kb_bytes(rest),
-            _ => {}
-        }
-    }
-    out.name = name;
-    if saw_name {
-        Ok(())
-    } else {
-        Err("no Name: line".to_string())
-    }
-}
-
-/// `status` writes the command name with `\n` as `\n` and `\` as `\\`
-/// (`proc_task_name`); `stat` writes it raw. Undone here so both agree.
-fn unescape_name(escaped: &[u8], out: &mut String) {
-    let mut bytes = Vec::with_capacity(escaped.len());
-    let mut i = 0;
-    while i < escaped.len() {
-        match (escaped[i], escaped.get(i + 1)) {
-            (b'\\', Some(b'n')) => {
-                bytes.push(b'\n');
-                i += 2;
-            }
-            (b'\\', Some(b'\\')) => {
-                bytes.push(b'\\');
-                i += 2;
-            }
-            (b, _) => {
-                bytes.push(b);
-                i += 1;
-            }
-        }
-    }
-    out.push_str(&crate::escape::inert_bytes(&bytes));
-}
-
-/// Parses `/proc/PID/smaps_rollup` (the header line is skipped).
-pub fn parse_smaps_rollup(text: &str) -> Result<Rollup, String> {
-    parse_smaps_rollup_bytes(text.as_bytes())
-}
-
-fn parse_smaps_rollup_bytes(text: &[u8]) -> Result<Rollup, String> {
-    let mut r = Rollup::default();
-    let mut saw_pss = false;
-    for line in text.split(|&b| b == b'\n') {
-        let Some(colon) = line.iter().position(|&b| b == b':') else {
-            continue;
-        };
-        let Some(value) = kb_bytes(&line[colon + 1..]) else {
-            continue;
-        };
-        match &line[..colon] {
-            b"Rss" => r.rss_bytes = value,
-            b"Pss" => {
-                r.pss_bytes = value;
-                saw_pss = true;
-            }
-            b"Pss_Anon" => r.pss_anon_bytes = Some(value),
-            b"Pss_File" => r.pss_file_bytes = Some(value),
-            b"Pss_Shmem" => r.pss_shmem_bytes = Some(value),
-            b"Shared_Clean" => r.shared_clean_bytes = value,
-            b"Shared_Dirty" => r.shared_dirty_bytes = value,
-            b"Private_Clean" => r.private_clean_bytes = value,
-            b"Private_Dirty" => r.private_dirty_bytes = value,
-            b"Swap" => r.swap_bytes = value,
-            b"SwapPss" => r.swap_pss_bytes = Some(value),
-            _ => {}
-        }
-    }
-    if saw_pss {
-        Ok(r)
-    } else {
-        Err("no Pss: line".to_string())
-    }
-}
-
-/// Parses `/proc/PID/stat`. The command name may hold spaces and parentheses,
-/// so fields are counted from the last `)`.
-pub fn parse_stat(text: &str) -> Result<Stat, String> {
-    parse_stat_bytes(text.as_bytes())
-}
-
-fn parse_stat_bytes(text: &[u8]) -> Result<Stat, String> {
-    let open = text
-        .iter()
-        .position(|&b| b == b'(')
-        .ok_or("no '(' before the command name")?;
-    let close = text
-        .iter()
-        .rposition(|&b| b == b')')
-        .ok_or("no ')' after the command name")?;
-    let comm = crate::escape::inert_bytes(text.get(open + 1..close).unwrap_or_default());
-    // After ")": state(3) ppid(4) ... starttime(22); index 0 here is field 3.
-    let fields: Vec<&[u8]> = text
-        .get(close + 1..)
-        .unwrap_or_default()
-        .split(u8::is_ascii_whitespace)
-        .filter(|f| !f.is_empty())
-        .take(20)
-        .collect();
-    let field = |n: usize| -> Result<u64, String> {
-        fields
-            .get(n - 3)
-            .and_then(|f| parse_u64(f))
-            .ok_or_else(|| format!("field {n} missing or not a number"))
-    };
-    let state = fields
-        .first()
-        .and_then(|f| f.first())
-        .map(|&c| char::from(c))
-        .ok_or("no state field")?;
-    Ok(Stat {
-        comm,
-        state,
-        ppid: u32::try_from(field(4)?).map_err(|_| "field 4 is not a pid")?,
-        start_time: field(22)?,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    use crate::sample::Depth;
-    use crate::sample::fake::{FakeProc, ROLLUP, STATUS};
-
-    #[test]
-    fn status_values_are_bytes() {
-        let s = parse_status(STATUS).unwrap();
-        assert_eq!(s.name, "pantsd");
-        assert_eq!(s.ppid, 1);
-        assert_eq!(s.rss_bytes, Some(156_300 * 1024));
-        assert_eq!(s.anon_bytes, Some(140_000 * 1024));
-        assert_eq!(s.file_bytes, Some(16_000 * 1024));
-        assert_eq!(s.shmem_bytes, Some(300 * 1024));
-        assert_eq!(s.swap_bytes, Some(12 * 1024));
-        assert_eq!(s.hwm_bytes, Some(160_000 * 1024));
-        assert_eq!(s.threads, Some(7));
-    }
-
-    #[test]
-    fn status_of_a_kernel_thread_has_no_memory_fields() {
-        let s = parse_status("Name:\tkthreadd\nPPid:\t0\nThreads:\t1\n").unwrap();
-        assert_eq!(s.rss_bytes, None);
-        assert!(parse_status("garbage").is_err());
-    }
-
-    #[test]
-    fn rollup_values_are_bytes_and_uss_is_private() {
-        let r = parse_smaps_rollup(ROLLUP).unwrap();
-        assert_eq!(r.pss_bytes, 150_000 * 1024);
-        assert_eq!(r.pss_anon_bytes, Some(140_000 * 1024));
-        assert_eq!(r.uss_bytes(), (4000 + 139_700) * 1024);
-        assert_eq!(r.shared_bytes(), (12_000 + 600) * 1024);
-        assert_eq!(r.swap_pss_bytes, Some(12 * 1024));
-    }
-
-    #[test]
-    fn rollup_of_an_old_kernel_lacks_the_pss_split() {
-        let r = parse_smaps_rollup("Rss: 10 kB\nPss: 8 kB\nPrivate_Dirty: 8 kB\n").unwrap();
-        assert_eq!(r.pss_anon_bytes, None);
-        assert_eq!(r.uss_bytes(), 8 * 1024);
-    }
-
-    #[test]
-    fn stat_with_parentheses_in_the_name() {
-        let text = "4242 (my (odd) daemon) S 1 4242 4242 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 7 0 987654 300000 39000 ...";
-        let s = parse_stat(text).unwrap();
-        assert_eq!(s.comm, "my (odd) daemon");
-        assert_eq!(s.ppid, 1);
-        assert_eq!(s.start_time, 987_654);
-        assert_eq!(s.state, 'S');
-        assert!(parse_stat("4242 (x) S").is_err());
-    }
+    use fake::FakeProc;
 
     #[test]
     fn the_tree_walk_reads_the_children_of_every_thread() {
@@ -810,59 +496,6 @@ mod tests {
     }
 
     #[test]
-    fn a_process_is_read_in_tiers_from_the_fake_root() {
-        let fake = FakeProc::new();
-        fake.process(10, 1, 'S', &[(10, &[])]);
-        for fd in 0..3 {
-            std::fs::write(fake.dir.path().join(format!("10/fd/{fd}")), "").unwrap();
-        }
-        let root = fake.root();
-        let cheap = crate::sample::read_process(&root, 10, Depth::Cheap).unwrap();
-        assert_eq!(cheap.status.anon_bytes, Some(140_000 * 1024));
-        assert_eq!(cheap.fds, Some(3));
-        assert!(cheap.rollup.is_none());
-        let deep = crate::sample::read_process(&root, 10, Depth::Rollup).unwrap();
-        assert_eq!(deep.rollup.map(|r| r.pss_bytes), Some(150_000 * 1024));
-        // An exited-but-unreaped process has an empty smaps_rollup: gone.
-        fake.file(10, "smaps_rollup", "");
-        let err = crate::sample::read_process(&root, 10, Depth::Rollup).unwrap_err();
-        assert!(err.is_gone(), "{err}");
-    }
-
-    /// At the first and last sample of `run` and of a group target, one
-    /// read of `smaps` gives the row's deep figures and the mappings: no
-    /// `smaps_rollup` read (the fake has an empty one, which would be
-    /// "gone"), so one page walk, not two.
-    #[test]
-    fn a_scope_sampled_with_mappings_walks_each_process_once() {
-        let fake = FakeProc::new();
-        fake.process(10, 1, 'S', &[(10, &[])]);
-        fake.file(10, "smaps_rollup", "");
-        fake.file(
-            10,
-            "smaps",
-            "01000000-01100000 rw-p 00000000 00:00 0 [heap]\n\
-             Rss: 1024 kB\nPss: 1000 kB\nPss_Dirty: 1000 kB\nPrivate_Dirty: 1024 kB\n\
-             Anonymous: 1024 kB\n",
-        );
-        let ctx = crate::sample::Clock::new().context(Some(1));
-        let scope = crate::store::Scope::Survivors;
-        let root = fake.root();
-        let scoped = crate::sample::sample_scope(&root, &ctx, scope, &[10], Depth::Mappings);
-        assert!(scoped.unreadable.is_empty(), "{:?}", scoped.unreadable);
-        assert_eq!(scoped.rows.len(), 1);
-        assert_eq!(scoped.rows[0].tier, crate::store::Tier::Deep);
-        assert_eq!(scoped.rows[0].pss_bytes, Some(1000 * 1024));
-        assert_eq!(scoped.rows[0].pss_anon_bytes, Some(1000 * 1024));
-        assert_eq!(scoped.mapping_rows.len(), 1);
-        assert_eq!(scoped.mapping_rows[0].comm, "[heap]");
-        assert_eq!(scoped.mapping_rows[0].rss_bytes, Some(1024 * 1024));
-        // At `Rollup` the same process reads smaps_rollup (here: gone).
-        let scoped = crate::sample::sample_scope(&root, &ctx, scope, &[10], Depth::Rollup);
-        assert!(scoped.rows.is_empty() && scoped.mapping_rows.is_empty());
-    }
-
-    #[test]
     fn mappings_are_summed_by_name() {
         let fake = FakeProc::new();
         fake.process(10, 1, 'S', &[(10, &[])]).file(
@@ -884,33 +517,6 @@ mod tests {
         assert_eq!((anon.regions, anon.rss_bytes), (2, 768 * 1024));
         assert_eq!(anon.swap_bytes, 8 * 1024);
         assert_eq!(maps[2].anon_bytes, 1024 * 1024);
-    }
-
-    #[test]
-    fn status_names_are_unescaped_like_stat_gives_them() {
-        let s = parse_status("Name:\ta\\nb\\\\c  \nState:\tZ (zombie)\nPPid:\t7\n").unwrap();
-        // Unescaped, then shown inert as every name is (`stat` gives the same).
-        assert_eq!(s.name, "a\\x0ab\\c  ");
-        assert_eq!(s.ppid, 7);
-        assert!(s.is_zombie());
-        // Bytes that are not UTF-8 do not make the process unreadable.
-        let mut out = Status::default();
-        parse_status_into(b"Name:\tx\xffy\nVmRSS:\t4 kB\n", &mut out).unwrap();
-        assert_eq!(out.name, "x\\xffy");
-        assert_eq!(out.rss_bytes, Some(4096));
-        // A reused Status keeps nothing of the last read.
-        parse_status_into(b"Name:\tz\n", &mut out).unwrap();
-        assert_eq!((out.name.as_str(), out.rss_bytes), ("z", None));
-    }
-
-    #[test]
-    fn numbers_that_overflow_are_no_value() {
-        assert_eq!(kb_bytes(b" 18014398509481984 kB"), None);
-        assert_eq!(kb_bytes(b" 18014398509481983 kB"), Some(u64::MAX - 1023));
-        assert_eq!(kb_bytes(b" 99999999999999999999"), None);
-        assert_eq!(kb_bytes(b" 12 MB"), None);
-        assert_eq!(kb_bytes(b"   7"), Some(7));
-        assert!(parse_stat("1 (x) S 99999999999 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5").is_err());
     }
 
     #[test]

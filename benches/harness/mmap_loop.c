@@ -11,7 +11,7 @@
  *   mmap_loop GIB hold        hold GIB resident until killed
  *
  * "ready <pid>" is printed on stdout once the memory is resident.
- * Built by benches/overhead.py with `cc -O2`.
+ * Built by benches/harness/overhead.py with `cc -O2`.
  */
 #define _GNU_SOURCE
 #include <signal.h>

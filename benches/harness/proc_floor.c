@@ -1,7 +1,7 @@
 /*
  * The kernel's floor for one sample of a set of processes: the bare system
  * calls, no parsing, in this process's CPU time. Built and run by
- * benches/overhead.py with `cc -O2`.
+ * benches/harness/overhead.py with `cc -O2`.
  *
  *   proc_floor MODE REPS PID...     prints "us_per_sample=…"
  *

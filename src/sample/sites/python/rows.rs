@@ -1,19 +1,16 @@
 //! `run --py-sites`: after each run's deep sample, every instrumented Python
 //! process of the followed scopes is asked for its allocation sites, and the
-//! answers become `site` rows of samples.csv (see `pysites` for the asking),
-//! and their live objects by type `type` rows.
+//! answers become `site` rows of samples.csv (see `super::PySites` for the
+//! asking), and their live objects by type `type` rows.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use super::Context;
-use super::pysites::wire::{Frame, Snapshot};
-use super::pysites::{PySites, Silence};
+use super::wire::{Frame, Snapshot};
+use super::{PySites, Silence};
+use crate::sample::rows::Context;
+use crate::sample::sites::Collected;
 use crate::store::{Row, Scope, TRACEMALLOC_SITE as TRACEMALLOC, Tier, UNTRACKED_TYPE};
-
-/// How long one process may take to answer (a snapshot of a large heap
-/// takes seconds).
-const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What the session remembers between runs.
 #[derive(Debug, Default)]
@@ -31,19 +28,21 @@ fn site_name(frame: &Frame) -> String {
 }
 
 impl SiteSession {
-    /// Asks every instrumented process for its sites after `run`; `sampled`
-    /// are the rows of this run's deep sample (which scope each pid is in).
-    /// Returns the rows, and notes for Python processes that did not answer.
+    /// Asks every instrumented process for its sites after `run`, each
+    /// within `timeout`; `sampled` are the rows of this run's deep sample
+    /// (which scope each pid is in). Returns the rows, and notes for Python
+    /// processes that did not answer.
     pub fn collect(
         &mut self,
         sites: &PySites,
         ctx: &Context,
         sampled: &[Row],
-    ) -> (Vec<Row>, Vec<String>) {
+        timeout: Duration,
+    ) -> Collected {
         let run = ctx.run.unwrap_or(0);
         let mut rows = Vec::new();
         let mut answered = BTreeSet::new();
-        for report in sites.collect(run, ANSWER_TIMEOUT) {
+        for report in sites.collect(run, timeout) {
             let (Ok(snapshot), Some(process)) = (
                 report.answer,
                 sampled
@@ -56,7 +55,7 @@ impl SiteSession {
             rows.extend(self.rows_of(ctx, process, &snapshot));
         }
         let notes = self.silent(sites, sampled, &answered);
-        (rows, notes)
+        Collected { rows, notes }
     }
 
     /// One row per listed site, its traceback the first time, and what

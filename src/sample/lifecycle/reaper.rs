@@ -17,24 +17,24 @@ use nix::unistd::Pid;
 
 /// How a reaped child ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Exit {
+pub enum ChildExit {
     Code(i32),
     Signal(i32),
 }
 
-impl Exit {
+impl ChildExit {
     /// Shell convention: 128 + signal number for a signalled process.
     pub fn code(self) -> i32 {
         match self {
-            Exit::Code(c) => c,
-            Exit::Signal(s) => 128 + s,
+            ChildExit::Code(c) => c,
+            ChildExit::Signal(s) => 128 + s,
         }
     }
 
     pub fn describe(self) -> String {
         match self {
-            Exit::Code(c) => format!("exit:{c}"),
-            Exit::Signal(s) => format!("signal:{s}"),
+            ChildExit::Code(c) => format!("exit:{c}"),
+            ChildExit::Signal(s) => format!("signal:{s}"),
         }
     }
 }
@@ -47,7 +47,7 @@ pub fn become_subreaper() -> io::Result<()> {
 /// A reaped child: how it ended and its peak RSS.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reaped {
-    pub exit: Exit,
+    pub exit: ChildExit,
     /// `ru_maxrss` from wait4, in bytes: the largest RSS of the child and of
     /// the descendants it waited for. Catches peaks between polls.
     pub max_rss_bytes: u64,
@@ -72,9 +72,9 @@ pub fn reap_all() -> HashMap<u32, Reaped> {
             return reaped; // ECHILD: no children at all
         }
         let exit = if libc::WIFEXITED(status) {
-            Exit::Code(libc::WEXITSTATUS(status))
+            ChildExit::Code(libc::WEXITSTATUS(status))
         } else if libc::WIFSIGNALED(status) {
-            Exit::Signal(libc::WTERMSIG(status))
+            ChildExit::Signal(libc::WTERMSIG(status))
         } else {
             continue; // stopped or continued, not an exit
         };

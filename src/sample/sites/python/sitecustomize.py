@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 """leakwatch --py-sites bootstrap, imported by Python as `sitecustomize`.
 
-leakwatch (src/sample/pysites.rs) writes this file into a private directory
+leakwatch (src/sample/sites/python/mod.rs) writes this file into a private directory
 D/boot (mode 0700), puts D/boot first on the command's PYTHONPATH and sets
 LEAKWATCH_PY_DIR=D and LEAKWATCH_PY_FRAMES=N. In every Python 3.7+ process
 of the command's tree it then:
@@ -19,7 +19,7 @@ of the command's tree it then:
 Only grouped statistics leave the process (top allocation sites with their
 tracebacks, sizes and counts; on request live objects counted by type, as
 objgraph counts them), never heap contents. The wire format is
-specified in src/sample/pysites/wire.rs (version 1).
+specified in src/sample/sites/python/wire.rs (version 1).
 
 It must never break the program: every failure is swallowed, said once on
 stderr ("leakwatch: ...") and written to D/<pid>.err for leakwatch to show.
