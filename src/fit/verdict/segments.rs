@@ -455,6 +455,21 @@ impl Ctx<'_> {
             );
             return c.decide(Verdict::Plateau, reason);
         }
+        let missing = stop_len - end_len;
+        self.too_recent(c, ev, last, (end_slope, missing))
+    }
+
+    /// Steps whose last is too recent to tell from the gaps whether they stopped (`missing`: the
+    /// x the end lacks to tell): a leak when the end alone clears the threshold, else
+    /// inconclusive with the runs that would tell.
+    fn too_recent(
+        &self,
+        mut c: Classification,
+        ev: &Events,
+        last: &Segment,
+        (end_slope, missing): (f64, f64),
+    ) -> Classification {
+        let n = self.x.len();
         // Too recent to tell from the gaps whether the steps stopped, but the end rises above
         // the threshold on its own (the 95% CI of its own line, widened for its residuals'
         // autocorrelation, `stats::ols_ar1_ci95`; the search put the change where
@@ -480,7 +495,7 @@ impl Ctx<'_> {
             );
             return c.decide(Verdict::Leak, reason);
         }
-        c.runs_needed = self.needed(n as f64 + (stop_len - end_len) / self.dx);
+        c.runs_needed = self.needed(n as f64 + missing / self.dx);
         let reason = format!(
             "grew {} in {} steps and rises; the last at {}, too recent to tell whether they stopped",
             fmt_bytes(ev.up_total),
