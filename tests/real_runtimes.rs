@@ -11,7 +11,9 @@
 //!
 //! Must hold, each try: keeping is a leak in both modes, its rate within 15%
 //! of the anon growth in attach and per run (35% per run for the GC heaps,
-//! V8 and G1, whose anon grows in chunks); dropping is never a leak. Each
+//! V8 and G1, whose anon grows in chunks); dropping is never a leak, unless
+//! anon itself crept outside the runtime's heap by more than twice the
+//! threshold between the test's own readings (see `judge`). Each
 //! runtime and mode is one test (its run, then its attach, ≈ 100 s); CI runs
 //! each once. `LW_RUNTIME_TRIES=5` repeats every case (the note's 5 of 5).
 //!
@@ -195,6 +197,23 @@ fn anon(pid: u32) -> f64 {
     real::status_bytes(pid, "RssAnon").unwrap() as f64
 }
 
+/// The runtime's own accounting, then a wait until anon holds still: the
+/// forced GC of a truth reading lets G1 give heap back, uncommitted
+/// concurrently for a few seconds (anon fell 10 MiB/run through one of 5
+/// tries that started at once). Returns (truth, anon).
+fn truth_settled(rt: Runtime, srv: &Server) -> (f64, f64) {
+    let t = truth(rt, srv.port);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let (mut last, mut same) = (anon(srv.pid()), 0);
+    while same < 5 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+        let now = anon(srv.pid());
+        same = if now == last { same + 1 } else { 0 };
+        last = now;
+    }
+    (t, last)
+}
+
 fn summary(dir: &Path) -> Value {
     let text = std::fs::read_to_string(dir.join("summary.json")).expect("summary.json");
     serde_json::from_str(&text).expect("summary.json parses")
@@ -229,7 +248,7 @@ fn leakwatch() -> Command {
 
 fn run_20(rt: Runtime, keep: bool, srv: &Server, out: &Path) -> Seen {
     let pid = srv.pid();
-    let (t0, a0) = (truth(rt, srv.port), anon(pid));
+    let (t0, a0) = truth_settled(rt, srv);
     let c = client(rt, keep, srv.port);
     let status = leakwatch()
         .args(["run", "--repeat", "20", "--watch", &pid.to_string()])
@@ -254,6 +273,8 @@ fn run_20(rt: Runtime, keep: bool, srv: &Server, out: &Path) -> Seen {
 
 fn attach_60s(rt: Runtime, keep: bool, srv: &Server, out: &Path) -> Seen {
     let pid = srv.pid();
+    let (t0, a0) = truth_settled(rt, srv);
+    let from = Instant::now();
     let stop = Arc::new(AtomicBool::new(false));
     let load = {
         let stop = Arc::clone(&stop);
@@ -266,8 +287,6 @@ fn attach_60s(rt: Runtime, keep: bool, srv: &Server, out: &Path) -> Seen {
             }
         })
     };
-    std::thread::sleep(Duration::from_secs(1));
-    let (t0, a0, from) = (truth(rt, srv.port), anon(pid), Instant::now());
     let status = leakwatch()
         .args(["attach", &pid.to_string(), "--duration", "60s", "--quiet"])
         .arg("--out")
@@ -313,8 +332,27 @@ fn judge(rt: Runtime, keep: bool, mode: &str, seen: &Seen, tolerance: f64) {
             err * 100.0,
             tolerance * 100.0
         );
+    } else if f["verdict"] == "leak" {
+        // Keeping nothing, a runtime's anon can still creep outside its
+        // heap (a warmed V8 server: +4 KiB every ≈5 s, 3–7 MiB/h, with
+        // used_heap_size flat). That is growth /proc shows, and the word
+        // follows /proc; allowed only when the test saw it too: anon grew
+        // over twice the threshold between its own readings, at leakwatch's
+        // rate within 50%, while the runtime's own accounting stayed under
+        // a tenth of it.
+        let level = f["last"].as_f64().unwrap_or(0.0);
+        let per = if mode == "run" { 1.0 } else { 3600.0 };
+        let thr = (64.0 * 1024.0_f64).max(0.001 * level) / per;
+        let crept = seen.anon_rate > 2.0 * thr
+            && (rate - seen.anon_rate).abs() <= 0.5 * seen.anon_rate
+            && seen.own_rate.abs() < 0.1 * seen.anon_rate;
+        assert!(crept, "{rt:?} {mode}: a leak the test did not see: {f:#}");
+        real::skip_note(&format!(
+            "{rt:?} drop {mode}: anon crept outside the runtime's heap ({:.0} B/{}), a leak by /proc",
+            seen.anon_rate,
+            if mode == "run" { "run" } else { "s" }
+        ));
     } else {
-        assert_ne!(f["verdict"], "leak", "{rt:?} {mode}: {f:#}");
         assert_ne!(seen.verdict, "leak", "{rt:?} {mode}");
         assert_eq!(seen.exit, Some(0), "{rt:?} {mode}: no leak exits 0");
     }
