@@ -7,6 +7,7 @@ pub mod confine;
 #[cfg(test)]
 pub mod fake;
 pub mod guardian;
+pub mod native;
 pub mod proc;
 pub mod pysites;
 pub mod reaper;
@@ -333,6 +334,8 @@ pub enum ResolveError {
     KernelThread { pid: u32, name: String },
     #[error("--py-sites: {0}")]
     PySites(String),
+    #[error("--native-sites: {0}")]
+    NativeSites(String),
 }
 
 /// Errors that end sampling early. Samples taken before stay on disk.

@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 
 use super::confine::{self, Cgroup, Record};
 use super::guardian::{self, Guardian};
+use super::native::NativeSites;
+use super::native::rows::NativeSession;
 use super::proc::ProcRoot;
 use super::pysites::PySites;
 use super::reaper::{self, Exit, Interrupt, Reaped};
@@ -42,6 +44,9 @@ pub struct RunPlan {
     /// `--py-sites`: instrument Python processes, recording this many
     /// frames per allocation.
     pub py_sites: Option<usize>,
+    /// `--native-sites`: preload the sampling allocator shim, sampling
+    /// once per this many bytes on average.
+    pub native_sites: Option<u64>,
     /// The command and its arguments, as typed.
     pub command: Vec<OsString>,
 }
@@ -53,6 +58,7 @@ pub struct Prepared {
     plan: RunPlan,
     program: PathBuf,
     sites: Option<PySites>,
+    native: Option<NativeSites>,
 }
 
 /// Finds the program and checks the watched PIDs, before any output exists.
@@ -77,10 +83,16 @@ pub fn prepare(plan: &RunPlan) -> Result<Prepared, ResolveError> {
         .map(PySites::prepare)
         .transpose()
         .map_err(|e| ResolveError::PySites(e.to_string()))?;
+    let native = plan
+        .native_sites
+        .map(NativeSites::prepare)
+        .transpose()
+        .map_err(|e| ResolveError::NativeSites(e.to_string()))?;
     Ok(Prepared {
         plan: plan.clone(),
         program,
         sites,
+        native,
     })
 }
 
@@ -168,6 +180,9 @@ struct Session<'a> {
     /// `--py-sites`: the bootstrap's directory, and what was asked so far.
     sites: Option<&'a PySites>,
     site_session: SiteSession,
+    /// `--native-sites`: the shim's directory, and what was named so far.
+    native: Option<&'a NativeSites>,
+    native_session: NativeSession,
     /// Stops what this session started should leakwatch die first.
     guardian: Option<Guardian>,
 }
@@ -233,6 +248,8 @@ pub fn run(
         record: None,
         sites: prepared.sites.as_ref(),
         site_session: SiteSession::default(),
+        native: prepared.native.as_ref(),
+        native_session: NativeSession::default(),
         guardian: None,
     };
     match guardian {
@@ -300,6 +317,9 @@ impl Session<'_> {
             .stdin(Stdio::null());
         if let Some(sites) = self.sites {
             command.envs(sites.env(std::env::var_os("PYTHONPATH").as_deref()));
+        }
+        if let Some(native) = self.native {
+            command.envs(native.env(std::env::var_os("LD_PRELOAD").as_deref()));
         }
         if let Some(guardian) = &self.guardian {
             command.env(guardian::MARK, guardian.mark_value());
@@ -465,6 +485,11 @@ impl Session<'_> {
         // (a copy of its traces) that must not show in the sample.
         if let Some(sites) = self.sites {
             let (site_rows, notes) = self.site_session.collect(sites, &ctx, &rows);
+            self.outcome.notes.extend(notes);
+            self.write(&site_rows)?;
+        }
+        if let Some(native) = self.native {
+            let (site_rows, notes) = self.native_session.collect(native, &ctx, &rows);
             self.outcome.notes.extend(notes);
             self.write(&site_rows)?;
         }
