@@ -144,3 +144,71 @@ fn a_missing_shim_is_an_error_that_names_the_fix() {
         "no output for a refused plan"
     );
 }
+
+#[test]
+fn a_leaking_cxx_method_in_a_shared_library_is_named_demangled_with_its_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (Some(daemon), Some(handler)) = (
+        compile(
+            "gcc",
+            "fixtures/native/leaky_daemon.c",
+            &tmp.path().join("leaky_daemon"),
+            &[],
+        ),
+        compile(
+            "g++",
+            "fixtures/native/cxx_cache.cpp",
+            &tmp.path().join("libcxx_cache.so"),
+            &["-shared", "-fPIC"],
+        ),
+    ) else {
+        return;
+    };
+    let out = tmp.path().join("out");
+    let leak: u64 = 4 << 20;
+    let output = leakwatch()
+        .env("LEAKWATCH_SHIM", shim())
+        .env("LEAKY_DAEMON_SOCKET", tmp.path().join("d.sock"))
+        .env("LEAKY_DAEMON_HANDLER", &handler)
+        .args(["run", "-n", "10", "--settle", "200ms", "--native-sites"])
+        .arg("--out")
+        .arg(&out)
+        .arg("--")
+        .arg(&daemon)
+        .args(["client", "--leak", &leak.to_string(), "--churn", "4194304"])
+        .output()
+        .unwrap();
+    crate::common::assert_exit_matches_verdict(output.status, &out);
+    let s = summary(&out);
+    let sites = s["py_sites"].as_array().expect("sites");
+    let first = &sites[0];
+    // Past operator new (libstdc++) and the inlined std::vector and
+    // std::unique_ptr code, the method itself, demangled, with its line.
+    let name = first["site"].as_str().unwrap();
+    assert!(
+        name.starts_with("fixture::Cache::remember(unsigned long) (")
+            && name.contains("cxx_cache.cpp:"),
+        "{sites:#?}"
+    );
+    assert_eq!(first["verdict"], "leak", "{first:#}");
+    assert_within(
+        "bytes per run",
+        first["bytes_per_run"].as_f64().unwrap(),
+        leak as f64,
+        0.15,
+    );
+    assert!(
+        first["traceback"][0]
+            .as_str()
+            .is_some_and(|f| f.starts_with("operator new")),
+        "{first:#}"
+    );
+    for site in sites {
+        if site["site"]
+            .as_str()
+            .is_some_and(|n| n.contains("Cache::scratch"))
+        {
+            assert_ne!(site["verdict"], "leak", "{site:#}");
+        }
+    }
+}
