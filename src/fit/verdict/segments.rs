@@ -1,0 +1,583 @@
+//! The segment path: steps, fills and ramps, judged by their change points (`changepoint`).
+//!
+//! Rules of the segment path (two or more segments, `changepoint::segment` with a noise floor
+//! of a quarter of thr per x step):
+//! * segments that are one line in all but name (every slope within a quarter of the overall
+//!   one, no jump over two x steps of it) → the straight-piece path;
+//! * jumps count as steps when significant at two-sided α (≈ σ·√(4/m₁ + 4/m₂)) and over
+//!   thr·Δx; segments rise or fall when beyond ±thr at one-sided α;
+//! * nothing rises → stable or inconclusive by the line; it falls as much as it rises and the
+//!   line does not rise → the same; it rises and falls → inconclusive;
+//! * the last segment rises (one-sided α/10 — the search chose where it starts — above
+//!   max(thr, half the average rate before it), 5+ points and a fifth of the series, Theil–Sen
+//!   above thr) → leak at the last segment's slope;
+//! * a fill, then a slower leak: the last segment rises above thr (one-sided α/10, robustly),
+//!   spans 8+ points and a third of the series, keeps its pace inside (its second half's slope
+//!   above half of its own at α/10), and what came before did not slow down (its second half
+//!   not below ¾ of its first at α) → leak at the last segment's slope. A saturating curve
+//!   slows down all along, so it fails one of the last two;
+//! * the last segment is flat (its upper bound below that boundary): one step up and no ramp →
+//!   plateau, "one-off step", no rate; three or more steps with no gap (before, between, or
+//!   after them to the end) over twice their mean spacing, and the whole series rising
+//!   (Mann–Kendall, CI, Theil–Sen) → leak at the OLS slope; the end at least `ln(1/0.01)` ×
+//!   the expected spacing of steps at the average rate without one (ramps: at once) →
+//!   plateau with the average fill rate up to the last change; otherwise inconclusive, with
+//!   the runs until that end length would be reached.
+
+use super::power::POWER;
+use super::{
+    Classification, Ctx, PlateauInfo, Step, Verdict, fmt_bytes, fmt_signed, halves, segment_sigma,
+    slope_se,
+};
+use crate::fit::changepoint::{self, Segment};
+use crate::fit::stats;
+
+/// When steps have stopped: no step for `ln(1/STOP_P)` expected step gaps at the average rate
+/// (a steady Poisson stream of steps leaves such a gap with probability `STOP_P`).
+const STOP_P: f64 = 0.01;
+
+/// The jump from segment `a` to the next, `b`: the smaller gap between
+/// their lines at the two points that separate them (a's last, b's first),
+/// and none when the lines cross in between — a kink where a ramp slows or
+/// stops at a sample is not a step, however the points were split.
+fn jump_between(a: &Segment, b: &Segment) -> f64 {
+    let at_end = b.level_at(a.x_end) - a.level_end;
+    let at_start = b.level_start - a.level_at(b.x_start);
+    if at_end.signum() != at_start.signum() {
+        0.0
+    } else if at_end.abs() < at_start.abs() {
+        at_end
+    } else {
+        at_start
+    }
+}
+
+/// Whether a ramp `a` ran into the next segment `b` nearer to b's first
+/// point than to its own last: where their lines cross, the kink a sample
+/// was assigned to `b`.
+fn ramp_met_at_end(a: &Segment, b: &Segment) -> bool {
+    let converging = a.slope - b.slope;
+    if converging <= 0.0 {
+        return false;
+    }
+    let cross = a.x_end + (b.level_at(a.x_end) - a.level_end) / converging;
+    cross - a.x_end > b.x_start - cross
+}
+
+/// Growth events read off the segments.
+#[derive(Default)]
+struct Events {
+    /// Significant jumps (up and down), in x order.
+    steps: Vec<Step>,
+    /// x of each significant upward jump.
+    up_x: Vec<f64>,
+    /// Rising segments before the last one.
+    ramps: usize,
+    /// Largest upward jump, bytes (0 without one). A ramp's growth is continuous: whether it
+    /// stopped is the end slope's test; a jump's is also how long the end has gone without one.
+    quantum: f64,
+    /// Total growth (upward jumps and rising segments) and total decline (drops and falling
+    /// segments) before the end, bytes.
+    up_total: f64,
+    down_total: f64,
+}
+
+/// The segment path: steps, fills and ramps.
+impl Ctx<'_> {
+    /// Slope of a segment and its standard error with noise sd `sigma`.
+    fn segment_slope(&self, s: &Segment, sigma: f64) -> (f64, f64) {
+        (s.slope, slope_se(&self.x[s.start..s.end], sigma))
+    }
+
+    /// Jumps between segments are significant at two-sided level α (standard error from the two
+    /// lines' ends, ≈ σ·√(4/m₁ + 4/m₂)) and at least one x step's worth of the threshold;
+    /// segments rise (or fall) when their slope is beyond ±thr at one-sided level α.
+    fn events(&self, segs: &[Segment], sigma: f64) -> Events {
+        let mut ev = Events::default();
+        let z2 = stats::normal_quantile(1.0 - self.t.alpha / 2.0);
+        let z1 = stats::normal_quantile(1.0 - self.t.alpha);
+        for pair in segs.windows(2) {
+            let (a, b) = (&pair[0], &pair[1]);
+            let jump = jump_between(a, b);
+            let se = sigma * (4.0 / a.len() as f64 + 4.0 / b.len() as f64).sqrt();
+            if jump.abs() > z2 * se && jump.abs() > self.thr * self.dx {
+                ev.steps.push(Step {
+                    x: b.x_start,
+                    bytes: jump,
+                });
+                if jump > 0.0 {
+                    ev.up_x.push(b.x_start);
+                    ev.up_total += jump;
+                    ev.quantum = ev.quantum.max(jump);
+                } else {
+                    ev.down_total -= jump;
+                }
+            }
+        }
+        for s in &segs[..segs.len() - 1] {
+            let (slope, se) = self.segment_slope(s, sigma);
+            let growth = slope * (s.x_end - s.x_start);
+            if slope > self.thr && slope - z1 * se > self.thr {
+                ev.ramps += 1;
+                ev.up_total += growth;
+            } else if slope < -self.thr && slope + z1 * se < -self.thr {
+                ev.down_total -= growth;
+            }
+        }
+        ev
+    }
+
+    pub(super) fn judge_segments(
+        &self,
+        mut c: Classification,
+        seg: &changepoint::Segmentation,
+    ) -> Classification {
+        let segs = &seg.segments;
+        let (Some(first), Some(last)) = (segs.first(), segs.last()) else {
+            return self.judge_line(c);
+        };
+        let sigma = segment_sigma(seg);
+        let (end_slope, end_se) = self.segment_slope(last, sigma);
+        let ev = self.events(segs, sigma);
+        c.segments = segs.clone();
+        c.steps = ev.steps.clone();
+        c.end_slope = Some(end_slope);
+        c.end_start_x = Some(last.x_start);
+        let n_last = self.x.len() - last.start;
+        let end_txt = format!(
+            "{} since {}",
+            self.per_x(end_slope),
+            self.at_x(last.x_start)
+        );
+        if self.one_line(segs, &ev.steps, sigma) {
+            // Changes in name only: every piece has the overall slope and no jump exceeds two
+            // x steps of it (a straight leak stays a straight leak, with its least-squares
+            // slope, even when its noise is regular enough to cut).
+            return self.judge_line(c);
+        }
+        if ev.up_x.is_empty() && ev.ramps == 0 {
+            return self.no_growth_events(c, &end_txt);
+        }
+        if ev.down_total > 0.5 * ev.up_total {
+            let rising = self.mk.s > 0.0 && self.mk.p_two_sided < self.t.alpha && self.ci.0 > 0.0;
+            if !rising {
+                // Falls as much as it rises and shows no trend up: judged by the line, which
+                // cannot make it a leak from here.
+                return self.not_significant(c, false);
+            }
+            let reason = format!(
+                "rises and falls ({} down, {} up in steps and ramps); not a steady trend",
+                fmt_bytes(ev.down_total),
+                fmt_bytes(ev.up_total)
+            );
+            return c.decide(Verdict::Inconclusive, reason);
+        }
+        // Half the average rate before the end separates "still going" from "slowed down".
+        let before = (last.x_start - first.x_start).max(f64::MIN_POSITIVE);
+        let pace = 0.5 * (last.level_start - first.level_start) / before;
+        let bound = pace.max(self.thr);
+        // σ is pooled over all segments, so its degrees of freedom are n − 2·segments.
+        let df = (self.x.len() as f64 - 2.0 * segs.len() as f64).max(1.0);
+        let t1 = stats::student_t_quantile(1.0 - self.t.alpha, df);
+        // The search put the last change where the end looks most unlike what came before, so
+        // a rising end is tested at α/10, and needs 5 points and a fifth of the series.
+        let t_leak = stats::student_t_quantile(1.0 - self.t.alpha / 10.0, df);
+        let end_robust = stats::theil_sen(&self.x[last.start..], &self.y[last.start..]);
+        if end_slope - t_leak * end_se > bound
+            && n_last >= 5.max(self.x.len() / 5)
+            && end_robust.is_some_and(|r| r > self.thr)
+        {
+            c.rate = Some(end_slope);
+            let reason = format!(
+                "grows {end_txt} (before that {} in {} segments)",
+                self.per_x(2.0 * pace),
+                segs.len() - 1
+            );
+            return c.decide(Verdict::Leak, reason);
+        }
+        // A fill, then a slower leak: the end rises on its own (above thr
+        // at α/10, a third of the series, robustly) at a steady pace to the
+        // last point, after a rise that did not slow down before it. A
+        // curve levelling off slows down all along, so fails one of them.
+        if end_slope - t_leak * end_se > self.thr
+            && n_last >= 8.max(self.x.len() / 3)
+            && end_robust.is_some_and(|r| r > self.thr)
+            && self.keeps_pace(last.start, self.x.len())
+            && !self.slows_down(0, last.start)
+        {
+            c.rate = Some(end_slope);
+            let reason = format!(
+                "grows {end_txt}, at a steady pace to the end, after a faster rise ({} before)",
+                self.per_x(2.0 * pace),
+            );
+            return c.decide(Verdict::Leak, reason);
+        }
+        if end_slope + t1 * end_se < bound {
+            let before = segs.len().checked_sub(2).and_then(|i| segs.get(i));
+            return self.judge_stopped(c, &ev, first, (before, last), &end_txt);
+        }
+        let gap = (end_slope - bound).abs().max(0.25 * bound);
+        let z = stats::normal_quantile(POWER);
+        let m_end = n_last as f64 * ((t1 + z) * end_se / gap).powf(2.0 / 3.0);
+        c.runs_needed = self.needed(last.start as f64 + m_end);
+        let reason = format!(
+            "grew {} before {}, but too noisy to tell whether the end still rises ({end_txt})",
+            fmt_bytes(ev.up_total),
+            self.at_x(last.x_start)
+        );
+        c.decide(Verdict::Inconclusive, reason)
+    }
+
+    /// A broken stick over points `a..b`, knot at their median x: (its
+    /// fit, the slope of the whole piece's line, the one-sided t quantile
+    /// at `alpha`).
+    fn halves_of(&self, a: usize, b: usize, alpha: f64) -> Option<(stats::SegmentedFit, f64, f64)> {
+        let (x, y) = (&self.x[a..b], &self.y[a..b]);
+        let fit = halves(x, y)?;
+        let line = stats::ols(x, y)?;
+        Some((
+            fit,
+            line.slope,
+            stats::student_t_quantile(1.0 - alpha, fit.df),
+        ))
+    }
+
+    /// Points `a..b` keep their pace to the last: their second half's
+    /// slope is above half their line's at one-sided α/10 (the half-pace
+    /// rule of the straight-piece path, inside a piece the search chose).
+    fn keeps_pace(&self, a: usize, b: usize) -> bool {
+        self.halves_of(a, b, self.t.alpha / 10.0)
+            .is_some_and(|(h, slope, t)| h.tail_slope - t * h.tail_slope_se > 0.5 * slope)
+    }
+
+    /// Points `a..b` slow down: their second half's slope is below three
+    /// quarters of their first half's at one-sided α. A saturating fill
+    /// does; a fill at a steady pace does not (too few points to tell: no).
+    fn slows_down(&self, a: usize, b: usize) -> bool {
+        self.halves_of(a, b, self.t.alpha).is_some_and(|(h, _, t)| {
+            h.head_slope > 0.0 && h.tail_slope + t * h.tail_slope_se < 0.75 * h.head_slope
+        })
+    }
+
+    /// Every segment's slope agrees with the overall least-squares slope (at two-sided level α,
+    /// give or take a quarter of it or the threshold), and every jump is within two x steps'
+    /// worth of that slope.
+    fn one_line(&self, segs: &[Segment], steps: &[Step], sigma: f64) -> bool {
+        let z2 = stats::normal_quantile(1.0 - self.t.alpha / 2.0);
+        let small = 2.0 * self.fit.slope.abs() * self.dx;
+        // Slopes within a quarter of the overall one (or the threshold) are the same slope.
+        let tolerance = self.thr.max(0.25 * self.fit.slope.abs());
+        steps.iter().all(|s| s.bytes.abs() <= small)
+            && segs.iter().all(|s| {
+                let (slope, se) = self.segment_slope(s, sigma);
+                (slope - self.fit.slope).abs() <= z2 * se + tolerance
+            })
+    }
+
+    /// No step up and no rising segment: stable or inconclusive by the line, never a leak or a
+    /// plateau (whatever moved was a drop or too small to matter).
+    fn no_growth_events(&self, c: Classification, end_txt: &str) -> Classification {
+        let c = self.not_significant(c, false);
+        if c.verdict == Verdict::Stable {
+            let reason = format!("no step or rise that matters; {end_txt}");
+            return c.decide(Verdict::Stable, reason);
+        }
+        c
+    }
+
+    /// The end does not rise: a plateau, a one-off step, steps that keep coming (a leak), or too
+    /// early to tell.
+    fn judge_stopped(
+        &self,
+        mut c: Classification,
+        ev: &Events,
+        first: &Segment,
+        (before, last): (Option<&Segment>, &Segment),
+        end_txt: &str,
+    ) -> Classification {
+        let n = self.x.len();
+        // Where the growth ended: with a step into the end, at the end's
+        // first point; with a ramp that ran into it, where their lines
+        // meet (the ramp's last point or the end's first).
+        let (stop_x, stop_level) = match before {
+            Some(b) if !ev.up_x.contains(&last.x_start) && !ramp_met_at_end(b, last) => {
+                (b.x_end, b.level_end)
+            }
+            _ => (last.x_start, last.level_start),
+        };
+        let span = (stop_x - first.x_start).max(f64::MIN_POSITIVE);
+        let rise = stop_level - first.level_start;
+        let end_level = 0.5 * (last.level_start + last.level_end);
+        let up: f64 = ev
+            .steps
+            .iter()
+            .filter(|s| s.bytes > 0.0)
+            .map(|s| s.bytes)
+            .sum();
+        let first_mean = stats::mean(&self.y[first.start..first.end]).unwrap_or(first.level_start);
+        let net = end_level - first_mean;
+        if ev.up_x.len() == 1 && ev.ramps == 0 && (net < 0.5 * up || net <= self.thr * self.dx) {
+            // The one step up climbs back from a dip (an allocator giving
+            // pages back, then taking them again), or leaves the level
+            // less than one x step's worth of the threshold higher: no
+            // rise that matters, so the line judges it, as when nothing
+            // moved.
+            let c = self.not_significant(c, false);
+            if c.verdict == Verdict::Stable {
+                let what = if net < 0.5 * up {
+                    "a dip and its recovery"
+                } else {
+                    "a step too small to matter"
+                };
+                let reason = format!(
+                    "{what} ({} up at {}, net {}); {end_txt}",
+                    fmt_signed(up),
+                    self.at_x(ev.up_x[0]),
+                    fmt_signed(net)
+                );
+                return c.decide(Verdict::Stable, reason);
+            }
+            return c;
+        }
+        if ev.up_x.len() == 1 && ev.ramps == 0 {
+            c.rate = None;
+            c.plateau = Some(PlateauInfo {
+                fill_rate: None,
+                stop_x: ev.up_x[0],
+                level: end_level,
+            });
+            let size = ev
+                .steps
+                .iter()
+                .filter(|s| s.bytes > 0.0)
+                .map(|s| s.bytes)
+                .sum::<f64>();
+            let reason = format!(
+                "one-off step of {} at {}, not a rate; {end_txt}",
+                fmt_signed(size),
+                self.at_x(ev.up_x[0])
+            );
+            return c.decide(Verdict::Plateau, reason);
+        }
+        if rise <= self.thr * span {
+            let reason = format!("changes add up to {} only; {end_txt}", fmt_signed(rise));
+            return c.decide(Verdict::Stable, reason);
+        }
+        let rate = rise / span;
+        // Expected spacing of steps at the average rate, and the end's length (0 and a plateau
+        // when the growth was all ramps: the end slope's test already said it stopped).
+        let spacing = ev.quantum / rate;
+        let end_len = self.x[n - 1] - last.x_start + self.dx;
+        if ev.up_x.len() >= 3 && self.steady(ev, first.x_start, end_len) {
+            c.rate = Some(self.fit.slope);
+            let k = (ev.up_x[ev.up_x.len() - 1] - ev.up_x[0]) / (ev.up_x.len() - 1) as f64;
+            let reason = format!(
+                "rises in steps that keep coming: {} steps, one every {k:.1} x on average, {} on average",
+                ev.up_x.len(),
+                self.per_x(self.fit.slope)
+            );
+            return c.decide(Verdict::Leak, reason);
+        }
+        let stop_len = spacing * (1.0 / STOP_P).ln();
+        if end_len >= stop_len {
+            c.rate = Some(rate);
+            c.plateau = Some(PlateauInfo {
+                fill_rate: Some(rate),
+                stop_x,
+                level: end_level,
+            });
+            let reason = format!(
+                "grew {} on average until {}, then {end_txt}",
+                self.per_x(rate),
+                self.at_x(stop_x)
+            );
+            return c.decide(Verdict::Plateau, reason);
+        }
+        c.runs_needed = self.needed(n as f64 + (stop_len - end_len) / self.dx);
+        let reason = format!(
+            "grew {} in {} steps and rises; the last at {}, too recent to tell whether they stopped",
+            fmt_bytes(ev.up_total),
+            ev.up_x.len() + ev.ramps,
+            self.at_x(last.x_start)
+        );
+        c.decide(Verdict::Inconclusive, reason)
+    }
+
+    /// Steps at a steady rate: no gap between upward steps (nor before the first, nor after the
+    /// last until the end) longer than twice their mean spacing, and the whole series rises
+    /// significantly (Mann–Kendall, CI) with a robust slope above the threshold.
+    fn steady(&self, ev: &Events, x0: f64, end_len: f64) -> bool {
+        let k = ev.up_x.len();
+        let mean_gap = (ev.up_x[k - 1] - ev.up_x[0]) / (k - 1) as f64;
+        let max_gap = ev
+            .up_x
+            .windows(2)
+            .map(|w| w[1] - w[0])
+            .fold(ev.up_x[0] - x0, f64::max);
+        let rising = self.mk.s > 0.0 && self.mk.p_two_sided < self.t.alpha && self.ci.0 > 0.0;
+        rising
+            && self.robust.is_some_and(|r| r > self.thr)
+            && max_gap <= 2.0 * mean_gap
+            && end_len <= 2.0 * mean_gap
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::fit::verdict::tests::*;
+    use crate::fit::verdict::*;
+
+    /// The fixture's `--leak 4MiB --plateau-after 8 --then-leak 512KiB` over
+    /// 30 runs, as recorded: a leak at the end's rate, and the kink where the
+    /// fill slows is no step (the lines meet at run 8).
+    #[test]
+    fn a_fill_then_a_slower_leak_is_a_leak_at_the_end_rate_without_a_step() {
+        let y: Vec<f64> = (1..=30)
+            .map(|r: i32| {
+                let r = f64::from(r);
+                12.2 * MIB_ + 4.0 * MIB_ * (r - 1.0).min(7.0) + 512.0 * KIB * (r - 8.0).max(0.0)
+            })
+            .collect();
+        let c = classify(&runs(30), &y, None, &per_run());
+        assert_eq!(c.verdict, Verdict::Leak, "{c:#?}");
+        assert!(
+            (c.rate.unwrap() / (512.0 * KIB) - 1.0).abs() < 0.001,
+            "{c:?}"
+        );
+        assert!(c.steps.is_empty(), "{:?}", c.steps);
+        assert!(c.plateau.is_none());
+        // The same fill that stops instead is a plateau that stopped at run 8.
+        let y: Vec<f64> = (1..=30)
+            .map(|r: i32| 12.2 * MIB_ + 4.0 * MIB_ * (f64::from(r) - 1.0).min(7.0))
+            .collect();
+        let c = classify(&runs(30), &y, None, &per_run());
+        assert_eq!(c.verdict, Verdict::Plateau, "{c:#?}");
+        assert!(c.steps.is_empty(), "{:?}", c.steps);
+        assert_eq!(c.plateau.map(|p| p.stop_x), Some(8.0));
+    }
+
+    /// memcached -m 64 driven past its cap (issue 10): anon KiB per run, ≈4.6 MiB/run for 14
+    /// runs, then flat with eviction noise, 40 runs. Modelled on the issue's description.
+    const MEMCACHED_KIB: [f64; 40] = [
+        3140.0, 7904.0, 12568.0, 17268.0, 22012.0, 26764.0, 31268.0, 35976.0, 40852.0, 45544.0,
+        50336.0, 55036.0, 59528.0, 64192.0, 68596.0, 68520.0, 68440.0, 68412.0, 68640.0, 68780.0,
+        68820.0, 68720.0, 68692.0, 68388.0, 68672.0, 68568.0, 68596.0, 68700.0, 68744.0, 68680.0,
+        68700.0, 68448.0, 68684.0, 68372.0, 68792.0, 68636.0, 68400.0, 68396.0, 68384.0, 68464.0,
+    ];
+
+    #[test]
+    fn memcached_fill_is_a_plateau_with_its_fill_rate() {
+        let y: Vec<f64> = MEMCACHED_KIB.iter().map(|v| v * KIB).collect();
+        let c = classify(&runs(40), &y, None, &per_run());
+        assert_eq!(c.verdict, Verdict::Plateau, "{c:#?}");
+        let p = c.plateau.unwrap();
+        let fill = p.fill_rate.unwrap();
+        assert!((fill / (4.6 * MIB_) - 1.0).abs() < 0.05, "fill {fill}");
+        assert_eq!(c.rate, Some(fill));
+        assert!((14.0..=16.0).contains(&p.stop_x), "{p:?}");
+        assert!((p.level / (68_560.0 * KIB) - 1.0).abs() < 0.01, "{p:?}");
+        // One "end" for every output: the last segment, flat.
+        assert_eq!(c.end_start_x, Some(p.stop_x));
+        assert!(c.end_slope.unwrap().abs() < 16.0 * KIB, "{c:?}");
+        assert!(c.reason.contains("MiB/run"), "{}", c.reason);
+        assert_eq!(c.decided_by, DecidedBy::Mean);
+    }
+
+    /// A settled redis (a real recording, anon bytes after runs 0–20): the
+    /// allocator gives 188 KiB back at run 2 and takes 209 KiB again at run
+    /// 3, then holds. A dip and its recovery, not a step up: stable.
+    #[test]
+    fn a_dip_and_its_recovery_is_not_a_step() {
+        let y: Vec<f64> = [
+            8536064.0, 8536064.0, 8343552.0, 8503296.0, 8540160.0, 8556544.0, 8556544.0, 8556544.0,
+            8556544.0, 8556544.0, 8556544.0, 8556544.0, 8556544.0, 8556544.0, 8556544.0, 8556544.0,
+            8556544.0, 8556544.0, 8556544.0, 8556544.0, 8556544.0,
+        ]
+        .to_vec();
+        let x: Vec<f64> = (0..=20).map(f64::from).collect();
+        let c = classify(&x, &y, Some(0), &per_run());
+        assert_eq!(c.verdict, Verdict::Stable, "{c:#?}");
+    }
+
+    /// Another settled redis (CI, anon bytes after runs 0–20): 104 KiB back
+    /// at run 3, 88 KiB again at run 4, 20 KiB above where it began from run
+    /// 5 on. One step whose net rise is under one run's threshold: stable.
+    #[test]
+    fn a_step_too_small_to_matter_is_stable() {
+        let mut y = vec![8540160.0, 8540160.0, 8540160.0, 8433664.0, 8540160.0];
+        y.extend([8560640.0; 16]);
+        let x: Vec<f64> = (0..=20).map(f64::from).collect();
+        let c = classify(&x, &y, Some(0), &per_run());
+        assert_eq!(c.verdict, Verdict::Stable, "{c:#?}");
+        // A net step of 200 KiB (over the 64 KiB/run threshold) is a plateau.
+        let mut big = vec![8540160.0; 5];
+        big.extend([8540160.0 + 200.0 * KIB; 16]);
+        let c = classify(&x, &big, Some(0), &per_run());
+        assert_eq!(c.verdict, Verdict::Plateau, "{c:#?}");
+    }
+
+    /// The LRU of issue 10: +2 MiB/run for 6 runs, flat 7, +2 MiB at run 14, flat to 24.
+    fn lru() -> Vec<f64> {
+        let wiggle = [
+            3.0, -5.0, 8.0, -2.0, 6.0, -9.0, 1.0, 4.0, -6.0, 7.0, -3.0, 2.0,
+        ];
+        runs(24)
+            .iter()
+            .enumerate()
+            .map(|(i, &r)| {
+                let step = if r >= 14.0 { 2.0 * MIB_ } else { 0.0 };
+                64.0 * MIB_ + 2.0 * MIB_ * (r - 1.0).min(6.0) + step + wiggle[i % 12] * KIB
+            })
+            .collect()
+    }
+
+    #[test]
+    fn fill_then_a_later_step_is_a_plateau() {
+        let c = classify(&runs(24), &lru(), None, &per_run());
+        assert_eq!(c.verdict, Verdict::Plateau, "{c:#?}");
+        let p = c.plateau.unwrap();
+        assert_eq!(p.stop_x, 14.0);
+        assert!(
+            (p.fill_rate.unwrap() / (14.0 * MIB_ / 13.0) - 1.0).abs() < 0.03,
+            "{p:?}"
+        );
+        assert!(
+            c.steps
+                .iter()
+                .any(|s| s.x == 14.0 && (s.bytes / (2.0 * MIB_) - 1.0).abs() < 0.02)
+        );
+        assert!(c.segments.len() >= 3, "{:?}", c.segments);
+    }
+
+    #[test]
+    fn steps_that_keep_coming_are_a_leak_at_their_average_rate() {
+        let wiggle = [3.0, -5.0, 8.0, -2.0, 6.0, -9.0, 1.0];
+        let y: Vec<f64> = runs(30)
+            .iter()
+            .enumerate()
+            .map(|(i, &r)| 80.0 * MIB_ + MIB_ * ((r - 1.0) / 4.0).floor() + wiggle[i % 7] * KIB)
+            .collect();
+        let c = classify(&runs(30), &y, None, &per_run());
+        assert_eq!(c.verdict, Verdict::Leak, "{c:#?}");
+        let rate = c.rate.unwrap();
+        assert!((rate / (0.25 * MIB_) - 1.0).abs() < 0.1, "{rate}");
+    }
+
+    #[test]
+    fn one_step_is_not_a_rate() {
+        let wiggle = [3.0, -5.0, 8.0, -2.0, 6.0, -9.0, 1.0];
+        let y: Vec<f64> = runs(20)
+            .iter()
+            .enumerate()
+            .map(|(i, &r)| {
+                50.0 * MIB_ + if r >= 9.0 { 3.0 * MIB_ } else { 0.0 } + wiggle[i % 7] * KIB
+            })
+            .collect();
+        let c = classify(&runs(20), &y, None, &per_run());
+        assert_eq!(c.verdict, Verdict::Plateau, "{c:#?}");
+        assert_eq!(c.rate, None);
+        let p = c.plateau.unwrap();
+        assert_eq!((p.fill_rate, p.stop_x), (None, 9.0));
+        assert!(c.reason.contains("one-off step of +3.0"), "{}", c.reason);
+    }
+}

@@ -1,0 +1,364 @@
+//! Issue 19 on real runtimes: one server per runtime (fixtures/real/runtimes)
+//! that keeps, or drops, about 1 MiB per request, watched as users watch
+//! theirs — `run --repeat 20 --watch PID -- client` (one request per run),
+//! then `attach PID --duration 60s` while a client sends one request every
+//! half second. The truth is read twice: from /proc (anon growth over the
+//! same window, which is what leakwatch measures) and from the runtime's own
+//! accounting (V8 `used_heap_size` after a forced GC, the JVM heap used after
+//! `System.gc()`, tracemalloc, glibc `mallinfo2`, redis `used_memory`),
+//! printed for the note.
+//!
+//! Must hold, each try: keeping is a leak in both modes, its rate within 15%
+//! of the anon growth in attach and per run (35% per run for the GC heaps,
+//! V8 and G1, whose anon grows in chunks); dropping is never a leak. Each
+//! runtime is one test (its run and its attach in turn, ≈ 90 s); CI runs
+//! each once. `LW_RUNTIME_TRIES=5` repeats every case (the note's 5 of 5).
+//!
+//! Fails under `CI=true` when a runtime is missing (`bash .ci/deps`).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "real_support.rs"]
+mod real;
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use real::Server;
+use serde_json::Value;
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Runtime {
+    Node,
+    Jvm,
+    CPython,
+    Glibc,
+    Redis,
+}
+
+impl Runtime {
+    /// A GC heap grows its anon memory in chunks, not per request.
+    fn gc_heap(self) -> bool {
+        matches!(self, Runtime::Node | Runtime::Jvm)
+    }
+
+    /// Requests per run and per attach tick: redis stores one 1,000-byte
+    /// value per request, the keepers 1 MiB.
+    fn per_request(self) -> u32 {
+        if self == Runtime::Redis { 1024 } else { 1 }
+    }
+}
+
+/// Starts the runtime's server keeping (or dropping) what each request makes.
+fn keeper(rt: Runtime, keep: bool) -> Option<Server> {
+    let port = real::free_port();
+    let dir = tempfile::Builder::new()
+        .prefix("lw-runtime-")
+        .tempdir()
+        .unwrap();
+    let src = real::fixture("runtimes");
+    let mode = if keep { "keep" } else { "drop" };
+    let cmd = match rt {
+        Runtime::Node => {
+            let mut c = Command::new(real::need("node")?);
+            c.arg("--expose-gc").arg(src.join("keeper.js"));
+            c
+        }
+        Runtime::Jvm => {
+            let javac = real::need("javac")?;
+            build(Command::new(javac).arg("-d").arg(dir.path()).arg(src.join("Keeper.java")));
+            let mut c = Command::new(real::need("java")?);
+            c.args(["-XX:+UseG1GC", "-Xmx512m", "-cp"])
+                .arg(dir.path())
+                .arg("Keeper");
+            c
+        }
+        Runtime::CPython => {
+            let mut c = Command::new(real::need("python3")?);
+            c.arg(src.join("keeper.py"));
+            c
+        }
+        Runtime::Glibc => {
+            let bin = dir.path().join("keeper");
+            build(
+                Command::new(real::need("gcc")?)
+                    .args(["-O2", "-pthread", "-o"])
+                    .arg(&bin)
+                    .arg(src.join("keeper.c")),
+            );
+            Command::new(bin)
+        }
+        Runtime::Redis => {
+            let mut c = Command::new(real::need("redis-server")?);
+            c.args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+                .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
+                .arg("--dir")
+                .arg(dir.path());
+            c
+        }
+    };
+    let mut cmd = cmd;
+    if rt != Runtime::Redis {
+        cmd.arg(port.to_string()).arg(mode);
+    }
+    Some(Server::spawn(
+        "runtime keeper",
+        cmd,
+        port,
+        dir,
+        Duration::from_secs(30),
+        |s| TcpStream::connect(("127.0.0.1", s.port)).is_ok(),
+    ))
+}
+
+fn build(cmd: &mut Command) {
+    let out = cmd.output().expect("run the compiler");
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `python3 client.py …` for one run's work (or the truth).
+fn client(rt: Runtime, keep: bool, port: u16) -> Command {
+    let mut c = Command::new(real::python());
+    c.arg(real::fixture("runtimes/client.py"))
+        .args(["--port", &port.to_string()])
+        .args(["--count", &rt.per_request().to_string()]);
+    if rt == Runtime::Redis {
+        c.arg("--redis");
+        if !keep {
+            c.arg("--overwrite");
+        }
+    }
+    c
+}
+
+/// The runtime's own accounting, bytes (see fixtures/real/runtimes/client.py).
+fn truth(rt: Runtime, port: u16) -> f64 {
+    if rt == Runtime::Redis {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.write_all(b"INFO memory\r\n").unwrap();
+        let mut r = BufReader::new(s);
+        let mut line = String::new();
+        loop {
+            line.clear();
+            assert!(r.read_line(&mut line).unwrap() > 0, "redis INFO ended");
+            if let Some(v) = line.strip_prefix("used_memory:") {
+                return v.trim().parse().unwrap();
+            }
+        }
+    }
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(b"truth\n").unwrap();
+    let mut line = String::new();
+    BufReader::new(s).read_line(&mut line).unwrap();
+    line.trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("truth: {line:?}"))
+}
+
+fn anon(pid: u32) -> f64 {
+    real::status_bytes(pid, "RssAnon").unwrap() as f64
+}
+
+fn summary(dir: &Path) -> Value {
+    let text = std::fs::read_to_string(dir.join("summary.json")).expect("summary.json");
+    serde_json::from_str(&text).expect("summary.json parses")
+}
+
+/// The anon series of the process (`pid:N` in run, `target` in attach).
+fn anon_fit(s: &Value, pid: u32) -> &Value {
+    s["series"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| {
+            x["metric"] == "anon_bytes"
+                && (x["name"] == format!("pid:{pid}") || x["name"] == "target")
+        })
+        .unwrap_or_else(|| panic!("no anon series of {pid} in {s:#}"))
+}
+
+/// What one mode measured: leakwatch's fit, the anon growth and the
+/// runtime's own, per run or per second.
+struct Seen {
+    fit: Value,
+    verdict: Value,
+    exit: Option<i32>,
+    anon_rate: f64,
+    own_rate: f64,
+}
+
+fn leakwatch() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_leakwatch"))
+}
+
+fn run_20(rt: Runtime, keep: bool, srv: &Server, out: &Path) -> Seen {
+    let pid = srv.pid();
+    let (t0, a0) = (truth(rt, srv.port), anon(pid));
+    let c = client(rt, keep, srv.port);
+    let status = leakwatch()
+        .args(["run", "--repeat", "20", "--watch", &pid.to_string()])
+        .args(["--quiet", "--out"])
+        .arg(out)
+        .arg("--")
+        .arg(c.get_program())
+        .args(c.get_args())
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    let (t1, a1) = (truth(rt, srv.port), anon(pid));
+    let s = summary(out);
+    Seen {
+        fit: anon_fit(&s, pid).clone(),
+        verdict: s["verdict"].clone(),
+        exit: status.code(),
+        anon_rate: (a1 - a0) / 20.0,
+        own_rate: (t1 - t0) / 20.0,
+    }
+}
+
+fn attach_60s(rt: Runtime, keep: bool, srv: &Server, out: &Path) -> Seen {
+    let pid = srv.pid();
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = {
+        let stop = Arc::clone(&stop);
+        let mut c = client(rt, keep, srv.port);
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let ok = c.stdout(Stdio::null()).status().unwrap().success();
+                assert!(ok, "the client failed");
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_secs(1));
+    let (t0, a0, from) = (truth(rt, srv.port), anon(pid), Instant::now());
+    let status = leakwatch()
+        .args(["attach", &pid.to_string(), "--duration", "60s", "--quiet"])
+        .arg("--out")
+        .arg(out)
+        .status()
+        .unwrap();
+    let (t1, a1, secs) = (
+        truth(rt, srv.port),
+        anon(pid),
+        from.elapsed().as_secs_f64(),
+    );
+    stop.store(true, Ordering::Relaxed);
+    load.join().unwrap();
+    let s = summary(out);
+    Seen {
+        fit: anon_fit(&s, pid).clone(),
+        verdict: s["verdict"].clone(),
+        exit: status.code(),
+        anon_rate: (a1 - a0) / secs,
+        own_rate: (t1 - t0) / secs,
+    }
+}
+
+/// Checks one mode's verdict and rate; prints the figures either way.
+fn judge(rt: Runtime, keep: bool, mode: &str, seen: &Seen, tolerance: f64) {
+    let f = &seen.fit;
+    let rate = f["rate"].as_f64().or(f["slope"].as_f64()).unwrap_or(0.0);
+    real::skip_note(&format!(
+        "{rt:?} {} {mode}: {} {}, rate {rate:.0} B/{} (anon grew {:.0}, the runtime's own {:.0}); exit {:?}; {}",
+        if keep { "keep" } else { "drop" },
+        seen.verdict,
+        f["verdict"],
+        if mode == "run" { "run" } else { "s" },
+        seen.anon_rate,
+        seen.own_rate,
+        seen.exit,
+        f["reason"]
+    ));
+    if keep {
+        assert_eq!(f["verdict"], "leak", "{rt:?} {mode}: {f:#}");
+        assert_eq!(seen.exit, Some(1), "{rt:?} {mode}: a leak exits 1");
+        let err = (rate - seen.anon_rate).abs() / seen.anon_rate;
+        assert!(
+            err <= tolerance,
+            "{rt:?} {mode}: rate {rate:.0} vs anon growth {:.0} ({:.0}% off, allowed {:.0}%)",
+            seen.anon_rate,
+            err * 100.0,
+            tolerance * 100.0
+        );
+    } else {
+        assert_ne!(f["verdict"], "leak", "{rt:?} {mode}: {f:#}");
+        assert_ne!(seen.verdict, "leak", "{rt:?} {mode}");
+        assert_eq!(seen.exit, Some(0), "{rt:?} {mode}: no leak exits 0");
+    }
+}
+
+fn case(rt: Runtime, keep: bool) {
+    let tries: u32 = std::env::var("LW_RUNTIME_TRIES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    for _ in 0..tries {
+        let Some(srv) = keeper(rt, keep) else { return };
+        let t = tempfile::tempdir().unwrap();
+        let per_run = if rt.gc_heap() { 0.35 } else { 0.15 };
+        let seen = run_20(rt, keep, &srv, &t.path().join("run"));
+        judge(rt, keep, "run", &seen, per_run);
+        let seen = attach_60s(rt, keep, &srv, &t.path().join("attach"));
+        judge(rt, keep, "attach", &seen, 0.15);
+    }
+}
+
+#[test]
+fn real_node_keeping_objects_is_a_leak() {
+    case(Runtime::Node, true);
+}
+
+#[test]
+fn real_node_dropping_objects_is_no_leak() {
+    case(Runtime::Node, false);
+}
+
+#[test]
+fn real_jvm_keeping_arrays_is_a_leak() {
+    case(Runtime::Jvm, true);
+}
+
+#[test]
+fn real_jvm_dropping_arrays_is_no_leak() {
+    case(Runtime::Jvm, false);
+}
+
+#[test]
+fn real_cpython_keeping_objects_is_a_leak() {
+    case(Runtime::CPython, true);
+}
+
+#[test]
+fn real_cpython_dropping_objects_is_no_leak() {
+    case(Runtime::CPython, false);
+}
+
+#[test]
+fn real_glibc_threads_keeping_blocks_is_a_leak() {
+    case(Runtime::Glibc, true);
+}
+
+#[test]
+fn real_glibc_threads_freeing_blocks_is_no_leak() {
+    case(Runtime::Glibc, false);
+}
+
+#[test]
+fn real_redis_keeping_new_keys_is_a_leak() {
+    case(Runtime::Redis, true);
+}
+
+#[test]
+fn real_redis_overwriting_keys_is_no_leak() {
+    case(Runtime::Redis, false);
+}
