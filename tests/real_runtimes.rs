@@ -71,7 +71,12 @@ fn keeper(rt: Runtime, keep: bool) -> Option<Server> {
         }
         Runtime::Jvm => {
             let javac = real::need("javac")?;
-            build(Command::new(javac).arg("-d").arg(dir.path()).arg(src.join("Keeper.java")));
+            build(
+                Command::new(javac)
+                    .arg("-d")
+                    .arg(dir.path())
+                    .arg(src.join("Keeper.java")),
+            );
             let mut c = Command::new(real::need("java")?);
             c.args(["-XX:+UseG1GC", "-Xmx512m", "-cp"])
                 .arg(dir.path())
@@ -247,11 +252,7 @@ fn attach_60s(rt: Runtime, keep: bool, srv: &Server, out: &Path) -> Seen {
         .arg(out)
         .status()
         .unwrap();
-    let (t1, a1, secs) = (
-        truth(rt, srv.port),
-        anon(pid),
-        from.elapsed().as_secs_f64(),
-    );
+    let (t1, a1, secs) = (truth(rt, srv.port), anon(pid), from.elapsed().as_secs_f64());
     stop.store(true, Ordering::Relaxed);
     load.join().unwrap();
     let s = summary(out);

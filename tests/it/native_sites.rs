@@ -212,3 +212,71 @@ fn a_leaking_cxx_method_in_a_shared_library_is_named_demangled_with_its_line() {
         }
     }
 }
+
+/// Debian's memcached is stripped: its slab allocator has no name in
+/// `.dynsym`, so the site is `memcached+0xOFFSET`. Its slab pages (1 MiB,
+/// far above the interval: always sampled, weighed at their size) grow at
+/// the rate memcached's own `total_malloced` gives.
+#[test]
+fn a_stripped_memcached_fed_new_keys_grows_at_its_own_total_malloced_rate() {
+    let memcached = Command::new("memcached").arg("-h").output();
+    if let Err(e) = memcached {
+        let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false");
+        assert!(
+            !ci,
+            "memcached is missing under CI ({e}): .ci/deps installs it"
+        );
+        eprintln!("skipped: no memcached ({e}); bash .ci/deps installs it");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let client = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/native/memcached_client.py");
+    let out = tmp.path().join("out");
+    let output = leakwatch()
+        .env("LEAKWATCH_SHIM", shim())
+        .args(["run", "-n", "10", "--settle", "300ms", "--native-sites"])
+        .arg("--out")
+        .arg(&out)
+        .args(["--", "python3"])
+        .arg(&client)
+        .arg(port.to_string())
+        .arg(tmp.path().join("state"))
+        .args(["2000", "1000"])
+        .output()
+        .unwrap();
+    crate::common::assert_exit_matches_verdict(output.status, &out);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let malloced: Vec<f64> = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("total_malloced "))
+        .map(|v| v.trim().parse().unwrap())
+        .collect();
+    assert_eq!(malloced.len(), 10, "{stdout}");
+    let truth = (malloced[9] - malloced[0]) / 9.0;
+    let s = summary(&out);
+    let sites = s["py_sites"].as_array().expect("sites");
+    let first = &sites[0];
+    assert!(
+        first["site"]
+            .as_str()
+            .is_some_and(|n| n.starts_with("memcached+0x")),
+        "{sites:#?}"
+    );
+    assert_eq!(first["verdict"], "leak", "{first:#}");
+    eprintln!(
+        "memcached: {} at {:.0} B/run, total_malloced {truth:.0} B/run",
+        first["site"],
+        first["bytes_per_run"].as_f64().unwrap_or(0.0)
+    );
+    assert_within(
+        "slab bytes per run",
+        first["bytes_per_run"].as_f64().unwrap(),
+        truth,
+        0.15,
+    );
+}
