@@ -199,6 +199,63 @@ pub unsafe extern "C" fn pvalloc(size: size_t) -> *mut c_void {
     p
 }
 
+/// # Safety
+/// As C's `mmap`. Anonymous mappings are sampled as blocks (CPython's
+/// arenas, runtimes with their own heaps, programs that map their own
+/// memory); glibc's malloc maps its large blocks through its internal
+/// entry point, not this one, so they are never counted twice.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mmap(
+    addr: *mut c_void,
+    len: size_t,
+    prot: i32,
+    flags: i32,
+    fd: i32,
+    off: libc::off_t,
+) -> *mut c_void {
+    // SAFETY: the raw system call, as glibc's mmap makes it.
+    let p = unsafe { libc::syscall(libc::SYS_mmap, addr, len, prot, flags, fd, off) };
+    if p == -1 {
+        return libc::MAP_FAILED;
+    }
+    let p = p as *mut c_void;
+    if flags & libc::MAP_ANONYMOUS != 0 {
+        if flags & libc::MAP_FIXED != 0 {
+            // Mapped over whatever was there, a sampled mapping included.
+            on_free(p);
+        }
+        on_alloc(p, len);
+    }
+    p
+}
+
+/// # Safety
+/// As C's `mmap64` (the same call on 64-bit Linux).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mmap64(
+    addr: *mut c_void,
+    len: size_t,
+    prot: i32,
+    flags: i32,
+    fd: i32,
+    off: libc::off_t,
+) -> *mut c_void {
+    // SAFETY: as mmap.
+    unsafe { mmap(addr, len, prot, flags, fd, off) }
+}
+
+/// # Safety
+/// As C's `munmap`. A sampled mapping is forgotten when it is unmapped from
+/// its start (a partial unmap from the start forgets all of it; one that
+/// starts inside it is not seen).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> i32 {
+    on_free(addr);
+    // SAFETY: the raw system call, as glibc's munmap makes it.
+    let rc = unsafe { libc::syscall(libc::SYS_munmap, addr, len) };
+    if rc == -1 { -1 } else { 0 }
+}
+
 /// Runs when the shim is loaded, before the program's `main`.
 extern "C" fn init() {
     guarded(sampler::init);

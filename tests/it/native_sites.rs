@@ -9,24 +9,27 @@ use std::process::Command;
 
 use crate::common::*;
 
-/// The shim beside the leakwatch binary under test (a filtered `cargo test`
-/// may not have built it: build it then).
+/// The shim beside the leakwatch binary under test, built (or found up to
+/// date) once per test process: `cargo test` does not build a cdylib, and a
+/// shim left from an older build would test old code.
 fn shim() -> PathBuf {
-    let exe = Path::new(env!("CARGO_BIN_EXE_leakwatch"));
-    let path = exe.with_file_name("libleakwatch_shim.so");
-    if !path.exists() {
-        let mut build = Command::new(env!("CARGO"));
-        build.args(["build", "-p", "leakwatch-shim"]);
-        if exe.parent().is_some_and(|p| p.ends_with("release")) {
-            build.arg("--release");
-        }
-        let status = build
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .status()
-            .unwrap();
-        assert!(status.success(), "cannot build the shim: {status}");
-    }
-    path
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let exe = Path::new(env!("CARGO_BIN_EXE_leakwatch"));
+            let mut build = Command::new(env!("CARGO"));
+            build.args(["build", "-p", "leakwatch-shim"]);
+            if exe.parent().is_some_and(|p| p.ends_with("release")) {
+                build.arg("--release");
+            }
+            let status = build
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .status()
+                .unwrap();
+            assert!(status.success(), "cannot build the shim: {status}");
+            exe.with_file_name("libleakwatch_shim.so")
+        })
+        .clone()
 }
 
 /// Compiles a fixture with `compiler` -O2 -g, no frame pointers; `None`
@@ -278,5 +281,42 @@ fn a_stripped_memcached_fed_new_keys_grows_at_its_own_total_malloced_rate() {
         first["bytes_per_run"].as_f64().unwrap(),
         truth,
         0.15,
+    );
+}
+
+/// The Rust fixture daemon keeps its leak in anonymous mappings of its own
+/// (mmap, not malloc): the shim samples those too, and the site is the
+/// Rust function, demangled.
+#[test]
+fn the_rust_fixtures_mmap_leak_is_named_by_its_rust_function() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let output = leakwatch()
+        .env("LEAKWATCH_SHIM", shim())
+        .args(["run", "-n", "8", "--settle", "200ms", "--native-sites"])
+        .arg("--out")
+        .arg(&out)
+        .args(["--", fixture(), "client", "--leak", "4MiB", "--socket"])
+        .arg(tmp.path().join("fx.sock"))
+        .output()
+        .unwrap();
+    crate::common::assert_exit_matches_verdict(output.status, &out);
+    let s = summary(&out);
+    let sites = s["py_sites"].as_array().expect("sites");
+    let first = &sites[0];
+    assert!(
+        first["site"]
+            .as_str()
+            .is_some_and(|n| n.starts_with("leakwatch_fixture::allocate (")
+                && n.contains("leakwatch_fixture.rs:")),
+        "{sites:#?}"
+    );
+    assert_eq!(first["verdict"], "leak", "{first:#}");
+    // 4 MiB mappings are far above the interval: always sampled, at their size.
+    assert_within(
+        "bytes per run",
+        first["bytes_per_run"].as_f64().unwrap(),
+        4.0 * MIB,
+        0.05,
     );
 }
