@@ -58,6 +58,15 @@ fn guarded(f: impl FnOnce()) {
     });
 }
 
+/// Marks this thread as inside the shim until [`leave`].
+pub(crate) fn enter() {
+    BUSY.with(|busy| busy.set(true));
+}
+
+pub(crate) fn leave() {
+    BUSY.with(|busy| busy.set(false));
+}
+
 /// Marks the current thread as the shim's own for good.
 pub(crate) fn mark_own_thread() {
     BUSY.with(|busy| busy.set(true));

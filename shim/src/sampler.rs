@@ -97,18 +97,23 @@ fn parse_u64(text: &[u8]) -> Option<u64> {
 }
 
 /// The lock is held across fork so the child never inherits a table half
-/// written; the child then answers on its own endpoint.
+/// written; the child then answers on its own endpoint. The forking thread
+/// counts as inside the shim meanwhile: a signal handler that allocates
+/// there must pass straight through, not wait for the lock it holds.
 extern "C" fn before_fork() {
+    crate::enter();
     table::lock();
 }
 
 extern "C" fn after_fork_parent() {
     table::unlock();
+    crate::leave();
 }
 
 extern "C" fn after_fork_child() {
     table::unlock();
     listen::forked();
+    crate::leave();
 }
 
 /// The allocation at `addr` of `size` bytes crossed this thread's countdown

@@ -320,3 +320,40 @@ fn the_rust_fixtures_mmap_leak_is_named_by_its_rust_function() {
         0.05,
     );
 }
+
+/// Threads allocating through every hook, a signal handler entering the
+/// hooks, forks while the threads allocate, at a 1 KiB interval so the
+/// sampled path (the lock, the unwinder) runs constantly: every run ends
+/// well (a lock held across fork by an interrupted thread hung it once).
+#[test]
+fn threads_signals_and_forks_under_the_shim_neither_hang_nor_crash() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(stress) = compile(
+        "gcc",
+        "fixtures/native/stress.c",
+        &tmp.path().join("stress"),
+        &["-pthread"],
+    ) else {
+        return;
+    };
+    let out = tmp.path().join("out");
+    let output = leakwatch()
+        .env("LEAKWATCH_SHIM", shim())
+        .args(["run", "-n", "3", "--settle", "50ms", "--timeout", "60s"])
+        .args(["--native-sites", "--native-interval", "1KiB", "--exit-zero"])
+        .arg("--out")
+        .arg(&out)
+        .arg("--")
+        .arg(&stress)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert_eq!(
+        stdout.matches("stress: ok").count(),
+        3,
+        "{stdout}\n{stderr}"
+    );
+    assert!(stderr.contains("all exited 0"), "{stderr}");
+}
