@@ -357,3 +357,44 @@ fn threads_signals_and_forks_under_the_shim_neither_hang_nor_crash() {
     );
     assert!(stderr.contains("all exited 0"), "{stderr}");
 }
+
+/// A statically linked daemon ignores LD_PRELOAD: it is named in the notes
+/// with the reason, not silently missing from the sites.
+#[test]
+fn a_static_daemon_the_shim_cannot_enter_is_named_with_the_reason() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(daemon) = compile(
+        "gcc",
+        "fixtures/native/leaky_daemon.c",
+        &tmp.path().join("leaky_static"),
+        &["-static"],
+    ) else {
+        return;
+    };
+    let out = tmp.path().join("out");
+    let output = leakwatch()
+        .env("LEAKWATCH_SHIM", shim())
+        .env("LEAKY_DAEMON_SOCKET", tmp.path().join("d.sock"))
+        .args([
+            "run",
+            "-n",
+            "3",
+            "--settle",
+            "100ms",
+            "--native-sites",
+            "--exit-zero",
+        ])
+        .arg("--out")
+        .arg(&out)
+        .arg("--")
+        .arg(&daemon)
+        .arg("client")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0));
+    let notes = summary(&out)["notes"].to_string();
+    assert!(
+        notes.contains("is not followed by --native-sites") && notes.contains("statically linked"),
+        "{notes}"
+    );
+}
