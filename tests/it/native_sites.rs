@@ -398,3 +398,52 @@ fn a_static_daemon_the_shim_cannot_enter_is_named_with_the_reason() {
         "{notes}"
     );
 }
+
+/// A prefork pool: three forked workers share the socket and each leaks per
+/// request it serves. Each answers on its own endpoint (the shim restarts
+/// its answering thread after fork), and the site is judged per task
+/// across the workers.
+#[test]
+fn a_forked_pool_whose_workers_leak_per_task_is_judged_per_task() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(daemon) = compile(
+        "gcc",
+        "fixtures/native/leaky_daemon.c",
+        &tmp.path().join("leaky_daemon"),
+        &[],
+    ) else {
+        return;
+    };
+    let out = tmp.path().join("out");
+    let leak: u64 = 4 << 20;
+    let output = leakwatch()
+        .env("LEAKWATCH_SHIM", shim())
+        .env("LEAKY_DAEMON_SOCKET", tmp.path().join("d.sock"))
+        .env("LEAKY_DAEMON_WORKERS", "3")
+        .args(["run", "-n", "12", "--settle", "200ms", "--native-sites"])
+        .arg("--out")
+        .arg(&out)
+        .arg("--")
+        .arg(&daemon)
+        .args(["client", "--leak", &leak.to_string(), "--churn", "1048576"])
+        .output()
+        .unwrap();
+    crate::common::assert_exit_matches_verdict(output.status, &out);
+    let s = summary(&out);
+    let sites = s["py_sites"].as_array().expect("sites");
+    let first = &sites[0];
+    assert!(
+        first["site"]
+            .as_str()
+            .is_some_and(|n| n.starts_with("keep_request_state (")),
+        "{sites:#?}"
+    );
+    assert_eq!(first["verdict"], "leak", "{first:#}");
+    assert!(first["processes"].as_u64().unwrap() >= 2, "{first:#}");
+    assert_within(
+        "bytes per task",
+        first["bytes_per_task"].as_f64().unwrap(),
+        leak as f64,
+        0.15,
+    );
+}
