@@ -447,3 +447,59 @@ fn a_forked_pool_whose_workers_leak_per_task_is_judged_per_task() {
         0.15,
     );
 }
+
+/// A Python daemon whose C library (called through ctypes, invisible to
+/// tracemalloc) leaks, run with both --py-sites and --native-sites: the C
+/// function and the Python line each appear at their own rate.
+#[test]
+fn a_python_daemons_c_library_leak_is_seen_beside_its_python_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(lib) = compile(
+        "gcc",
+        "fixtures/native/cleak.c",
+        &tmp.path().join("libcleak.so"),
+        &["-shared", "-fPIC"],
+    ) else {
+        return;
+    };
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/native/pyc_daemon.py");
+    let out = tmp.path().join("out");
+    let (c_leak, py_leak): (u64, u64) = (4 << 20, 1_000_000);
+    let output = leakwatch()
+        .env("LEAKWATCH_SHIM", shim())
+        .args(["run", "-n", "10", "--settle", "200ms"])
+        .args(["--native-sites", "--py-sites", "--out"])
+        .arg(&out)
+        .args(["--", "python3"])
+        .arg(&script)
+        .arg(tmp.path().join("d.sock"))
+        .arg(&lib)
+        .args([c_leak.to_string(), py_leak.to_string()])
+        .output()
+        .unwrap();
+    crate::common::assert_exit_matches_verdict(output.status, &out);
+    let s = summary(&out);
+    let sites = s["py_sites"].as_array().expect("sites");
+    let find = |prefix: &str| {
+        sites
+            .iter()
+            .find(|x| x["site"].as_str().is_some_and(|n| n.starts_with(prefix)))
+            .unwrap_or_else(|| panic!("no site {prefix}: {sites:#?}"))
+    };
+    let c = find("cleak_keep (");
+    assert_eq!(c["verdict"], "leak", "{c:#}");
+    assert_within(
+        "C bytes per run",
+        c["bytes_per_run"].as_f64().unwrap(),
+        c_leak as f64,
+        0.15,
+    );
+    let py = find(&format!("{}:", script.display()));
+    assert_eq!(py["verdict"], "leak", "{py:#}");
+    assert_within(
+        "Python bytes per run",
+        py["bytes_per_run"].as_f64().unwrap(),
+        py_leak as f64,
+        0.05,
+    );
+}

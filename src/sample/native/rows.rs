@@ -184,7 +184,7 @@ fn is_runtime(f: &NamedFrame) -> bool {
         "libleakwatch_shim.so",
         "libc++.so",
     ];
-    const FUNCTIONS: [&str; 16] = [
+    const FUNCTIONS: [&str; 21] = [
         "malloc",
         "calloc",
         "realloc",
@@ -201,6 +201,12 @@ fn is_runtime(f: &NamedFrame) -> bool {
         "<core::",
         "__gnu_cxx::",
         "hashbrown::",
+        // CPython's allocators and tracemalloc's hooks.
+        "_PyObject_",
+        "PyObject_Malloc",
+        "PyMem_",
+        "_PyMem_",
+        "tracemalloc_",
     ];
     if MODULES.iter().any(|m| f.module.starts_with(m)) {
         return true;
@@ -245,5 +251,13 @@ mod tests {
         let only_libc = [frame("strdup", "libc.so.6")];
         assert_eq!(site_name(&only_libc), "strdup (strdup.c:1)");
         assert_eq!(site_name(&[]), "(no stack)");
+        let python = [
+            frame("_PyObject_Malloc", "python3.11"),
+            frame("_PyBytes_FromSize", "python3.11"),
+        ];
+        assert_eq!(
+            site_name(&python),
+            "_PyBytes_FromSize (_PyBytes_FromSize.c:1)"
+        );
     }
 }
