@@ -148,6 +148,13 @@ impl NativeSites {
         pids
     }
 
+    /// Removes the endpoint of `pid` if that process has exited.
+    pub fn forget_if_gone(&self, pid: u32) {
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = fs::remove_file(self.dir.join(format!("{pid}.sock")));
+        }
+    }
+
     /// Asks process `pid` for its live sampled stacks. A dead process' endpoint is
     /// removed; the error is a sentence for a note.
     pub fn ask(&self, pid: u32, run: u32, timeout: Duration) -> Result<Snapshot, String> {

@@ -49,6 +49,9 @@ impl NativeSession {
                 .iter()
                 .find(|r| r.pid == pid && r.is_process_sample())
             else {
+                // Not followed (the command's own processes, gone by now):
+                // its endpoint goes once it has exited.
+                sites.forget_if_gone(pid);
                 continue;
             };
             match sites.ask(pid, run, ANSWER_TIMEOUT) {
