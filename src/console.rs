@@ -59,6 +59,76 @@ pub fn paint(text: &str, colour: Colour, on: bool) -> String {
     format!("\x1b[1;{code}m{text}\x1b[0m")
 }
 
+/// Progress on stderr: a bar (run i of N, elapsed, current memory) when
+/// stderr is a terminal, plain log lines otherwise, nothing when quiet.
+pub struct Progress {
+    quiet: bool,
+    bar: Option<indicatif::ProgressBar>,
+}
+
+impl Progress {
+    /// `total` runs for `run`; `None` for `attach` (a spinner with elapsed time).
+    pub fn new(quiet: bool, total: Option<u64>) -> Self {
+        use std::io::IsTerminal;
+        let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
+            let (bar, template) = match total {
+                Some(n) => (
+                    indicatif::ProgressBar::new(n),
+                    "{spinner} run {pos}/{len} [{bar:30}] {elapsed_precise}  {msg}",
+                ),
+                None => (
+                    indicatif::ProgressBar::new_spinner(),
+                    "{spinner} attached {elapsed_precise}  {msg}",
+                ),
+            };
+            if let Ok(style) = indicatif::ProgressStyle::with_template(template) {
+                bar.set_style(style.progress_chars("=> "));
+            }
+            bar.enable_steady_tick(std::time::Duration::from_millis(200));
+            bar
+        });
+        Progress { quiet, bar }
+    }
+
+    pub fn is_interactive(&self) -> bool {
+        self.bar.is_some()
+    }
+
+    /// A completed step (a run): the bar moves, or a log line is printed.
+    pub fn step(&self, pos: u64, text: &str) {
+        match &self.bar {
+            Some(bar) => {
+                bar.set_position(pos);
+                bar.set_message(crate::escape::inert(text).into_owned());
+            }
+            None => self.line(text),
+        }
+    }
+
+    /// The bar's message only (no log line): per-tick status in attach mode.
+    pub fn status(&self, text: &str) {
+        if let Some(bar) = &self.bar {
+            bar.set_message(crate::escape::inert(text).into_owned());
+        }
+    }
+
+    /// A line that stays: above the bar, or on its own.
+    pub fn line(&self, text: &str) {
+        match &self.bar {
+            Some(bar) => bar.println(format!("leakwatch: {}", crate::escape::inert_lines(text))),
+            None if !self.quiet => say_line(&format!("leakwatch: {text}")),
+            None => {}
+        }
+    }
+
+    /// Removes the bar before the summary is printed.
+    pub fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

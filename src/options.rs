@@ -13,9 +13,8 @@ use crate::cli::{
 };
 use crate::fit::FitOptions;
 use crate::gate::{self, GateError, GateOn, GateOptions};
-use crate::sample::attach::AttachPlan;
-use crate::sample::run::RunPlan;
-use crate::sample::targets::Target;
+use crate::sample::procfs::ProcRoot;
+use crate::sample::{AttachPlan, RunPlan, Target};
 use crate::series::{Metric, XAxis};
 use crate::units::{UnitError, parse_duration, parse_size};
 
@@ -316,6 +315,7 @@ impl RunOptions {
                     .then(|| native_interval(&args.native_interval))
                     .transpose()?,
                 command: args.command.clone(),
+                root: ProcRoot::default(),
             },
             fit: fit_options(&args.analysis)?,
             gate: gate_setup(&args.gate, Some(XAxis::Run))?,
@@ -347,6 +347,7 @@ impl AttachOptions {
                 duration,
                 deep_budget,
                 max_rows: args.max_samples,
+                root: ProcRoot::default(),
             },
             fit: fit_options(&args.analysis)?,
             gate: gate_setup(&args.gate, Some(XAxis::Seconds))?,

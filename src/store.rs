@@ -89,6 +89,47 @@ impl<'de> Deserialize<'de> for Scope {
     }
 }
 
+/// What an event row of the session (scope `leakwatch`, tier `event`)
+/// records, by the name in its `event` cell; `comm` holds its text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionEvent {
+    /// A line for the reports.
+    Note,
+    /// The session was interrupted: the samples end early. No text.
+    Interrupted,
+    /// What was attached to when not one PID (a cgroup, a name pattern).
+    Target,
+    /// The label set of one series of `analyze`: `<N> {k="v",…}`.
+    Labels,
+    /// What sampling cost (attach mode): a `SamplingCost` as JSON.
+    Sampling,
+}
+
+impl SessionEvent {
+    pub const ALL: [SessionEvent; 5] = [
+        SessionEvent::Note,
+        SessionEvent::Interrupted,
+        SessionEvent::Target,
+        SessionEvent::Labels,
+        SessionEvent::Sampling,
+    ];
+
+    /// The name in the `event` cell.
+    pub fn name(self) -> &'static str {
+        match self {
+            SessionEvent::Note => "note",
+            SessionEvent::Interrupted => "interrupted",
+            SessionEvent::Target => "target",
+            SessionEvent::Labels => "labels",
+            SessionEvent::Sampling => "sampling",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<SessionEvent> {
+        SessionEvent::ALL.into_iter().find(|e| e.name() == name)
+    }
+}
+
 /// What a row holds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -114,6 +155,31 @@ pub enum Tier {
     /// `objects` the count and `site_bytes` the `sys.getsizeof` total after
     /// the run.
     Type,
+}
+
+/// Which tracer found an allocation site (samples.csv's `site_source`, on
+/// `site` and `type` rows; see `sample::sites`).
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum SiteSource {
+    /// tracemalloc in each Python process (`run --py-sites`). What files
+    /// written before the column existed hold, so the default.
+    #[default]
+    Python,
+    /// The sampling allocator shim in each process (`run --native-sites`):
+    /// C, C++ and Rust call stacks; `site_blocks` counts the live samples.
+    Native,
+}
+
+impl fmt::Display for SiteSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SiteSource::Python => f.write_str("python"),
+            SiteSource::Native => f.write_str("native"),
+        }
+    }
 }
 
 impl Row {
@@ -161,7 +227,13 @@ impl Row {
             site_bytes: None,
             site_blocks: None,
             objects: None,
+            site_source: None,
         }
+    }
+
+    /// The session event this row records, if it is one by its `event` cell.
+    pub fn session_event(&self) -> Option<SessionEvent> {
+        self.event.as_deref().and_then(SessionEvent::from_name)
     }
 
     /// A whole-process memory sample (not an event, not a mapping).
@@ -238,6 +310,10 @@ pub struct Row {
     /// files written before type rows existed.
     #[serde(default)]
     pub objects: Option<u64>,
+    /// The tracer of a `site` or `type` row; files written before the
+    /// column existed read as python (`scan`), the only tracer then.
+    #[serde(default)]
+    pub site_source: Option<SiteSource>,
 }
 
 /// Spreadsheet-safe text cells, as OWASP's CSV-injection advice has it: a
@@ -282,12 +358,12 @@ pub const TRACEMALLOC_SITE: &str = "(tracemalloc)";
 /// the GC-tracked objects: untracked leaves (str, bytes, int …) and storage.
 pub const UNTRACKED_TYPE: &str = "(untracked)";
 
-/// A session-level event row: `note` (its text in `comm`) or `interrupted`.
-pub fn note_row(event: &str, text: &str) -> Row {
+/// A session event row, its text in `comm`.
+pub fn note_row(event: SessionEvent, text: &str) -> Row {
     Row {
         comm: text.to_string(),
         tier: Tier::Event,
-        event: Some(event.to_string()),
+        event: Some(event.name().to_string()),
         ..Row::new(Scope::Session)
     }
 }
@@ -345,7 +421,10 @@ pub struct LongestWalk {
 
 /// The session event row that carries a `SamplingCost`.
 pub fn sampling_row(cost: &SamplingCost) -> Row {
-    note_row("sampling", &serde_json::to_string(cost).unwrap_or_default())
+    note_row(
+        SessionEvent::Sampling,
+        &serde_json::to_string(cost).unwrap_or_default(),
+    )
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -559,6 +638,15 @@ impl SampleKeys {
     }
 }
 
+/// A row as read: a site or type row of a file written before
+/// `site_source` existed was Python's.
+fn upgraded(mut row: Row) -> Row {
+    if matches!(row.tier, Tier::Site | Tier::Type) && row.site_source.is_none() {
+        row.site_source = Some(SiteSource::Python);
+    }
+    row
+}
+
 /// Why a parsed row is not a sample leakwatch could have written.
 fn invalid(row: &Row) -> Option<&'static str> {
     (!(row.t_seconds.is_finite() && row.t_seconds >= 0.0))
@@ -610,7 +698,7 @@ pub fn scan(path: &Path, mut each: impl FnMut(Row)) -> Result<ScanReport, StoreE
                     .map_err(|e| e.to_string())
                     .and_then(|row| match invalid(&row) {
                         Some(why) => Err(why.to_string()),
-                        None => Ok(row),
+                        None => Ok(upgraded(row)),
                     }),
             ),
             Err(e) => Some(Err(e.to_string())),
@@ -653,6 +741,25 @@ pub fn read_samples(path: &Path) -> Result<Vec<Row>, StoreError> {
 mod tests {
     use super::*;
 
+    /// The names are samples.csv's contract: files written before the enum
+    /// read back the same.
+    #[test]
+    fn session_events_keep_their_names_in_the_file() {
+        let names: Vec<&str> = SessionEvent::ALL.iter().map(|e| e.name()).collect();
+        assert_eq!(
+            names,
+            ["note", "interrupted", "target", "labels", "sampling"]
+        );
+        for e in SessionEvent::ALL {
+            let row = note_row(e, "text");
+            assert_eq!(
+                (row.event.as_deref(), row.session_event()),
+                (Some(e.name()), Some(e))
+            );
+        }
+        assert_eq!(SessionEvent::from_name("run_start"), None);
+    }
+
     fn row(sample: u64, rss: u64) -> Row {
         Row {
             sample,
@@ -686,6 +793,7 @@ mod tests {
             tier: Tier::Type,
             objects: Some(objects),
             site_bytes: Some(objects * 56),
+            site_source: Some(SiteSource::Python),
             ..row(1, 0)
         };
         let rows = [row(1, 4096), kind("__main__.Parser", 700), kind("dict", 9)];
@@ -694,17 +802,69 @@ mod tests {
         drop(w);
         assert_eq!(read_samples(&path).unwrap(), rows);
         // The same file as a leakwatch without type rows wrote it: no
-        // `objects` column, no type rows.
+        // `objects` column (nor `site_source`, which came later), no type
+        // rows.
         let text = std::fs::read_to_string(&path).unwrap();
         let old: Vec<String> = text
             .lines()
             .filter(|l| !l.contains(",type,"))
-            .map(|l| l.rsplit_once(',').unwrap().0.to_string())
+            .map(|l| l.rsplitn(3, ',').nth(2).unwrap().to_string())
             .collect();
         assert!(old[0].ends_with(",site_blocks"), "{}", old[0]);
         std::fs::write(&path, old.join("\n") + "\n").unwrap();
         let back = read_samples(&path).unwrap();
         assert_eq!(back, vec![row(1, 4096)]);
+    }
+
+    /// samples.csv as leakwatch wrote it before `site_source`: its site and
+    /// type rows were tracemalloc's, and read back as python.
+    #[test]
+    fn site_rows_of_a_file_without_site_source_read_as_python() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("samples.csv");
+        let site = |tier: Tier, name: &str| Row {
+            comm: name.into(),
+            tier,
+            site_bytes: Some(4096),
+            site_blocks: (tier == Tier::Site).then_some(3),
+            objects: (tier == Tier::Type).then_some(7),
+            site_source: Some(SiteSource::Python),
+            ..row(1, 0)
+        };
+        let rows = [
+            row(1, 4096),
+            site(Tier::Site, "app.py:12"),
+            site(Tier::Type, "dict"),
+        ];
+        let mut w = SampleWriter::create(&path).unwrap();
+        w.write_batch(&rows).unwrap();
+        drop(w);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            text.lines()
+                .next()
+                .unwrap()
+                .ends_with(",objects,site_source")
+        );
+        assert!(text.lines().nth(2).unwrap().ends_with(",python"), "{text}");
+        let old: Vec<String> = text
+            .lines()
+            .map(|l| l.rsplit_once(',').unwrap().0.to_string())
+            .collect();
+        assert!(old[0].ends_with(",objects"), "{}", old[0]);
+        std::fs::write(
+            &path,
+            old.join(
+                "
+",
+            ) + "
+",
+        )
+        .unwrap();
+        let back = read_samples(&path).unwrap();
+        assert_eq!(back, rows);
+        // A process row has no tracer.
+        assert_eq!(back[0].site_source, None);
     }
 
     #[test]

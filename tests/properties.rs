@@ -7,7 +7,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use leakwatch::gate::parse_max_growth;
-use leakwatch::sample::proc::{parse_smaps_rollup, parse_stat, parse_status};
+use leakwatch::sample::procfs::{parse_smaps_rollup, parse_stat, parse_status};
 use leakwatch::store;
 use leakwatch::units::{format_bytes, parse_duration, parse_size};
 use proptest::prelude::*;

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
-use leakwatch::sample::pysites::{AnswerError, PySites, Silence, SiteReport, Snapshot};
+use leakwatch::sample::sites::python::{AnswerError, PySites, Silence, SiteReport, Snapshot};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -294,7 +294,7 @@ fn pantsd_like(exec: bool, frames: usize) {
         let (w1, _) = line_bytes(&pair[1], &script, warmup).unwrap();
         assert_eq!(w0, w1, "the warm-up grew once, on the first request");
         // The leak is the site that grew most between runs.
-        let grew = |site: &leakwatch::sample::pysites::LineSite| {
+        let grew = |site: &leakwatch::sample::sites::python::LineSite| {
             site.bytes.saturating_sub(site.prev_bytes.unwrap_or(0))
         };
         let top = pair[1]
@@ -310,7 +310,7 @@ fn pantsd_like(exec: bool, frames: usize) {
 #[test]
 fn a_pantsd_like_daemon_forked_by_its_client_shows_its_leak_line() {
     if python().is_some() {
-        pantsd_like(false, leakwatch::sample::pysites::DEFAULT_FRAMES);
+        pantsd_like(false, leakwatch::sample::sites::python::DEFAULT_FRAMES);
     }
 }
 

@@ -20,7 +20,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "real_support.rs"]
+#[path = "support/real.rs"]
 mod real;
 
 use std::path::{Path, PathBuf};

@@ -14,18 +14,18 @@ use anyhow::{Context, Result, bail};
 use clap::CommandFactory;
 
 use super as app;
+use super::serve::Server;
 use crate::cli::Cli;
 use crate::console;
 use crate::error::Exit;
 use crate::fit::{self, FitOptions};
 use crate::gate::GateOn;
-use crate::openmetrics::{self, Latest};
 use crate::options::{AnalyzeOptions, ExportOptions, GateSetup, ServeOptions};
 use crate::output;
+use crate::report::openmetrics::{self, Latest};
 use crate::sample::prometheus::{self, Life, RangeQuery};
-use crate::series::{self, Metric, Series, XAxis};
-use crate::serve::Server;
-use crate::store::{self, Row, SampleWriter, Scope, Tier};
+use crate::series::{self, Metric};
+use crate::store::{self, Row, SampleWriter, Scope, SessionEvent, Tier};
 
 /// Starts /metrics before sampling (a port in use fails before any output
 /// exists) and says where it is.
@@ -59,20 +59,6 @@ fn now_unix() -> f64 {
     chrono::Utc::now().timestamp_millis() as f64 / 1000.0
 }
 
-/// A life's points as a series, for ordering lives before they get indices.
-fn quick_fit(life: &Life, start: f64, metric: Metric, opts: &FitOptions) -> fit::SeriesFit {
-    let points: Vec<(f64, f64)> = life.points.iter().map(|&(t, v)| (t - start, v)).collect();
-    let s = Series {
-        scope: Scope::Series(0),
-        metric,
-        x_axis: XAxis::Seconds,
-        count: points.len() as u64,
-        points,
-        processes: 1,
-    };
-    fit::fit(&s, fit::warmup_of(&s, opts))
-}
-
 /// A life's label set, with `leakwatch_life` when its series restarted.
 fn life_labels(life: &Life, lives_of_series: usize) -> String {
     let mut labels = life.labels.clone();
@@ -80,49 +66,6 @@ fn life_labels(life: &Life, lives_of_series: usize) -> String {
         labels.insert("leakwatch_life".into(), life.life.to_string());
     }
     prometheus::label_text(&labels)
-}
-
-/// Puts `value` in the column of `metric`.
-fn set_metric(row: &mut Row, metric: Metric, value: u64) {
-    let v = Some(value);
-    match metric {
-        Metric::RssBytes => row.rss_bytes = v,
-        Metric::PssBytes => row.pss_bytes = v,
-        Metric::UssBytes => row.uss_bytes = v,
-        Metric::SharedBytes => row.shared_bytes = v,
-        Metric::PrivateDirtyBytes => row.private_dirty_bytes = v,
-        Metric::AnonBytes => row.anon_bytes = v,
-        Metric::FileBytes => row.file_bytes = v,
-        Metric::ShmemBytes => row.shmem_bytes = v,
-        Metric::SwapBytes => row.swap_bytes = v,
-        Metric::Fds => row.fds = v,
-        Metric::Threads => row.threads = v,
-        Metric::UsageBytes => row.usage_bytes = v,
-        Metric::KernelBytes => row.kernel_bytes = v,
-        Metric::SockBytes => row.sock_bytes = v,
-        Metric::SlabReclaimableBytes => row.slab_reclaimable_bytes = v,
-        Metric::SlabUnreclaimableBytes => row.slab_unreclaimable_bytes = v,
-        Metric::KernelStackBytes => row.kernel_stack_bytes = v,
-        Metric::PageTablesBytes => row.pagetables_bytes = v,
-    }
-}
-
-/// Lives ordered worst first (leak before inconclusive, plateau, stable;
-/// then by growth in bytes per second: the leak that costs most), so `series:0` is the worst and every report lists them
-/// in that order.
-fn worst_first(lives: Vec<Life>, start: f64, opts: &AnalyzeOptions) -> Vec<Life> {
-    let mut judged: Vec<(fit::SeriesFit, Life)> = lives
-        .into_iter()
-        .map(|l| (quick_fit(&l, start, opts.metric, &opts.fit), l))
-        .collect();
-    judged.sort_by(|(a, _), (b, _)| {
-        b.verdict.cmp(&a.verdict).then(
-            b.slope
-                .unwrap_or(f64::MIN)
-                .total_cmp(&a.slope.unwrap_or(f64::MIN)),
-        )
-    });
-    judged.into_iter().map(|(_, l)| l).collect()
 }
 
 /// samples.csv of an `analyze`: the label table and a note first, then one
@@ -140,9 +83,11 @@ fn write_samples(
         .iter()
         .zip(counts)
         .enumerate()
-        .map(|(i, (l, &n))| store::note_row("labels", &format!("{i} {}", life_labels(l, n))))
+        .map(|(i, (l, &n))| {
+            store::note_row(SessionEvent::Labels, &format!("{i} {}", life_labels(l, n)))
+        })
         .collect();
-    head.extend(notes.iter().map(|n| store::note_row("note", n)));
+    head.extend(notes.iter().map(|n| store::note_row(SessionEvent::Note, n)));
     writer.write_batch(&head)?;
     let mut points: Vec<(f64, usize, f64)> = lives
         .iter()
@@ -175,72 +120,11 @@ fn write_samples(
             tier: Tier::Cheap,
             ..Row::new(Scope::Series(i as u32))
         };
-        set_metric(&mut row, metric, v.max(0.0).round() as u64);
+        row.set(metric, v.max(0.0).round() as u64);
         batch.push(row);
     }
     writer.write_batch(&batch)?;
     Ok(writer.rows_written())
-}
-
-/// Growth within the lives of one label set, pooled over them: one
-/// intercept per life, one shared slope (a fixed-effects regression, as
-/// worker leaks are pooled over recycled workers), with a Student t 95% CI
-/// on N − G − 1 degrees of freedom. Per second.
-fn pooled_within_lives(lives: &[&Life]) -> Option<(f64, (f64, f64))> {
-    let centred: Vec<Vec<(f64, f64)>> = lives
-        .iter()
-        .filter(|l| l.points.len() >= 2)
-        .map(|l| {
-            let k = l.points.len() as f64;
-            let mx = l.points.iter().map(|p| p.0).sum::<f64>() / k;
-            let my = l.points.iter().map(|p| p.1).sum::<f64>() / k;
-            l.points.iter().map(|p| (p.0 - mx, p.1 - my)).collect()
-        })
-        .collect();
-    let n: usize = centred.iter().map(Vec::len).sum();
-    let df = n.checked_sub(centred.len() + 1).filter(|d| *d >= 1)? as f64;
-    let sxx: f64 = centred.iter().flatten().map(|p| p.0 * p.0).sum();
-    let sxy: f64 = centred.iter().flatten().map(|p| p.0 * p.1).sum();
-    if sxx <= 0.0 {
-        return None;
-    }
-    let slope = sxy / sxx;
-    let sse: f64 = centred
-        .iter()
-        .flatten()
-        .map(|p| (p.1 - slope * p.0).powi(2))
-        .sum();
-    let half = fit::stats::student_t_quantile(0.975, df) * (sse / df / sxx).sqrt();
-    Some((slope, (slope - half, slope + half)))
-}
-
-/// A note per label set that restarted: its growth within a life, pooled
-/// over its lives (each life is judged on its own as well).
-fn pooled_notes(lives: &[Life], metric: Metric) -> Vec<String> {
-    let mut by_labels: BTreeMap<String, Vec<&Life>> = BTreeMap::new();
-    for l in lives {
-        by_labels
-            .entry(prometheus::label_text(&l.labels))
-            .or_default()
-            .push(l);
-    }
-    let rate = |v: f64| XAxis::Seconds.format_rate(v, metric.is_bytes());
-    by_labels
-        .into_iter()
-        .filter(|(_, l)| l.len() > 1)
-        .filter_map(|(labels, l)| {
-            let (slope, (lo, hi)) = pooled_within_lives(&l)?;
-            Some(format!(
-                "{labels} restarted {} time(s): growth within a life, pooled over its {} \
-                 lives: {} (95% CI {} … {})",
-                l.len() - 1,
-                l.len(),
-                rate(slope),
-                rate(lo),
-                rate(hi)
-            ))
-        })
-        .collect()
 }
 
 /// `leakwatch analyze --prometheus URL --query PROMQL`.
@@ -265,7 +149,7 @@ pub fn analyze(opts: &AnalyzeOptions) -> Result<Exit> {
         lives_per_series.insert(s.label_text(), lives.len());
         all_lives.extend(lives);
     }
-    let lives = worst_first(all_lives, start, opts);
+    let lives = fit::lives::worst_first(all_lives, |l| &l.points, start, opts.metric, &opts.fit);
     let counts: Vec<usize> = lives
         .iter()
         .map(|l| {
@@ -298,7 +182,12 @@ pub fn analyze(opts: &AnalyzeOptions) -> Result<Exit> {
         }
     );
     let mut notes = vec![note];
-    notes.extend(pooled_notes(&lives, opts.metric));
+    notes.extend(fit::lives::pooled_notes(
+        lives
+            .iter()
+            .map(|l| (prometheus::label_text(&l.labels), l.points.as_slice())),
+        opts.metric,
+    ));
     let dir = app::new_out_dir(&opts.output)?;
     output::create_dir(&dir).context("--out")?;
     let samples = dir.join("samples.csv");

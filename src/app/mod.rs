@@ -4,6 +4,7 @@
 //! Prometheus in and out, completions and man pages.
 
 mod fleet;
+mod serve;
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -13,6 +14,7 @@ use anyhow::{Context, Result, bail};
 use crate::check;
 use crate::cli::{Cli, Command};
 use crate::console;
+use crate::console::Progress;
 use crate::error::Exit;
 use crate::fit::{self, Analysis, FitOptions, Verdict};
 use crate::gate::{self, GateResult};
@@ -22,16 +24,15 @@ use crate::options::{
 };
 use crate::output;
 use crate::report::{self, ci, junit};
-use crate::sample::reaper::Interrupt;
-use crate::sample::{self, Outcome, Progress, SampleError};
+use crate::sample::{self, Interrupt, Outcome, SampleError};
 use crate::series::{self, Samples};
-use crate::store::{self, Row, SampleWriter};
+use crate::store::{self, Row, SampleWriter, SessionEvent};
 
 pub fn run(cli: Cli) -> Result<Exit> {
     match cli.command {
         Command::Run(args) => {
             let opts = RunOptions::from_args(&args)?;
-            let prepared = sample::run::prepare(&opts.plan)?;
+            let mut prepared = sample::prepare(&opts.plan)?;
             check_outputs(&opts.gate)?;
             let dir = new_out_dir(&opts.output)?;
             sample_then_report(
@@ -41,13 +42,13 @@ pub fn run(cli: Cli) -> Result<Exit> {
                 &opts.fit,
                 &opts.gate,
                 |writer, interrupt, progress| {
-                    sample::run::run(&prepared, writer, interrupt, progress)
+                    sample::run(&mut prepared, writer, interrupt, progress)
                 },
             )
         }
         Command::Attach(args) => {
             let opts = AttachOptions::from_args(&args)?;
-            let plan = sample::attach::check_target(&opts.plan)?;
+            let plan = sample::check_target(&opts.plan)?;
             check_outputs(&opts.gate)?;
             let server = fleet::serve(opts.serve.as_ref(), &opts.fit, opts.output.quiet)?;
             let dir = new_out_dir(&opts.output)?;
@@ -61,7 +62,7 @@ pub fn run(cli: Cli) -> Result<Exit> {
                     if let Some(server) = &server {
                         writer.set_tap(server.tap());
                     }
-                    sample::attach::attach(&plan, writer, interrupt, progress)
+                    sample::attach(&plan, writer, interrupt, progress)
                 },
             )
         }
@@ -243,9 +244,12 @@ fn session_rows(result: &Result<Outcome, SampleError>) -> Vec<Row> {
         Ok(o) => (o.notes.clone(), o.interrupted),
         Err(e) => (vec![format!("sampling stopped early: {e}")], false),
     };
-    let mut rows: Vec<Row> = notes.iter().map(|n| store::note_row("note", n)).collect();
+    let mut rows: Vec<Row> = notes
+        .iter()
+        .map(|n| store::note_row(SessionEvent::Note, n))
+        .collect();
     if interrupted {
-        rows.push(store::note_row("interrupted", ""));
+        rows.push(store::note_row(SessionEvent::Interrupted, ""));
     }
     rows
 }

@@ -5,6 +5,7 @@ pub mod attribution;
 pub mod changepoint;
 pub mod envelope;
 pub mod findings;
+pub mod lives;
 pub mod sites;
 pub mod stats;
 pub mod verdict;
@@ -15,7 +16,7 @@ use crate::series::{Metric, ProcessLife, RunRecord, Samples, Series, XAxis};
 use crate::store::Scope;
 pub use attribution::Attribution;
 pub use changepoint::Segment;
-pub use verdict::{DecidedBy, PlateauInfo, Step, Verdict};
+pub use verdict::{DecidedBy, PlateauInfo, RateFrom, Step, Verdict};
 
 /// How to analyse: what the user may change when re-running `report`.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -27,10 +28,6 @@ pub struct FitOptions {
     /// Advise recycling so a process stays under this many bytes.
     pub budget_bytes: Option<u64>,
 }
-
-/// Series longer than this are averaged into this many buckets before the
-/// trend tests (Mann–Kendall is O(n²); a day of 1 s samples is 86,400 points).
-const MAX_FIT_POINTS: usize = 1000;
 
 /// Growth too small to matter, whatever the statistics say: 64 KiB or 0.1%
 /// of the level per run (per hour in time series). PSS of a small process
@@ -84,6 +81,11 @@ pub struct SeriesFit {
     pub rate: Option<f64>,
     #[serde(default)]
     pub rate_ci95: Option<(f64, f64)>,
+    /// Which estimate `rate` is (`line`, `end_segment`, `first_half`,
+    /// `average_fill`, `troughs`, `trough_fill`); none without a rate, and
+    /// in summaries written before this field.
+    #[serde(default)]
+    pub rate_from: Option<RateFrom>,
     /// The slope at the end — after the last change point, or over the
     /// second half when there is none — and where the end starts (x): the
     /// one "end" stderr, report.md and summary.json all show.
@@ -135,7 +137,12 @@ impl SeriesFit {
     /// the gate judges against its limit.
     pub fn judged_rate(&self) -> (Option<f64>, Option<(f64, f64)>) {
         match self.verdict {
-            Verdict::Leak => (self.rate.or(self.slope), self.rate_ci95.or(self.slope_ci95)),
+            Verdict::Leak => match self.rate_from {
+                Some(RateFrom::Line) => (self.slope, self.slope_ci95),
+                Some(_) => (self.rate, self.rate_ci95),
+                // A summary written before `rate_from`: its rate, else the line.
+                None => (self.rate.or(self.slope), self.rate_ci95.or(self.slope_ci95)),
+            },
             Verdict::Plateau if self.end_slope_ci95.is_some() => {
                 (self.end_slope, self.end_slope_ci95)
             }
@@ -154,13 +161,15 @@ pub struct Model {
     pub trough_line: Option<(f64, f64)>,
 }
 
-/// Averages a long series into `MAX_FIT_POINTS` buckets of consecutive points
-/// (the charts plot the same points, so the fitted line matches).
+/// Averages a long series into `verdict::MAX_MEAN_POINTS` buckets of
+/// consecutive points, the one limit of the trend tests (Mann–Kendall is
+/// O(n²); a day of 1 s samples is 86,400 points): the charts plot the same
+/// points, so the fitted line matches.
 pub fn thin(points: &[(f64, f64)]) -> Vec<(f64, f64)> {
-    if points.len() <= MAX_FIT_POINTS {
+    if points.len() <= verdict::MAX_MEAN_POINTS {
         return points.to_vec();
     }
-    let per = points.len().div_ceil(MAX_FIT_POINTS);
+    let per = points.len().div_ceil(verdict::MAX_MEAN_POINTS);
     points
         .chunks(per)
         .map(|c| {
@@ -213,6 +222,7 @@ pub fn fit(series: &Series, warmup: usize) -> SeriesFit {
         growth_pct_per_x: c.growth_pct_per_x,
         rate: c.rate,
         rate_ci95,
+        rate_from: c.rate_from,
         end_slope: c.end_slope,
         end_slope_ci95: end_ci(&c, &xs[warm..], &ys[warm..]),
         end_start_x: c.end_start_x,
@@ -251,23 +261,28 @@ fn real_steps(c: &verdict::Classification) -> Vec<Step> {
         .collect()
 }
 
-/// The CI of the headline rate: the troughs' line's when they decided, the
-/// end's line's when the rate is the end's slope, else the least-squares one.
+/// The CI of the headline rate: the troughs' line's whenever they decided
+/// (even when the rate is the line's: too few teeth), else the estimate's
+/// own: the least-squares line's, or the last segment's line's; none for a
+/// fill rate.
 fn rate_ci(c: &verdict::Classification, xs: &[f64], ys: &[f64]) -> Option<(f64, f64)> {
-    let rate = c.rate?;
+    c.rate?;
+    if c.rate_ci95.is_some() {
+        return c.rate_ci95;
+    }
     if c.decided_by == DecidedBy::Troughs {
         return c.envelope.as_ref()?.fit.as_ref()?.slope_ci95;
     }
-    let ols = c.fit.as_ref();
-    if ols.is_some_and(|f| (f.slope - rate).abs() <= 1e-9 * rate.abs().max(1.0)) {
-        return ols?.slope_ci95;
-    }
-    match (c.end_slope, c.end_start_x) {
-        (Some(end), Some(from)) if (end - rate).abs() <= 1e-9 * rate.abs().max(1.0) => {
+    match c.rate_from? {
+        RateFrom::Line | RateFrom::Staircase => c.fit.as_ref()?.slope_ci95,
+        RateFrom::EndSegment => {
+            let from = c.end_start_x?;
             let k = xs.partition_point(|&x| x < from);
             stats::ols(&xs[k..], &ys[k..])?.slope_ci95
         }
-        _ => None,
+        RateFrom::FirstHalf | RateFrom::AverageFill => None,
+        // Only when troughs decided, answered above.
+        RateFrom::Troughs | RateFrom::TroughFill => None,
     }
 }
 
@@ -297,10 +312,7 @@ fn end_ci(c: &verdict::Classification, xs: &[f64], ys: &[f64]) -> Option<(f64, f
 /// started part-way); nothing when the straight line was what was judged.
 fn model(c: verdict::Classification) -> Model {
     let troughs = c.decided_by == DecidedBy::Troughs;
-    let on_the_line = match (c.rate, &c.fit) {
-        (Some(rate), Some(f)) => (f.slope - rate).abs() <= 1e-9 * rate.abs().max(1.0),
-        _ => false,
-    };
+    let on_the_line = c.rate_from == Some(RateFrom::Line);
     // Segments only when the verdict rests on them (a plateau's fill and end,
     // a leak that started part-way): a stable or inconclusive series is
     // judged by its line, and a 4 KiB blip is no step to mark.
@@ -607,5 +619,47 @@ mod tests {
         assert_eq!(t.len(), 834);
         assert_eq!(t[0], (1.0, 1.0));
         assert_eq!(thin(&pts[..10]), pts[..10].to_vec());
+    }
+
+    /// The fixture's fill, then a slower leak: the verdict says its rate is
+    /// the last segment's, the CI is that segment's line's, the gate judges
+    /// that, and summary.json names it.
+    #[test]
+    fn the_rate_says_which_estimate_it_is() {
+        const KIB: f64 = 1024.0;
+        const MIB: f64 = 1024.0 * KIB;
+        let points = (1..=30)
+            .map(|r: i32| {
+                let r = f64::from(r);
+                let y =
+                    12.2 * MIB + 4.0 * MIB * (r - 1.0).min(7.0) + 512.0 * KIB * (r - 8.0).max(0.0);
+                (r, y)
+            })
+            .collect();
+        let s = Series {
+            scope: Scope::Command,
+            metric: Metric::AnonBytes,
+            x_axis: XAxis::Run,
+            count: 30,
+            points,
+            processes: 1,
+        };
+        let f = fit(&s, 0);
+        assert_eq!(
+            (f.verdict, f.rate_from),
+            (Verdict::Leak, Some(RateFrom::EndSegment))
+        );
+        let (lo, hi) = f.rate_ci95.unwrap();
+        assert!(lo <= 512.0 * KIB && 512.0 * KIB <= hi, "{:?}", f.rate_ci95);
+        assert!(f.slope.unwrap() > 1.2 * 512.0 * KIB, "{:?}", f.slope);
+        assert_eq!(f.judged_rate(), (f.rate, f.rate_ci95));
+        let json = serde_json::to_value(&f).unwrap();
+        assert_eq!(json["rate_from"], "end_segment");
+        // A summary written before the field reads as naming no estimate.
+        let mut old = json;
+        old.as_object_mut().unwrap().remove("rate_from");
+        let old: SeriesFit = serde_json::from_value(old).unwrap();
+        assert_eq!(old.rate_from, None);
+        assert_eq!(old.judged_rate(), (f.rate, f.rate_ci95));
     }
 }

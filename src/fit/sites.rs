@@ -12,7 +12,7 @@ use super::findings::workers::{TaskSteps, leaking_steps};
 use super::{MIN_SLOPE_BYTES, SeriesFit, verdict};
 use crate::series::sites::{SiteSeries, TypeSeries, UNTRACKED};
 use crate::series::{Metric, XAxis};
-use crate::store::Scope;
+use crate::store::{Scope, SiteSource};
 use crate::units::format_signed_bytes;
 
 /// Sites kept in the report and summary.json (leaks first).
@@ -25,6 +25,10 @@ const HELD_BYTES: u64 = 1 << 20;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SiteFit {
     pub scope: Scope,
+    /// The tracer that found it; a summary.json written before there was
+    /// more than one reads as python.
+    #[serde(default)]
+    pub source: SiteSource,
     /// `file:line` of the innermost user frame.
     pub site: String,
     pub verdict: verdict::Verdict,
@@ -144,6 +148,7 @@ fn fit_site(s: &SiteSeries, fits: &[SeriesFit], found: &[Finding]) -> SiteFit {
     };
     SiteFit {
         scope: s.scope,
+        source: s.source,
         site: s.site.clone(),
         verdict: c.verdict,
         bytes_per_run: rate,
@@ -345,6 +350,7 @@ mod tests {
             .collect();
         let one = |scale: f64| SiteSeries {
             scope: Scope::Survivors,
+            source: SiteSource::Python,
             site: name.into(),
             points: points.iter().map(|&(x, y)| (x, y * scale)).collect(),
             last_bytes: (held.last().copied().unwrap_or(0.0) * scale) as u64,

@@ -30,6 +30,35 @@ pub struct LinearFit {
     pub residual_sd: Option<f64>,
 }
 
+/// The least-squares slope's 95% CI with its error widened for lag-1
+/// autocorrelation of the residuals (Santer et al. 2000, J. Geophys. Res.
+/// 105(D6): the variance and the degrees of freedom by the effective sample
+/// size n(1−ρ)/(1+ρ), ρ ≥ 0). Memory between steps is such a series: flat,
+/// then a bump, then flat; its plain CI is far too narrow. `None` when fewer
+/// than three effective points are left.
+pub fn ols_ar1_ci95(x: &[f64], y: &[f64]) -> Option<(f64, f64)> {
+    let f = ols(x, y)?;
+    let r: Vec<f64> = x
+        .iter()
+        .zip(y)
+        .map(|(xi, yi)| yi - (f.intercept + f.slope * xi))
+        .collect();
+    let ss: f64 = r.iter().map(|v| v * v).sum();
+    let rho = if ss > 0.0 {
+        (r.windows(2).map(|w| w[0] * w[1]).sum::<f64>() / ss).clamp(0.0, 0.99)
+    } else {
+        0.0
+    };
+    let n = f.n as f64;
+    let n_eff = n * (1.0 - rho) / (1.0 + rho);
+    if n_eff < 3.0 {
+        return None;
+    }
+    let se = f.slope_se? * ((n - 2.0) / (n_eff - 2.0)).sqrt();
+    let half = student_t_quantile(0.975, n_eff - 2.0) * se;
+    Some((f.slope - half, f.slope + half))
+}
+
 /// Least-squares line through `(x, y)`, with the slope's 95% CI from Student's t distribution
 /// with n−2 degrees of freedom.
 ///
@@ -258,6 +287,50 @@ pub fn segmented_fit(x: &[f64], y: &[f64], knot: f64) -> Option<SegmentedFit> {
         .iter()
         .all(|v| v.is_finite())
         .then_some(fit)
+}
+
+/// Slope shared by groups that each have their own intercept, with its Student t 95% CI on
+/// N − G − 1 degrees of freedom (N points in G groups): a fixed-effects ("within") regression,
+/// e.g. growth within each worker's life pooled over the workers of a pool, or within each life
+/// of a restarted series pooled over its lives — the jump from one group's end to the next
+/// group's start does not count. Groups of fewer than two points are left out. `None` without a
+/// degree of freedom left, or when x does not vary within any group.
+pub fn pooled_slope<G: AsRef<[(f64, f64)]>>(groups: &[G]) -> Option<(f64, (f64, f64))> {
+    // Each group centred on its own means (its own intercept); sums per group, then added.
+    let centred = || {
+        groups
+            .iter()
+            .map(AsRef::as_ref)
+            .filter(|g| g.len() >= 2)
+            .map(|g| {
+                let k = g.len() as f64;
+                let mx = g.iter().map(|p| p.0).sum::<f64>() / k;
+                let my = g.iter().map(|p| p.1).sum::<f64>() / k;
+                (g, mx, my)
+            })
+    };
+    let (mut sxy, mut sxx, mut n, mut count) = (0.0, 0.0, 0usize, 0usize);
+    for (g, mx, my) in centred() {
+        sxx += g.iter().map(|p| (p.0 - mx).powi(2)).sum::<f64>();
+        sxy += g.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum::<f64>();
+        n += g.len();
+        count += 1;
+    }
+    let df = n.checked_sub(count + 1).filter(|d| *d >= 1)? as f64;
+    if sxx <= 0.0 {
+        return None;
+    }
+    let slope = sxy / sxx;
+    let sse: f64 = centred()
+        .map(|(g, mx, my)| {
+            g.iter()
+                .map(|p| (p.1 - my - slope * (p.0 - mx)).powi(2))
+                .sum::<f64>()
+        })
+        .sum();
+    let se = (sse / df / sxx).sqrt();
+    let t = student_t_quantile(0.975, df);
+    Some((slope, (slope - t * se, slope + t * se)))
 }
 
 /// Inverse CDF of Student's t distribution with `df` (> 0, need not be an integer) degrees of
@@ -579,6 +652,19 @@ fn is_constant(v: &[f64]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pooled_slope_ignores_the_jump_between_workers() {
+        // Two workers of 5 tasks, each +2 per task, the second starting low
+        // again (recycled): a plain regression would see a sawtooth.
+        let w1: Vec<(f64, f64)> = (1..=5).map(|i| (i as f64, 10.0 + 2.0 * i as f64)).collect();
+        let w2: Vec<(f64, f64)> = (6..=10)
+            .map(|i| (i as f64, 10.0 + 2.0 * (i - 5) as f64))
+            .collect();
+        let (slope, ci) = pooled_slope(&[w1, w2]).unwrap();
+        assert!((slope - 2.0).abs() < 1e-9);
+        assert!((ci.0 - 2.0).abs() < 1e-6 && (ci.1 - 2.0).abs() < 1e-6);
+    }
 
     fn close(a: f64, b: f64, tol: f64) -> bool {
         (a - b).abs() <= tol

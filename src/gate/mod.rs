@@ -1,6 +1,7 @@
-//! The CI gate: growth and peak limits judged on the verdict's own evidence.
-//! (Baselines are compared in `crate::check`; JUnit is written by
-//! `crate::report::junit`.)
+//! The CI gate: `--max-growth` and `--max-peak` limits judged on the
+//! verdict's own evidence, into a `GateResult` (each check, the violations,
+//! passed or not). Limits only: comparing against a baseline summary.json
+//! is `check`'s, and `report` writes the result (JUnit among its files).
 //!
 //! The rule (default, `ci`): a rate limit is judged on the rate the verdict
 //! rests on and its 95% CI (`SeriesFit::judged_rate`) — it **fails**
@@ -644,7 +645,7 @@ fn series_names(a: &Analysis) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fit::Verdict;
+    use crate::fit::{RateFrom, Verdict};
 
     const MIB: f64 = 1024.0 * 1024.0;
 
@@ -756,6 +757,7 @@ mod tests {
             growth_pct_per_x: Some(slope / (100.0 * MIB) * 100.0),
             rate: Some(slope),
             rate_ci95: Some(ci),
+            rate_from: Some(RateFrom::Line),
             // A plateau's end holds: its end rate is 0 (± 0.1 MiB/run).
             end_slope: Some(if verdict == Verdict::Plateau {
                 0.0

@@ -9,6 +9,7 @@ pub mod fleet;
 pub mod html;
 pub mod junit;
 pub mod markdown;
+pub mod openmetrics;
 pub mod sections;
 pub mod text;
 

@@ -131,8 +131,9 @@ pub fn other_leaks(a: &Analysis) -> impl Iterator<Item = &SeriesFit> {
     })
 }
 
-/// The summary printed on stderr at the end of a session.
-pub fn render(a: &Analysis) -> String {
+/// What was watched: the runs of a command and how they exited, or the
+/// target attached to and for how long (empty for `analyze`).
+fn session_line(a: &Analysis) -> String {
     let mut out = String::new();
     let failed: Vec<String> = a
         .runs
@@ -158,6 +159,12 @@ pub fn render(a: &Analysis) -> String {
             }
         }
     }
+    out
+}
+
+/// The summary printed on stderr at the end of a session.
+pub fn render(a: &Analysis) -> String {
+    let mut out = session_line(a);
     let _ = writeln!(out, "verdict: {}", a.verdict.as_str().to_uppercase());
     for f in a.headlines() {
         let _ = writeln!(out, "  {}", verdict_line(a, f));

@@ -1,5 +1,5 @@
 //! `leakwatch attach`: sample a running process and its descendants over
-//! time. The cheap tier every tick (`sweep::Tree`, at the kernel's floor);
+//! time. The cheap tier every tick (`tree::Tree`, at the kernel's floor);
 //! the deep tier (a page-table walk per process under its mmap lock) at the
 //! first and last sample and while its cost stays within a budget fraction
 //! of wall time, across the whole tree; none at all with a budget of 0.
@@ -11,14 +11,13 @@ use std::time::{Duration, Instant};
 
 use nix::time::{ClockId, clock_gettime};
 
-use super::proc::{ProcRoot, Stat};
-use super::reaper::Interrupt;
-use super::sweep::{DeepPass, Member, TargetState, Tree, Walk};
-use super::targets::{Members, Target, TargetError};
-use super::{
-    Clock, Context, Depth, Outcome, Progress, ResolveError, SampleError, Scoped, event_row,
-    sample_scope,
-};
+use super::lifecycle::reaper::Interrupt;
+use super::procfs::{Depth, ProcRoot, Stat};
+use super::rows::{Clock, Context, event_row};
+use super::targets::{self, Members, Target, TargetError};
+use super::tree::{DeepPass, Member, TargetState, Tree, Walk};
+use super::{Outcome, ResolveError, SampleError, Scoped, sample_scope};
+use crate::console::Progress;
 use crate::store::{self, LongestWalk, Row, SampleWriter, SamplingCost, Scope, Tier};
 use crate::units::{format_bytes, format_duration, format_signed_bytes};
 
@@ -36,14 +35,16 @@ pub struct AttachPlan {
     pub deep_budget: f64,
     /// `--max-samples`: the rows samples.csv may hold.
     pub max_rows: Option<u64>,
+    /// Where the processes are read: /proc, or a fake tree in a test.
+    pub root: ProcRoot,
 }
 
 /// Resolves the target (a name to its PID, a unit to its cgroup) and checks
 /// that a PID is a live user process, before any output exists.
 pub fn check_target(plan: &AttachPlan) -> Result<AttachPlan, TargetError> {
-    let target = super::targets::resolve(&plan.target)?;
+    let target = targets::resolve(&plan.target, &plan.root)?;
     if let Target::Pid(pid) = target {
-        check_pid(pid)?;
+        check_pid(&plan.root, pid)?;
     }
     Ok(AttachPlan {
         target,
@@ -51,8 +52,7 @@ pub fn check_target(plan: &AttachPlan) -> Result<AttachPlan, TargetError> {
     })
 }
 
-fn check_pid(pid: u32) -> Result<(), ResolveError> {
-    let root = ProcRoot::default();
+fn check_pid(root: &ProcRoot, pid: u32) -> Result<(), ResolveError> {
     if !root.alive(pid) {
         return Err(ResolveError::NoSuchProcess { what: "PID", pid });
     }
@@ -182,7 +182,7 @@ pub fn attach(
     interrupt: &Interrupt,
     progress: &Progress,
 ) -> Result<Outcome, SampleError> {
-    let root = ProcRoot::default();
+    let root = plan.root.clone();
     let members = Members::new(&plan.target);
     let (target, followed) = match members.leader() {
         Some(pid) => {
@@ -209,7 +209,7 @@ pub fn attach(
         }
     };
     if let Some(what) = members.describe() {
-        writer.write_batch(&[store::note_row("target", &what)])?;
+        writer.write_batch(&[store::note_row(store::SessionEvent::Target, &what)])?;
     }
     let mut session = Session {
         plan,

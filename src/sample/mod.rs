@@ -1,234 +1,45 @@
-//! The only stage that touches /proc: read processes in tiers, walk trees,
-//! drive `run` and `attach`, and hand rows to the store as they are taken.
+//! The only stage that touches /proc: read processes in tiers, follow their
+//! trees, drive `run` and `attach`, and hand rows to the store as they are
+//! taken.
+//!
+//! Rooms by job, each importing only those above it in this list:
+//! - `procfs`: /proc through an injectable root — file access, parsers, a
+//!   process read in tiers, command lines; a fake /proc for tests.
+//! - `rows`: the clock, and the rows built from what was read.
+//! - `tree`: the process tree `attach` follows at the kernel's floor.
+//! - `lifecycle`: what `run` starts and how it ends — the subreaper and
+//!   signals, the session's confinement and record, the guardian.
+//! - `targets`: what `attach` follows when it is not one PID (a name, a
+//!   cgroup, a unit).
+//! - `sites`: allocation sites from tracers inside the processes, behind
+//!   one trait (`--py-sites`).
+//! - `prometheus`: Prometheus as a source (HTTP), for `analyze`.
+//! - `run`, `attach`: the drivers.
+//!
+//! This file holds what both drivers share: sampling a scope's processes,
+//! the errors that end sampling, and how it ended.
 
-pub mod attach;
-pub mod cgroup;
-pub mod confine;
-#[cfg(test)]
-pub mod fake;
-pub mod guardian;
-pub mod native;
-pub mod proc;
-pub mod pysites;
-pub mod reaper;
-pub mod run;
-// Targets beyond a PID and Prometheus as a source (issue 12).
+mod attach;
+mod lifecycle;
+pub mod procfs;
 pub mod prometheus;
-pub mod site_rows;
-pub mod smaps;
-pub mod sweep;
-pub mod targets;
+mod rows;
+mod run;
+pub mod sites;
+mod targets;
+mod tree;
 
-use std::time::Instant;
+pub use attach::{AttachPlan, attach, check_target};
+pub use lifecycle::guardian;
+pub use lifecycle::reaper::Interrupt;
+pub use rows::{Clock, Context};
+pub use run::{Prepared, RunPlan, prepare, run};
+pub use targets::{Target, TargetError};
+pub use tree::Tree;
 
-use crate::store::{Row, Scope, Tier};
-use proc::{ProcError, ProcRoot};
-
-/// One process read once: the cheap tier always, the deep tier when asked.
-/// All sizes are bytes.
-#[derive(Debug, Clone, Default)]
-pub struct ProcSample {
-    pub pid: u32,
-    pub ppid: u32,
-    pub start_time: u64,
-    pub comm: String,
-    pub status: proc::Status,
-    pub fds: Option<u64>,
-    pub rollup: Option<proc::Rollup>,
-    /// Its mappings by name, when read at `Depth::Mappings`.
-    pub mappings: Vec<proc::Mapping>,
-    /// The deep read was refused (another user's process without ptrace-read access).
-    pub deep_denied: bool,
-}
-
-/// How far a process is read. Each deep depth walks its page tables once:
-/// `smaps` gives the rollup's figures as well as the mappings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Depth {
-    /// `stat`, `status` and the fd count: no page walk.
-    Cheap,
-    /// And `smaps_rollup`: PSS, USS, shared and private.
-    Rollup,
-    /// And `smaps` instead of `smaps_rollup`: the same figures plus the
-    /// mappings, for attribution at the first and last sample.
-    Mappings,
-}
-
-/// Reads one process: `stat` (identity), `status` and the fd count through
-/// one held directory; a page walk too at a deep `depth`. `Err(Gone)` means
-/// it exited: an event, not a failure.
-pub fn read_process(root: &ProcRoot, pid: u32, depth: Depth) -> Result<ProcSample, ProcError> {
-    let dir = root.open_dir(pid)?;
-    let mut buf = Vec::with_capacity(4096);
-    let stat = dir.stat(&mut buf)?;
-    let mut status = proc::Status::default();
-    dir.status(&mut buf, &mut status)?;
-    let fds = dir.fd_count();
-    let walked = match depth {
-        Depth::Cheap => Ok((None, Vec::new())),
-        Depth::Rollup => dir.smaps_rollup(&mut buf).map(|r| (Some(r), Vec::new())),
-        Depth::Mappings => dir.smaps(&mut buf).map(|s| (Some(s.rollup), s.mappings)),
-    };
-    let ((rollup, mappings), deep_denied) = match walked {
-        Ok(walked) => (walked, false),
-        Err(ProcError::PermissionDenied { .. }) => ((None, Vec::new()), true),
-        Err(e) => return Err(e),
-    };
-    Ok(ProcSample {
-        pid,
-        ppid: stat.ppid,
-        start_time: stat.start_time,
-        comm: stat.comm,
-        status,
-        fds,
-        rollup,
-        mappings,
-        deep_denied,
-    })
-}
-
-/// Where and when a batch of samples was taken.
-#[derive(Debug, Clone)]
-pub struct Context {
-    pub sample: u64,
-    pub run: Option<u32>,
-    pub t_seconds: f64,
-    pub timestamp: String,
-}
-
-impl Context {
-    /// A row of this batch for `scope`, with nothing measured yet.
-    pub fn row(&self, scope: Scope) -> Row {
-        Row {
-            sample: self.sample,
-            run: self.run,
-            t_seconds: self.t_seconds,
-            timestamp: self.timestamp.clone(),
-            ..Row::new(scope)
-        }
-    }
-}
-
-/// The clock of one leakwatch session: sample numbers and seconds since start.
-pub struct Clock {
-    start: Instant,
-    next_sample: u64,
-}
-
-impl Default for Clock {
-    fn default() -> Self {
-        Clock::new()
-    }
-}
-
-impl Clock {
-    pub fn new() -> Self {
-        Clock {
-            start: Instant::now(),
-            next_sample: 0,
-        }
-    }
-
-    pub fn elapsed(&self) -> f64 {
-        self.start.elapsed().as_secs_f64()
-    }
-
-    /// A fresh context for the next batch of rows.
-    pub fn context(&mut self, run: Option<u32>) -> Context {
-        let sample = self.next_sample;
-        self.next_sample += 1;
-        Context {
-            sample,
-            run,
-            t_seconds: self.elapsed(),
-            timestamp: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-        }
-    }
-}
-
-/// Turns a process sample into a CSV row for `scope`.
-pub fn to_row(ctx: &Context, scope: Scope, s: &ProcSample) -> Row {
-    let mut row = Row {
-        pid: s.pid,
-        ppid: s.ppid,
-        start_time: s.start_time,
-        comm: s.comm.clone(),
-        tier: Tier::Cheap,
-        rss_bytes: s.status.rss_bytes,
-        anon_bytes: s.status.anon_bytes,
-        file_bytes: s.status.file_bytes,
-        shmem_bytes: s.status.shmem_bytes,
-        swap_bytes: s.status.swap_bytes,
-        hwm_bytes: s.status.hwm_bytes,
-        threads: s.status.threads,
-        fds: s.fds,
-        ..ctx.row(scope)
-    };
-    if let Some(r) = &s.rollup {
-        fill_deep(&mut row, r);
-    }
-    row
-}
-
-/// Makes a cheap row deep: the rollup's figures (read from `smaps_rollup`,
-/// or summed from `smaps`).
-pub fn fill_deep(row: &mut Row, r: &proc::Rollup) {
-    row.tier = Tier::Deep;
-    row.pss_bytes = Some(r.pss_bytes);
-    row.pss_anon_bytes = r.pss_anon_bytes;
-    row.pss_file_bytes = r.pss_file_bytes;
-    row.pss_shmem_bytes = r.pss_shmem_bytes;
-    row.shared_clean_bytes = Some(r.shared_clean_bytes);
-    row.shared_dirty_bytes = Some(r.shared_dirty_bytes);
-    row.private_clean_bytes = Some(r.private_clean_bytes);
-    row.private_dirty_bytes = Some(r.private_dirty_bytes);
-    row.uss_bytes = Some(r.uss_bytes());
-    row.shared_bytes = Some(r.shared_bytes());
-    row.swap_pss_bytes = r.swap_pss_bytes;
-}
-
-/// The row of one mapping name of one process.
-pub fn mapping_row(
-    ctx: &Context,
-    scope: Scope,
-    pid: u32,
-    ppid: u32,
-    start_time: u64,
-    m: &proc::Mapping,
-) -> Row {
-    Row {
-        pid,
-        ppid,
-        start_time,
-        comm: m.name.clone(),
-        tier: Tier::Mapping,
-        rss_bytes: Some(m.rss_bytes),
-        pss_bytes: Some(m.pss_bytes),
-        anon_bytes: Some(m.anon_bytes),
-        private_dirty_bytes: Some(m.private_dirty_bytes),
-        swap_bytes: Some(m.swap_bytes),
-        ..ctx.row(scope)
-    }
-}
-
-/// An event row: a run starting or ending, a process exiting, a pid reused.
-pub fn event_row(
-    ctx: &Context,
-    scope: Scope,
-    pid: u32,
-    comm: &str,
-    event: &str,
-    exit_code: Option<i32>,
-) -> Row {
-    Row {
-        pid,
-        comm: comm.to_string(),
-        tier: Tier::Event,
-        event: Some(event.to_string()),
-        exit_code,
-        ..ctx.row(scope)
-    }
-}
+use crate::store::{Row, Scope};
+use procfs::{Depth, ProcError, ProcRoot, read_process};
+use rows::{mapping_row, process_row};
 
 /// What sampling the processes of a scope gave.
 #[derive(Debug, Default)]
@@ -290,7 +101,7 @@ pub fn sample_scope(
                         .filter(|m| m.rss_bytes > 0 || m.swap_bytes > 0)
                         .map(|m| mapping_row(ctx, scope, pid, s.ppid, s.start_time, m)),
                 );
-                out.rows.push(to_row(ctx, scope, &s));
+                out.rows.push(process_row(ctx, scope, &s));
             }
             Err(e) if e.is_gone() => {}
             Err(e) => out.unreadable.push((pid, e.to_string())),
@@ -333,9 +144,9 @@ pub enum ResolveError {
     #[error("PID {pid} ({name}) is a kernel thread: it has no user memory to sample")]
     KernelThread { pid: u32, name: String },
     #[error("--py-sites: {0}")]
-    PySites(String),
+    PySites(sites::python::PySitesError),
     #[error("--native-sites: {0}")]
-    NativeSites(String),
+    NativeSites(sites::native::NativeSitesError),
 }
 
 /// Errors that end sampling early. Samples taken before stay on disk.
@@ -366,72 +177,36 @@ pub struct Outcome {
     pub notes: Vec<String>,
 }
 
-/// Progress on stderr: a bar (run i of N, elapsed, current memory) when
-/// stderr is a terminal, plain log lines otherwise, nothing when quiet.
-pub struct Progress {
-    quiet: bool,
-    bar: Option<indicatif::ProgressBar>,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-impl Progress {
-    /// `total` runs for `run`; `None` for `attach` (a spinner with elapsed time).
-    pub fn new(quiet: bool, total: Option<u64>) -> Self {
-        use std::io::IsTerminal;
-        let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
-            let (bar, template) = match total {
-                Some(n) => (
-                    indicatif::ProgressBar::new(n),
-                    "{spinner} run {pos}/{len} [{bar:30}] {elapsed_precise}  {msg}",
-                ),
-                None => (
-                    indicatif::ProgressBar::new_spinner(),
-                    "{spinner} attached {elapsed_precise}  {msg}",
-                ),
-            };
-            if let Ok(style) = indicatif::ProgressStyle::with_template(template) {
-                bar.set_style(style.progress_chars("=> "));
-            }
-            bar.enable_steady_tick(std::time::Duration::from_millis(200));
-            bar
-        });
-        Progress { quiet, bar }
-    }
+    use procfs::fake::{FakeProc, HEAP_SMAPS};
 
-    pub fn is_interactive(&self) -> bool {
-        self.bar.is_some()
-    }
-
-    /// A completed step (a run): the bar moves, or a log line is printed.
-    pub fn step(&self, pos: u64, text: &str) {
-        match &self.bar {
-            Some(bar) => {
-                bar.set_position(pos);
-                bar.set_message(crate::escape::inert(text).into_owned());
-            }
-            None => self.line(text),
-        }
-    }
-
-    /// The bar's message only (no log line): per-tick status in attach mode.
-    pub fn status(&self, text: &str) {
-        if let Some(bar) = &self.bar {
-            bar.set_message(crate::escape::inert(text).into_owned());
-        }
-    }
-
-    /// A line that stays: above the bar, or on its own.
-    pub fn line(&self, text: &str) {
-        match &self.bar {
-            Some(bar) => bar.println(format!("leakwatch: {}", crate::escape::inert_lines(text))),
-            None if !self.quiet => crate::console::say_line(&format!("leakwatch: {text}")),
-            None => {}
-        }
-    }
-
-    /// Removes the bar before the summary is printed.
-    pub fn finish(&self) {
-        if let Some(bar) = &self.bar {
-            bar.finish_and_clear();
-        }
+    /// At the first and last sample of `run` and of a group target, one
+    /// read of `smaps` gives the row's deep figures and the mappings: no
+    /// `smaps_rollup` read (the fake has an empty one, which would be
+    /// "gone"), so one page walk, not two.
+    #[test]
+    fn a_scope_sampled_with_mappings_walks_each_process_once() {
+        let fake = FakeProc::new();
+        fake.process(10, 1, 'S', &[(10, &[])]);
+        fake.file(10, "smaps_rollup", "");
+        fake.file(10, "smaps", HEAP_SMAPS);
+        let ctx = Clock::new().context(Some(1));
+        let scope = crate::store::Scope::Survivors;
+        let root = fake.root();
+        let scoped = sample_scope(&root, &ctx, scope, &[10], Depth::Mappings);
+        assert!(scoped.unreadable.is_empty(), "{:?}", scoped.unreadable);
+        assert_eq!(scoped.rows.len(), 1);
+        assert_eq!(scoped.rows[0].tier, crate::store::Tier::Deep);
+        assert_eq!(scoped.rows[0].pss_bytes, Some(1000 * 1024));
+        assert_eq!(scoped.rows[0].pss_anon_bytes, Some(1000 * 1024));
+        assert_eq!(scoped.mapping_rows.len(), 1);
+        assert_eq!(scoped.mapping_rows[0].comm, "[heap]");
+        assert_eq!(scoped.mapping_rows[0].rss_bytes, Some(1024 * 1024));
+        // At `Rollup` the same process reads smaps_rollup (here: gone).
+        let scoped = sample_scope(&root, &ctx, scope, &[10], Depth::Rollup);
+        assert!(scoped.rows.is_empty() && scoped.mapping_rows.is_empty());
     }
 }

@@ -10,18 +10,16 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::confine::{self, Cgroup, Record};
-use super::guardian::{self, Guardian};
-use super::native::NativeSites;
-use super::native::rows::NativeSession;
-use super::proc::ProcRoot;
-use super::pysites::PySites;
-use super::reaper::{self, Exit, Interrupt, Reaped};
-use super::site_rows::SiteSession;
-use super::{
-    Clock, Context, Depth, Outcome, Progress, ResolveError, SampleError, Scoped, event_row,
-    sample_scope,
-};
+use super::lifecycle::confine::{self, Confinement, Record};
+use super::lifecycle::guardian::{self, Guardian};
+use super::lifecycle::reaper::{self, ChildExit, Interrupt, Reaped};
+use super::procfs::{Depth, ProcRoot};
+use super::rows::{Clock, Context, event_row};
+use super::sites::native::NativeTracer;
+use super::sites::python::PythonSites;
+use super::sites::{self, ANSWER_TIMEOUT, Sites};
+use super::{Outcome, ResolveError, SampleError, Scoped, sample_scope};
+use crate::console::Progress;
 use crate::store::{Row, SampleWriter, Scope, Tier};
 use crate::units::{format_bytes, format_duration};
 
@@ -49,21 +47,22 @@ pub struct RunPlan {
     pub native_sites: Option<u64>,
     /// The command and its arguments, as typed.
     pub command: Vec<OsString>,
+    /// Where the processes are read: /proc, or a fake tree in a test.
+    pub root: ProcRoot,
 }
 
 /// A plan checked against the environment: the program found, the watched
-/// processes alive, the Python bootstrap in place.
+/// processes alive, the tracers of allocation sites in place.
 #[derive(Debug)]
 pub struct Prepared {
     plan: RunPlan,
     program: PathBuf,
-    sites: Option<PySites>,
-    native: Option<NativeSites>,
+    sites: Vec<Box<dyn Sites>>,
 }
 
 /// Finds the program and checks the watched PIDs, before any output exists.
 pub fn prepare(plan: &RunPlan) -> Result<Prepared, ResolveError> {
-    let root = ProcRoot::default();
+    let root = &plan.root;
     for &pid in &plan.watch {
         if !root.alive(pid) {
             return Err(ResolveError::NoSuchProcess {
@@ -78,21 +77,19 @@ pub fn prepare(plan: &RunPlan) -> Result<Prepared, ResolveError> {
         .map(|a| a.to_string_lossy().into_owned())
         .unwrap_or_default();
     let program = resolve_program(&name)?;
-    let sites = plan
-        .py_sites
-        .map(PySites::prepare)
-        .transpose()
-        .map_err(|e| ResolveError::PySites(e.to_string()))?;
-    let native = plan
-        .native_sites
-        .map(NativeSites::prepare)
-        .transpose()
-        .map_err(|e| ResolveError::NativeSites(e.to_string()))?;
+    let mut sites: Vec<Box<dyn Sites>> = Vec::new();
+    if let Some(frames) = plan.py_sites {
+        let python = PythonSites::prepare(frames).map_err(ResolveError::PySites)?;
+        sites.push(Box::new(python));
+    }
+    if let Some(interval) = plan.native_sites {
+        let native = NativeTracer::prepare(interval).map_err(ResolveError::NativeSites)?;
+        sites.push(Box::new(native));
+    }
     Ok(Prepared {
         plan: plan.clone(),
         program,
         sites,
-        native,
     })
 }
 
@@ -173,29 +170,26 @@ struct Session<'a> {
     /// Processes already noted as unreadable or refused, noted only once.
     noted: BTreeSet<u32>,
     /// The cgroup every run is started in, where the machine allows.
-    cgroup: Option<Cgroup>,
+    cgroup: Option<Confinement>,
     /// This session's record (and where it is kept), for a later session
     /// to find what this one left should it be killed.
     record: Option<(Record, PathBuf)>,
-    /// `--py-sites`: the bootstrap's directory, and what was asked so far.
-    sites: Option<&'a PySites>,
-    site_session: SiteSession,
-    /// `--native-sites`: the shim's directory, and what was named so far.
-    native: Option<&'a NativeSites>,
-    native_session: NativeSession,
+    /// The tracers of allocation sites (`--py-sites`, `--native-sites`),
+    /// asked after each run.
+    sites: &'a mut [Box<dyn Sites>],
     /// Stops what this session started should leakwatch die first.
     guardian: Option<Guardian>,
 }
 
 pub fn run(
-    prepared: &Prepared,
+    prepared: &mut Prepared,
     writer: &mut SampleWriter,
     interrupt: &Interrupt,
     progress: &Progress,
 ) -> Result<Outcome, SampleError> {
-    let root = ProcRoot::default();
+    let root = prepared.plan.root.clone();
     let me = std::process::id();
-    let cgroup = Cgroup::create(me);
+    let cgroup = Confinement::create(me);
     // Before becoming a subreaper: the guardian must not be in our tree.
     let start_time = root.stat(me).map(|s| s.start_time).unwrap_or(0);
     let records = confine::records_dir();
@@ -204,7 +198,7 @@ pub fn run(
         Guardian::start(
             me,
             start_time,
-            cgroup.as_ref().map(Cgroup::path),
+            cgroup.as_ref().map(Confinement::path),
             records.as_deref(),
         )
     });
@@ -246,10 +240,7 @@ pub fn run(
         noted: BTreeSet::new(),
         cgroup,
         record: None,
-        sites: prepared.sites.as_ref(),
-        site_session: SiteSession::default(),
-        native: prepared.native.as_ref(),
-        native_session: NativeSession::default(),
+        sites: &mut prepared.sites,
         guardian: None,
     };
     match guardian {
@@ -315,11 +306,8 @@ impl Session<'_> {
         command
             .args(self.plan.command.iter().skip(1))
             .stdin(Stdio::null());
-        if let Some(sites) = self.sites {
-            command.envs(sites.env(std::env::var_os("PYTHONPATH").as_deref()));
-        }
-        if let Some(native) = self.native {
-            command.envs(native.env(std::env::var_os("LD_PRELOAD").as_deref()));
+        for tracer in self.sites.iter() {
+            command.envs(tracer.env());
         }
         if let Some(guardian) = &self.guardian {
             command.env(guardian::MARK, guardian.mark_value());
@@ -417,7 +405,7 @@ impl Session<'_> {
         reaped: &Reaped,
         polled_hwm: u64,
     ) -> Result<(), SampleError> {
-        let exit: Exit = reaped.exit;
+        let exit: ChildExit = reaped.exit;
         let end = self.command_event(
             ctx,
             pid,
@@ -483,15 +471,10 @@ impl Session<'_> {
         self.update_record(&rows);
         // Asked after the deep sample: a snapshot costs the process memory
         // (a copy of its traces) that must not show in the sample.
-        if let Some(sites) = self.sites {
-            let (site_rows, notes) = self.site_session.collect(sites, &ctx, &rows);
-            self.outcome.notes.extend(notes);
-            self.write(&site_rows)?;
-        }
-        if let Some(native) = self.native {
-            let (site_rows, notes) = self.native_session.collect(native, &ctx, &rows);
-            self.outcome.notes.extend(notes);
-            self.write(&site_rows)?;
+        if !self.sites.is_empty() {
+            let got = sites::collect_all(self.sites, &ctx, &rows, ANSWER_TIMEOUT);
+            self.outcome.notes.extend(got.notes);
+            self.write(&got.rows)?;
         }
         Ok(rows)
     }
@@ -825,10 +808,10 @@ fn survivors(root: &ProcRoot, me: u32) -> Vec<u32> {
 
 /// Whether `pid` runs `… __guardian …` as its second argument.
 fn is_guardian(root: &ProcRoot, pid: u32) -> bool {
-    std::fs::read(root.path(pid, "cmdline")).is_ok_and(|argv| {
+    root.cmdline(pid).is_ok_and(|argv| {
         argv.split(|&b| b == 0)
             .nth(1)
-            .is_some_and(|arg| arg == super::guardian::SUBCOMMAND.as_bytes())
+            .is_some_and(|arg| arg == guardian::SUBCOMMAND.as_bytes())
     })
 }
 

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use super::sites::{Overhead, SiteSeries, Sites, TypeSeries};
 use super::thin::Thinned;
 use super::{Metric, RunRecord, Series, XAxis};
-use crate::store::{Row, SamplingCost, Scope, Tier};
+use crate::store::{Row, SamplingCost, Scope, SessionEvent, Tier};
 
 /// Most points a scope's series keeps (the fit averages further, to 1000).
 const SERIES_CAP: usize = 2048;
@@ -345,21 +345,21 @@ impl Builder {
     }
 
     fn session(&mut self, row: &Row) {
-        match row.event.as_deref() {
-            Some("interrupted") => self.interrupted = true,
-            Some("note") => self.notes.push(row.comm.clone()),
+        match row.session_event() {
+            Some(SessionEvent::Interrupted) => self.interrupted = true,
+            Some(SessionEvent::Note) => self.notes.push(row.comm.clone()),
             // A target that is not one PID: no target_pid, this instead.
-            Some("target") => self.target = Some(row.comm.clone()),
+            Some(SessionEvent::Target) => self.target = Some(row.comm.clone()),
             // `labels` rows name the series of `analyze`: "<N> {k="v",…}".
-            Some("labels") => {
+            Some(SessionEvent::Labels) => {
                 if let Some((i, labels)) = row.comm.split_once(' ')
                     && let Ok(i) = i.parse()
                 {
                     self.labels.insert(i, labels.to_string());
                 }
             }
-            Some("sampling") => self.sampling = serde_json::from_str(&row.comm).ok(),
-            _ => {}
+            Some(SessionEvent::Sampling) => self.sampling = serde_json::from_str(&row.comm).ok(),
+            None => {}
         }
     }
 

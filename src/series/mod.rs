@@ -131,29 +131,51 @@ impl Metric {
     pub fn is_bytes(self) -> bool {
         !matches!(self, Metric::Fds | Metric::Threads)
     }
+}
 
-    pub fn value(self, row: &Row) -> Option<u64> {
-        match self {
-            Metric::RssBytes => row.rss_bytes,
-            Metric::PssBytes => row.pss_bytes,
-            Metric::UssBytes => row.uss_bytes,
-            Metric::SharedBytes => row.shared_bytes,
-            Metric::PrivateDirtyBytes => row.private_dirty_bytes,
-            Metric::AnonBytes => row.anon_bytes,
-            Metric::FileBytes => row.file_bytes,
-            Metric::ShmemBytes => row.shmem_bytes,
-            Metric::SwapBytes => row.swap_bytes,
-            Metric::Fds => row.fds,
-            Metric::Threads => row.threads,
-            Metric::UsageBytes => row.usage_bytes,
-            Metric::KernelBytes => row.kernel_bytes,
-            Metric::SockBytes => row.sock_bytes,
-            Metric::SlabReclaimableBytes => row.slab_reclaimable_bytes,
-            Metric::SlabUnreclaimableBytes => row.slab_unreclaimable_bytes,
-            Metric::KernelStackBytes => row.kernel_stack_bytes,
-            Metric::PageTablesBytes => row.pagetables_bytes,
+/// The column of each metric in a row, written once: `Metric::value` reads
+/// it, `Row::set` writes it.
+macro_rules! metric_columns {
+    ($($metric:ident => $column:ident),* $(,)?) => {
+        impl Metric {
+            /// The metric's value in `row` (`None` where the row has none).
+            pub fn value(self, row: &Row) -> Option<u64> {
+                match self {
+                    $(Metric::$metric => row.$column,)*
+                }
+            }
         }
-    }
+
+        impl Row {
+            /// Puts `value` in the column of `metric`.
+            pub fn set(&mut self, metric: Metric, value: u64) {
+                match metric {
+                    $(Metric::$metric => self.$column = Some(value),)*
+                }
+            }
+        }
+    };
+}
+
+metric_columns! {
+    RssBytes => rss_bytes,
+    PssBytes => pss_bytes,
+    UssBytes => uss_bytes,
+    SharedBytes => shared_bytes,
+    PrivateDirtyBytes => private_dirty_bytes,
+    AnonBytes => anon_bytes,
+    FileBytes => file_bytes,
+    ShmemBytes => shmem_bytes,
+    SwapBytes => swap_bytes,
+    Fds => fds,
+    Threads => threads,
+    UsageBytes => usage_bytes,
+    KernelBytes => kernel_bytes,
+    SockBytes => sock_bytes,
+    SlabReclaimableBytes => slab_reclaimable_bytes,
+    SlabUnreclaimableBytes => slab_unreclaimable_bytes,
+    KernelStackBytes => kernel_stack_bytes,
+    PageTablesBytes => pagetables_bytes,
 }
 
 /// What the x axis counts.

@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::store::{Row, Scope, Tier};
+use crate::store::{Row, Scope, SiteSource, Tier};
 
 pub use crate::store::TRACEMALLOC_SITE as TRACEMALLOC;
 pub use crate::store::UNTRACKED_TYPE as UNTRACKED;
@@ -18,6 +18,8 @@ pub use crate::store::UNTRACKED_TYPE as UNTRACKED;
 #[derive(Debug, Clone, PartialEq)]
 pub struct SiteSeries {
     pub scope: Scope,
+    /// The tracer that found it.
+    pub source: SiteSource,
     /// `file:line` of the innermost user frame.
     pub site: String,
     /// (run, growth since the site was first seen, bytes), one per run.
@@ -57,13 +59,17 @@ pub struct TypeSeries {
     pub bytes: SiteSeries,
 }
 
+/// A site or type of one scope, as one tracer names it: two tracers'
+/// sites stay apart even when their names are alike.
+type Key = (Scope, SiteSource, String);
+
 /// Gathers site and type rows as they are read. (Cloned with the `Builder`
 /// by `attach --serve`'s refits.)
 #[derive(Debug, Clone, Default)]
 pub struct Sites {
-    sites: BTreeMap<(Scope, String), Building>,
-    type_counts: BTreeMap<(Scope, String), Building>,
-    type_bytes: BTreeMap<(Scope, String), Building>,
+    sites: BTreeMap<Key, Building>,
+    type_counts: BTreeMap<Key, Building>,
+    type_bytes: BTreeMap<Key, Building>,
     /// What tracing itself cost, per scope: (run, sum over its processes
     /// in that run, the largest such sum).
     overhead: BTreeMap<Scope, (u32, u64, u64)>,
@@ -79,15 +85,19 @@ pub struct Overhead {
 impl Sites {
     pub fn push(&mut self, row: &Row) {
         let Some(run) = row.run else { return };
+        let source = row.site_source.unwrap_or_default();
         if row.event.as_deref() == Some("traceback") {
             let (site, frames) = row.comm.split_once('\n').unwrap_or((&row.comm, ""));
-            let b = self.sites.entry((row.scope, site.to_string())).or_default();
+            let b = self
+                .sites
+                .entry((row.scope, source, site.to_string()))
+                .or_default();
             b.traceback = Some(frames.to_string());
             return;
         }
         let bytes = row.site_bytes.unwrap_or(0);
         if row.tier == Tier::Type {
-            let key = (row.scope, row.comm.clone());
+            let key = (row.scope, source, row.comm.clone());
             let count = row.objects.unwrap_or(0);
             self.type_counts
                 .entry(key.clone())
@@ -106,7 +116,7 @@ impl Sites {
             return;
         }
         self.sites
-            .entry((row.scope, row.comm.clone()))
+            .entry((row.scope, source, row.comm.clone()))
             .or_default()
             .add(run, row, bytes);
     }
@@ -159,10 +169,10 @@ impl Building {
 }
 
 /// The series of every key that has points, in key order.
-fn finish_all(map: BTreeMap<(Scope, String), Building>) -> Vec<SiteSeries> {
+fn finish_all(map: BTreeMap<Key, Building>) -> Vec<SiteSeries> {
     map.into_iter()
         .filter(|(_, b)| !b.growth.is_empty())
-        .map(|((scope, site), b)| {
+        .map(|((scope, source, site), b)| {
             let mut total = 0.0;
             let points = b
                 .growth
@@ -174,6 +184,7 @@ fn finish_all(map: BTreeMap<(Scope, String), Building>) -> Vec<SiteSeries> {
                 .collect();
             SiteSeries {
                 scope,
+                source,
                 site,
                 points,
                 last_bytes: b.held.values().sum(),

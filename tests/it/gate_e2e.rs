@@ -1,6 +1,6 @@
 //! The CI gate end to end: it fails on a real leak above the limit, passes
 //! a steady daemon and a leak below the limit — every time — and rejects
-//! malformed limits. (benches/gate_reliability.sh runs 30 of each.)
+//! malformed limits. (benches/harness/gate_reliability.sh runs 30 of each.)
 
 use crate::common::*;
 use std::path::Path;

@@ -56,6 +56,30 @@ fn the_leaking_python_line_is_found_and_the_warm_up_is_not_a_leak() {
     // a 33-byte bytes header per request.
     assert_eq!(sites[0]["site"], leak_line.as_str(), "{sites:#?}");
     assert_eq!(sites[0]["verdict"], "leak");
+    // Which tracer found it, in summary.json and on every site row.
+    assert!(sites.iter().all(|x| x["source"] == "python"), "{sites:#?}");
+    let csv = std::fs::read_to_string(out.join("samples.csv")).unwrap();
+    let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+    let (tier, source) = (
+        header.iter().position(|h| *h == "tier").unwrap(),
+        header.iter().position(|h| *h == "site_source").unwrap(),
+    );
+    let mut site_rows = 0;
+    for record in csv::Reader::from_path(out.join("samples.csv"))
+        .unwrap()
+        .records()
+    {
+        let record = record.unwrap();
+        let python = &record[source] == "python";
+        match &record[tier] {
+            "site" | "type" => {
+                site_rows += 1;
+                assert!(python, "{record:?}");
+            }
+            _ => assert_eq!(&record[source], "", "{record:?}"),
+        }
+    }
+    assert!(site_rows > 0);
     assert_within(
         "bytes per run",
         sites[0]["bytes_per_run"].as_f64().unwrap(),

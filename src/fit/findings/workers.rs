@@ -29,40 +29,6 @@ pub(super) fn recycled(
     out
 }
 
-/// Within-worker slope pooled over workers (a fixed-effects regression:
-/// each worker has its own intercept, all share the slope), with a Student t
-/// 95% CI on N − G − 1 degrees of freedom.
-pub(super) fn pooled_slope(workers: &[Vec<(f64, f64)>]) -> Option<(f64, (f64, f64))> {
-    let (mut sxy, mut sxx, mut n, mut groups) = (0.0, 0.0, 0usize, 0usize);
-    for pts in workers.iter().filter(|p| p.len() >= 2) {
-        let k = pts.len() as f64;
-        let mx = pts.iter().map(|p| p.0).sum::<f64>() / k;
-        let my = pts.iter().map(|p| p.1).sum::<f64>() / k;
-        sxx += pts.iter().map(|p| (p.0 - mx).powi(2)).sum::<f64>();
-        sxy += pts.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum::<f64>();
-        n += pts.len();
-        groups += 1;
-    }
-    let df = n.checked_sub(groups + 1).filter(|d| *d >= 1)? as f64;
-    if sxx <= 0.0 {
-        return None;
-    }
-    let slope = sxy / sxx;
-    let mut sse = 0.0;
-    for pts in workers.iter().filter(|p| p.len() >= 2) {
-        let k = pts.len() as f64;
-        let mx = pts.iter().map(|p| p.0).sum::<f64>() / k;
-        let my = pts.iter().map(|p| p.1).sum::<f64>() / k;
-        sse += pts
-            .iter()
-            .map(|p| (p.1 - my - slope * (p.0 - mx)).powi(2))
-            .sum::<f64>();
-    }
-    let se = (sse / df / sxx).sqrt();
-    let t = stats::student_t_quantile(0.975, df);
-    Some((slope, (slope - t * se, slope + t * se)))
-}
-
 /// Growth steps of workers, one per task handled: in run mode a worker that
 /// handled a task in a run grows in that run, one that sat idle does not.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -138,14 +104,14 @@ pub(crate) fn leaking_steps(lives: &[Vec<(f64, f64)>], threshold: f64) -> Option
 pub(super) fn leak(scope: Scope, workers: &[&ProcessLife], x: XAxis) -> Option<Finding> {
     let series: Vec<Vec<(f64, f64)>> = workers.iter().map(|w| w.heap_points()).collect();
     let threshold = MIN_SLOPE_BYTES / x.per_rate_unit();
-    let (slope, ci) = pooled_slope(&series)?;
+    let (slope, ci) = stats::pooled_slope(&series)?;
     let steps = match x {
         XAxis::Run => Some(leaking_steps(&series, threshold)?),
         XAxis::Seconds => {
             let tails: Vec<Vec<(f64, f64)>> =
                 series.iter().map(|p| p[p.len() / 2..].to_vec()).collect();
             let still_growing =
-                pooled_slope(&tails).is_some_and(|(_, tail_ci)| tail_ci.0 > slope / 2.0);
+                stats::pooled_slope(&tails).is_some_and(|(_, tail_ci)| tail_ci.0 > slope / 2.0);
             if !(ci.0 > threshold && still_growing) {
                 return None;
             }
@@ -211,19 +177,6 @@ pub(super) fn recycle_advice(leak: &Finding, budget: u64) -> Option<RecycleAdvic
 mod tests {
     use super::*;
 
-    #[test]
-    fn pooled_slope_ignores_the_jump_between_workers() {
-        // Two workers of 5 tasks, each +2 per task, the second starting low
-        // again (recycled): a plain regression would see a sawtooth.
-        let w1: Vec<(f64, f64)> = (1..=5).map(|i| (i as f64, 10.0 + 2.0 * i as f64)).collect();
-        let w2: Vec<(f64, f64)> = (6..=10)
-            .map(|i| (i as f64, 10.0 + 2.0 * (i - 5) as f64))
-            .collect();
-        let (slope, ci) = pooled_slope(&[w1, w2]).unwrap();
-        assert!((slope - 2.0).abs() < 1e-9);
-        assert!((ci.0 - 2.0).abs() < 1e-6 && (ci.1 - 2.0).abs() < 1e-6);
-    }
-
     const MIB: f64 = 1024.0 * 1024.0;
 
     /// A worker life over runs `from..`: +`step` MiB in the runs where
@@ -257,7 +210,7 @@ mod tests {
         assert!((s.per_task - MIB).abs() < 1.0, "{s:?}");
         assert_eq!((s.steps, s.late), (16, 8));
         // Per run of the pool it reads as about half that.
-        let (per_run, _) = pooled_slope(&lives).unwrap();
+        let (per_run, _) = stats::pooled_slope(&lives).unwrap();
         assert!(per_run < 0.6 * MIB, "{per_run}");
     }
 

@@ -25,7 +25,7 @@
 //! step the change-point search could not resolve is not read as a rate.
 
 use super::power::{POWER, points_needed};
-use super::{Classification, Ctx, PlateauInfo, Verdict, fmt_p, fmt_signed};
+use super::{Classification, Ctx, PlateauInfo, RateFrom, Verdict, fmt_p, fmt_signed};
 use crate::fit::stats;
 
 /// The straight-piece path: rules 2–6 of the module docs.
@@ -90,7 +90,7 @@ impl Ctx<'_> {
                 stop_x: knot,
                 level: stats::mean(&end).unwrap_or(self.level),
             });
-            c.rate = Some(seg.head_slope);
+            c.set_rate(RateFrom::FirstHalf, seg.head_slope);
             let reason = format!(
                 "grew {} until {}, then {end_txt}",
                 self.per_x(seg.head_slope),
@@ -270,6 +270,7 @@ mod tests {
         assert_eq!(c.verdict, Verdict::Leak, "{c:#?}");
         assert_eq!(c.segments.len(), 1);
         assert!((c.rate.unwrap() / (4.0 * MIB_) - 1.0).abs() < 0.001);
+        assert_eq!(c.rate_from, Some(RateFrom::Line));
     }
 
     #[test]

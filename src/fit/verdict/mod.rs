@@ -84,6 +84,28 @@ impl DecidedBy {
     }
 }
 
+/// Which estimate the headline rate (`Classification::rate`) is.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum RateFrom {
+    /// The least-squares line over the points after warm-up.
+    Line,
+    /// The last change-point segment's least-squares slope: a leak that started part-way.
+    EndSegment,
+    /// The broken stick's slope before the median x: a plateau's fill, one straight piece.
+    FirstHalf,
+    /// The segments' rise up to the last change over its span: a plateau's average fill.
+    AverageFill,
+    /// The troughs' least-squares line: a saw-tooth.
+    Troughs,
+    /// The troughs' rate until the floor stopped: a saw-tooth's plateau.
+    TroughFill,
+    /// The least-squares line, steps included, of a staircase whose last steps are too recent
+    /// to tell whether they stopped but whose end rises above the threshold on its own; its CI
+    /// (`Classification::rate_ci95`) runs from the end's lower bound to the line's upper one.
+    Staircase,
+}
+
 /// Decision thresholds.
 #[derive(Serialize, Clone, Copy, Debug, PartialEq)]
 pub struct Thresholds {
@@ -164,6 +186,13 @@ pub struct Classification {
     /// slope when troughs decided, else the OLS slope); a plateau's fill rate; the OLS slope for
     /// stable and inconclusive; `None` for a one-off step.
     pub rate: Option<f64>,
+    /// The rate's 95% CI when the path that chose the rate knows it better than its line's
+    /// (a staircase whose last steps are too recent to tell whether they stopped: from the end's
+    /// own lower bound to the whole line's upper bound); `None`: the CI of the line the rate
+    /// was fitted on.
+    pub rate_ci95: Option<(f64, f64)>,
+    /// Which estimate `rate` is; `None` when there is no rate.
+    pub rate_from: Option<RateFrom>,
     /// Slope at the end (see the module docs: after the last change point, or after the median x
     /// when there is none; the floor's slope when troughs decided), bytes per x unit.
     pub end_slope: Option<f64>,
@@ -199,6 +228,8 @@ impl Classification {
             trend_p: None,
             growth_pct_per_x: None,
             rate: None,
+            rate_ci95: None,
+            rate_from: None,
             end_slope: None,
             end_start_x: None,
             plateau: None,
@@ -209,6 +240,12 @@ impl Classification {
             runs_needed: None,
             reason: String::new(),
         }
+    }
+
+    /// The headline rate, and which estimate it is.
+    fn set_rate(&mut self, from: RateFrom, rate: f64) {
+        self.rate = Some(rate);
+        self.rate_from = Some(from);
     }
 
     fn decide(mut self, verdict: Verdict, reason: String) -> Classification {
@@ -352,7 +389,7 @@ impl<'a> Ctx<'a> {
         c.robust_slope = self.robust;
         c.trend_p = Some(self.mk.p_two_sided);
         c.growth_pct_per_x = (self.level != 0.0).then(|| self.fit.slope / self.level * 100.0);
-        c.rate = Some(self.fit.slope);
+        c.set_rate(RateFrom::Line, self.fit.slope);
         c
     }
 

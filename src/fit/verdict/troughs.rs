@@ -11,8 +11,8 @@
 
 use super::power::POWER;
 use super::{
-    Classification, Ctx, DecidedBy, PlateauInfo, Verdict, fmt_bytes, fmt_p, halves, segment_sigma,
-    slope_se,
+    Classification, Ctx, DecidedBy, PlateauInfo, RateFrom, Verdict, fmt_bytes, fmt_p, halves,
+    segment_sigma, slope_se,
 };
 use crate::fit::changepoint;
 use crate::fit::envelope::{self, Envelope};
@@ -47,7 +47,7 @@ impl Ctx<'_> {
         if env.windows < envelope::MIN_WINDOWS {
             return self.few_teeth(c, env);
         }
-        c.rate = Some(fit.slope);
+        c.set_rate(RateFrom::Troughs, fit.slope);
         c.end_slope = Some(fit.slope);
         let df = (env.windows as f64 - 2.0).max(1.0);
         let t1 = stats::student_t_quantile(1.0 - self.t.alpha, df);
@@ -105,7 +105,7 @@ impl Ctx<'_> {
                 .filter(|(px, _)| *px >= stop)
                 .map(|(_, py)| *py)
                 .collect();
-            c.rate = Some(fill);
+            c.set_rate(RateFrom::TroughFill, fill);
             c.end_slope = Some(end);
             c.end_start_x = Some(stop);
             c.plateau = Some(PlateauInfo {
@@ -217,6 +217,7 @@ mod tests {
         let rate = c.rate.unwrap();
         assert!((rate / (100.0 * KIB) - 1.0).abs() < 0.25, "{rate}");
         assert_eq!(c.end_slope, c.rate);
+        assert_eq!(c.rate_from, Some(RateFrom::Troughs));
     }
 
     /// A floor that rises, then holds (a cache filling under churn): an
@@ -244,6 +245,7 @@ mod tests {
             if keep <= 10.0 {
                 // Small next to the teeth: the troughs decide.
                 assert_eq!(c.decided_by, DecidedBy::Troughs, "{keep} KiB/s");
+                assert_eq!(c.rate_from, Some(RateFrom::TroughFill), "{keep} KiB/s");
                 let fill = p.fill_rate.unwrap() / (keep * KIB);
                 assert!((fill - 1.0).abs() < 0.10, "{keep} KiB/s: fill {fill}");
             }

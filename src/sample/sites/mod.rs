@@ -1,0 +1,100 @@
+//! Allocation sites: which lines of code hold the memory, from a tracer
+//! inside the sampled processes, behind one trait so that the run driver
+//! knows none of them.
+//!
+//! A tracer plugs into `leakwatch run` at two points, and nowhere else:
+//!
+//! 1. [`Sites::env`] when each run's command is started: the variables it
+//!    gets (and only it — leakwatch's own environment stays as it is).
+//!    Every process the command starts inherits them, daemons included, so
+//!    this is where a tracer gets itself loaded: Python's `PYTHONPATH` with
+//!    a bootstrap `sitecustomize` first, a preloaded library for native
+//!    code. A variable that may already be set (`PYTHONPATH`,
+//!    `LD_PRELOAD`) is read from leakwatch's own environment and kept
+//!    after the tracer's entry.
+//! 2. [`Sites::collect`] after each run, once the command has exited, the
+//!    settle delay has passed and the run's deep sample is written — not
+//!    before: answering costs a process CPU and memory that must not show
+//!    in that sample. It asks every instrumented process, waits at most
+//!    `timeout` for each, and returns the run's report ([`Collected`]):
+//!    rows for samples.csv and notes for the user.
+//!
+//! The rows a tracer returns are `store::Row`s built on the run's
+//! [`Context`] (`ctx.row(scope)`), one per site and process: tier
+//! `Tier::Site`, `comm` the site's name (`file:line`, or what identifies a
+//! native frame), `site_bytes` what it holds after the run and
+//! `site_blocks` in how many allocations; pid, ppid, start time and scope
+//! copied from the process's row in `sampled`, the deep sample of the same
+//! run (a pid not in it is not followed: leave it out). Optional rows: a
+//! `traceback` event row (tier `Site`, `event` `traceback`, `comm` the site,
+//! a newline, then its frames one a line, innermost first) once per scope
+//! and site, and `Tier::Type` rows. The driver stamps every row with the
+//! tracer's [`Sites::source`] (samples.csv's `site_source`), so series,
+//! fits and reports keep each tracer's sites apart and say which found
+//! them.
+//!
+//! A process that does not answer is data, not an error: no row, and a
+//! note once per process saying why (`python::Silence`). `collect` never
+//! fails the run. The tracer's own files are removed when it is dropped,
+//! which the driver does after the survivors are stopped.
+//!
+//! Today: [`python`] (`run --py-sites`, tracemalloc through a Unix socket
+//! per process) and [`native`] (`run --native-sites`, a preloaded sampling
+//! allocator shim answering on a Unix socket per process).
+
+pub mod native;
+pub mod python;
+
+use std::ffi::OsString;
+use std::fmt;
+use std::time::Duration;
+
+use super::rows::Context;
+use crate::store::{Row, SiteSource};
+
+/// How long one process may take to answer after a run (a snapshot of a
+/// large Python heap takes seconds).
+pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// One tracer of allocation sites, as the run driver sees it.
+pub trait Sites: fmt::Debug {
+    /// Which tracer this is: the `site_source` of every row it gives.
+    fn source(&self) -> SiteSource;
+
+    /// The variables to set on every command a run starts.
+    fn env(&self) -> Vec<(OsString, OsString)>;
+
+    /// After the run of `ctx` (its deep sample `sampled` written): the
+    /// sites of every instrumented process of the followed scopes, each
+    /// waited for at most `timeout`.
+    fn collect(&mut self, ctx: &Context, sampled: &[Row], timeout: Duration) -> Collected;
+}
+
+/// What one tracer gave after one run.
+#[derive(Debug, Default)]
+pub struct Collected {
+    /// Rows for samples.csv (see the module doc for their fields).
+    pub rows: Vec<Row>,
+    /// Processes that did not answer, each with the reason, once.
+    pub notes: Vec<String>,
+}
+
+/// Asks every tracer after a run; their rows stamped with their source.
+pub fn collect_all(
+    sites: &mut [Box<dyn Sites>],
+    ctx: &Context,
+    sampled: &[Row],
+    timeout: Duration,
+) -> Collected {
+    let mut all = Collected::default();
+    for tracer in sites {
+        let source = tracer.source();
+        let mut got = tracer.collect(ctx, sampled, timeout);
+        for row in &mut got.rows {
+            row.site_source = Some(source);
+        }
+        all.rows.extend(got.rows);
+        all.notes.extend(got.notes);
+    }
+    all
+}
