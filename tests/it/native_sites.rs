@@ -92,6 +92,7 @@ fn the_leaking_c_function_is_named_first_and_the_scratch_buffers_are_not_a_leak(
         "{sites:#?}"
     );
     assert_eq!(first["verdict"], "leak", "{first:#}");
+    assert_eq!(first["source"], "native", "{first:#}");
     // Sampled once per 64 KiB on average: ≈ 576 samples over the 9 runs
     // that grow, a standard error of ≈ 4%: 15% is 3.6 of them.
     assert_within(
@@ -494,8 +495,10 @@ fn a_python_daemons_c_library_leak_is_seen_beside_its_python_line() {
         c_leak as f64,
         0.15,
     );
+    assert_eq!(c["source"], "native", "{c:#}");
     let py = find(&format!("{}:", script.display()));
     assert_eq!(py["verdict"], "leak", "{py:#}");
+    assert_eq!(py["source"], "python", "{py:#}");
     assert_within(
         "Python bytes per run",
         py["bytes_per_run"].as_f64().unwrap(),

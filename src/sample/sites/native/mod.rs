@@ -46,7 +46,7 @@ pub const ENV_INTERVAL: &str = "LEAKWATCH_NATIVE_INTERVAL";
 /// 160 times over 10 runs (≈ 8% standard error on the total); at 512 KiB
 /// (tcmalloc's and jemalloc's range) it would be 20 times (≈ 22%), too
 /// coarse for the 1 MiB/run within 25%. The cost stays small: one
-/// unwind (a few µs) per 64 KiB allocated; `benches/native_shim.sh`
+/// unwind (a few µs) per 64 KiB allocated; `benches/harness/native_shim.py`
 /// measures it.
 pub const DEFAULT_INTERVAL_BYTES: u64 = 64 * 1024;
 /// Longest socket path: `sun_path` holds 108 bytes with the final NUL.

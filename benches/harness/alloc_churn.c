@@ -1,4 +1,4 @@
-/* An allocation-heavy program for benches/native_shim.sh: N malloc/free
+/* An allocation-heavy program for benches/harness/native_shim.py: N malloc/free
  * pairs of 16-1024 bytes, through a ring of 4096 live blocks (so frees hit
  * both sampled and unsampled blocks), one thread, and a checksum so the
  * compiler keeps the work. */

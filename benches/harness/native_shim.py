@@ -2,7 +2,7 @@
 """What the --native-sites shim costs an allocation-heavy program, beside
 what people run instead, all measured in the same run.
 
-Builds benches/alloc_churn.c (malloc/free pairs of 16-1024 B through a
+Builds benches/harness/alloc_churn.c (malloc/free pairs of 16-1024 B through a
 ring of 4096 live blocks) with cc -O2 and the shim with cargo (release),
 then times the program: alone; with the shim at several mean sampling
 intervals; under heaptrack; and under jemalloc without and with its sampled
@@ -17,8 +17,8 @@ known number of bytes in blocks of one size, answered through the real
 socket, over --accuracy-repeats programs per interval: the mean error and
 the spread of the estimate.
 
-  python3 benches/native_shim.py                 # the figures in the issue note
-  python3 benches/native_shim.py --pairs 2000000 --repeat 3
+  python3 benches/harness/native_shim.py                 # the figures in the issue note
+  python3 benches/harness/native_shim.py --pairs 2000000 --repeat 3
 """
 
 import argparse
@@ -30,7 +30,7 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.join(ROOT, "target", "bench-bin")
 SHIM = os.path.join(ROOT, "target", "release", "libleakwatch_shim.so")
 JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
@@ -56,7 +56,7 @@ def build():
     os.makedirs(BIN, exist_ok=True)
     subprocess.run(["cargo", "build", "--release", "--quiet", "-p", "leakwatch-shim"], cwd=ROOT, check=True)
     churn = os.path.join(BIN, "alloc_churn")
-    subprocess.run(["cc", "-O2", "-o", churn, os.path.join(ROOT, "benches", "alloc_churn.c")], check=True)
+    subprocess.run(["cc", "-O2", "-o", churn, os.path.join(ROOT, "benches", "harness", "alloc_churn.c")], check=True)
     keeper_c = os.path.join(BIN, "keeper.c")
     with open(keeper_c, "w") as f:
         f.write(KEEPER)
