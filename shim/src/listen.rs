@@ -55,16 +55,43 @@ pub fn forked() {
     STARTED.store(false, Ordering::Relaxed);
 }
 
-/// Starts the answering thread once per process.
+/// Starts the answering thread once per process. With pthread_create
+/// directly, not std::thread: std looks weak symbols up with dlsym on its
+/// first spawn, and a dlsym inside a hook that ran inside dlopen's error
+/// path replaces the program's pending dlerror() result (bash crashed on
+/// it). All signals are blocked in the thread: the program's handlers run
+/// on its own threads, never on the shim's.
 pub fn ensure_started() {
     if STARTED.swap(true, Ordering::AcqRel) {
         return;
     }
-    let spawned = std::thread::Builder::new()
-        .name("leakwatch-shim".into())
-        .stack_size(256 * 1024)
-        .spawn(serve);
-    drop(spawned);
+    extern "C" fn entry(_: *mut libc::c_void) -> *mut libc::c_void {
+        serve();
+        std::ptr::null_mut()
+    }
+    // SAFETY: plain pthread calls on local, initialised values; the thread
+    // runs `entry`, which takes no argument.
+    unsafe {
+        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+        if libc::pthread_attr_init(&raw mut attr) != 0 {
+            return;
+        }
+        libc::pthread_attr_setstacksize(&raw mut attr, 256 * 1024);
+        libc::pthread_attr_setdetachstate(&raw mut attr, libc::PTHREAD_CREATE_DETACHED);
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&raw mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &raw const all, &raw mut old);
+        let mut thread: libc::pthread_t = 0;
+        libc::pthread_create(
+            &raw mut thread,
+            &raw const attr,
+            entry,
+            std::ptr::null_mut(),
+        );
+        libc::pthread_sigmask(libc::SIG_SETMASK, &raw const old, std::ptr::null_mut());
+        libc::pthread_attr_destroy(&raw mut attr);
+    }
 }
 
 fn socket_path(pid: u32) -> PathBuf {

@@ -260,7 +260,8 @@ fn a_stripped_memcached_fed_new_keys_grows_at_its_own_total_malloced_rate() {
         .filter_map(|l| l.strip_prefix("total_malloced "))
         .map(|v| v.trim().parse().unwrap())
         .collect();
-    assert_eq!(malloced.len(), 10, "{stdout}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(malloced.len(), 10, "{stdout}\n{stderr}");
     let truth = (malloced[9] - malloced[0]) / 9.0;
     let s = summary(&out);
     let sites = s["py_sites"].as_array().expect("sites");
