@@ -338,7 +338,7 @@ fn where_in_the_code(a: &Analysis, doc: &mut Vec<Block>) {
             "Native sites (--native-sites) are C, C++ and Rust call stacks sampled by the \
              allocator shim (by bytes, each sample weighed so the estimate is unbiased) and \
              named by leakwatch, each by its first frame outside the allocator and the \
-             runtimes. Their 95% CI is the fit's: it does not yet count the sampling error.",
+             runtimes. Their 95% CI counts the sampling error as well as the fit's.",
         )]));
     }
     let rate = |v: Option<f64>| {
