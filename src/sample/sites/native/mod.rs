@@ -59,9 +59,10 @@ const MAX_ANSWER_BYTES: usize = 16 << 20;
 #[derive(Debug, thiserror::Error)]
 pub enum NativeSitesError {
     #[error(
-        "the --native-sites shim {path} is missing: build it with `cargo build --release` in \
-         the leakwatch repository (it is the workspace's `shim` crate) and keep it beside the \
-         leakwatch binary, or set {ENV_SHIM} to its path"
+        "the --native-sites shim {path} is missing: build it with `cargo build --release \
+         --lib --bins --examples` (or `cargo build --release -p leakwatch-shim`) in the \
+         leakwatch repository and keep it beside the leakwatch binary (`cargo install` does \
+         not install it), or set {ENV_SHIM} to its path"
     )]
     ShimMissing { path: PathBuf },
     #[error(
