@@ -107,6 +107,24 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", requires = "py_sites", default_value_t = 1)]
     pub py_frames: usize,
 
+    /// Find the C, C++ and Rust call stacks whose memory grows run after
+    /// run: the command runs with leakwatch's sampling allocator shim
+    /// preloaded (libleakwatch_shim.so beside the leakwatch binary), which
+    /// every process it starts inherits; after each run each process
+    /// reports its live sampled bytes by stack and leakwatch names them.
+    #[arg(long)]
+    pub native_sites: bool,
+
+    /// Mean bytes allocated between two samples with --native-sites
+    /// (smaller: more accurate, slower).
+    #[arg(
+        long,
+        value_name = "SIZE",
+        requires = "native_sites",
+        default_value = "64KiB"
+    )]
+    pub native_interval: String,
+
     /// Leave the processes the command left behind running at the end
     /// (by default they get TERM, then KILL after 3s).
     #[arg(long)]

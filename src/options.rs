@@ -58,6 +58,11 @@ pub enum OptionsError {
     NameForPid(String),
     #[error("--py-frames {0}: give 1 to 64 frames; try --py-frames 1 (the default)")]
     PyFrames(usize),
+    #[error(
+        "--native-interval '{0}' is not a size from 1KiB to 1GiB; try --native-interval 64KiB \
+         (the default)"
+    )]
+    NativeInterval(String),
     #[error("--deep-budget '{0}' is not a fraction; try '0.1%' or '0.001'")]
     DeepBudget(String),
     #[error("--max-samples {0}: keep at least {min} rows; try --max-samples 100000", min = MIN_MAX_SAMPLES)]
@@ -304,6 +309,10 @@ impl RunOptions {
                             Err(OptionsError::PyFrames(args.py_frames))
                         }
                     })
+                    .transpose()?,
+                native_sites: args
+                    .native_sites
+                    .then(|| native_interval(&args.native_interval))
                     .transpose()?,
                 command: args.command.clone(),
                 root: ProcRoot::default(),
@@ -568,6 +577,15 @@ fn size(flag: &'static str, value: Option<&str>) -> Result<Option<u64>, OptionsE
     value
         .map(|v| parse_size(v).map_err(|error| OptionsError::Unit { flag, error }))
         .transpose()
+}
+
+/// `--native-interval`: at least 1 KiB (smaller costs an unwind every few
+/// allocations) and at most 1 GiB.
+fn native_interval(text: &str) -> Result<u64, OptionsError> {
+    match parse_size(text) {
+        Ok(n) if (1024..=1 << 30).contains(&n) => Ok(n),
+        _ => Err(OptionsError::NativeInterval(text.to_string())),
+    }
 }
 
 fn fit_options(args: &AnalysisArgs) -> Result<FitOptions, OptionsError> {

@@ -168,12 +168,16 @@ pub enum SiteSource {
     /// written before the column existed hold, so the default.
     #[default]
     Python,
+    /// The sampling allocator shim in each process (`run --native-sites`):
+    /// C, C++ and Rust call stacks; `site_blocks` counts the live samples.
+    Native,
 }
 
 impl fmt::Display for SiteSource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             SiteSource::Python => f.write_str("python"),
+            SiteSource::Native => f.write_str("native"),
         }
     }
 }

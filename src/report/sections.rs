@@ -11,7 +11,7 @@ use crate::fit::findings::Finding;
 use crate::fit::{Attribution, MIN_SLOPE_BYTES, SeriesFit};
 use crate::gate::GateResult;
 use crate::series::{Metric, XAxis};
-use crate::store::Scope;
+use crate::store::{Scope, SiteSource};
 use crate::units::{format_bytes, format_duration, format_signed_bytes};
 
 /// The report's content, in reading order.
@@ -333,6 +333,14 @@ fn where_in_the_code(a: &Analysis, doc: &mut Vec<Block>) {
          it lived), judged like every other series. tracemalloc sees Python's allocators only: \
          memory C extensions allocate themselves is not in these lines.",
     )]));
+    if a.sites.iter().any(|s| s.source == SiteSource::Native) {
+        doc.push(para(vec![text(
+            "Native sites (--native-sites) are C, C++ and Rust call stacks sampled by the \
+             allocator shim (by bytes, each sample weighed so the estimate is unbiased) and \
+             named by leakwatch, each by its first frame outside the allocator and the \
+             runtimes. Their 95% CI counts the sampling error as well as the fit's.",
+        )]));
+    }
     let rate = |v: Option<f64>| {
         v.map(|r| XAxis::Run.format_rate(r, true))
             .unwrap_or_else(|| "–".into())

@@ -145,6 +145,8 @@ pub enum ResolveError {
     KernelThread { pid: u32, name: String },
     #[error("--py-sites: {0}")]
     PySites(sites::python::PySitesError),
+    #[error("--native-sites: {0}")]
+    NativeSites(sites::native::NativeSitesError),
 }
 
 /// Errors that end sampling early. Samples taken before stay on disk.

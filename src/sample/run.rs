@@ -15,6 +15,7 @@ use super::lifecycle::guardian::{self, Guardian};
 use super::lifecycle::reaper::{self, ChildExit, Interrupt, Reaped};
 use super::procfs::{Depth, ProcRoot};
 use super::rows::{Clock, Context, event_row};
+use super::sites::native::NativeTracer;
 use super::sites::python::PythonSites;
 use super::sites::{self, ANSWER_TIMEOUT, Sites};
 use super::{Outcome, ResolveError, SampleError, Scoped, sample_scope};
@@ -41,6 +42,9 @@ pub struct RunPlan {
     /// `--py-sites`: instrument Python processes, recording this many
     /// frames per allocation.
     pub py_sites: Option<usize>,
+    /// `--native-sites`: preload the sampling allocator shim, sampling
+    /// once per this many bytes on average.
+    pub native_sites: Option<u64>,
     /// The command and its arguments, as typed.
     pub command: Vec<OsString>,
     /// Where the processes are read: /proc, or a fake tree in a test.
@@ -77,6 +81,10 @@ pub fn prepare(plan: &RunPlan) -> Result<Prepared, ResolveError> {
     if let Some(frames) = plan.py_sites {
         let python = PythonSites::prepare(frames).map_err(ResolveError::PySites)?;
         sites.push(Box::new(python));
+    }
+    if let Some(interval) = plan.native_sites {
+        let native = NativeTracer::prepare(interval).map_err(ResolveError::NativeSites)?;
+        sites.push(Box::new(native));
     }
     Ok(Prepared {
         plan: plan.clone(),
@@ -166,7 +174,8 @@ struct Session<'a> {
     /// This session's record (and where it is kept), for a later session
     /// to find what this one left should it be killed.
     record: Option<(Record, PathBuf)>,
-    /// The tracers of allocation sites (`--py-sites`), asked after each run.
+    /// The tracers of allocation sites (`--py-sites`, `--native-sites`),
+    /// asked after each run.
     sites: &'a mut [Box<dyn Sites>],
     /// Stops what this session started should leakwatch die first.
     guardian: Option<Guardian>,

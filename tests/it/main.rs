@@ -12,6 +12,7 @@ mod first_use;
 mod fleet_cli;
 mod gate_e2e;
 mod hostile;
+mod native_sites;
 mod pool_e2e;
 mod prometheus_e2e;
 mod py_sites;

@@ -39,8 +39,10 @@
 //! which the driver does after the survivors are stopped.
 //!
 //! Today: [`python`] (`run --py-sites`, tracemalloc through a Unix socket
-//! per process).
+//! per process) and [`native`] (`run --native-sites`, a preloaded sampling
+//! allocator shim answering on a Unix socket per process).
 
+pub mod native;
 pub mod python;
 
 use std::ffi::OsString;

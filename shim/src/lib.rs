@@ -1,0 +1,275 @@
+//! The sampling allocator shim of `leakwatch run --native-sites`, preloaded
+//! (`LD_PRELOAD`) into every process of the command.
+//!
+//! - The allocation functions of the C library are interposed and forwarded
+//!   to glibc's own entry points (`__libc_malloc` …), which it exports for
+//!   exactly this. Forwarding through `dlsym(RTLD_NEXT)` instead would need
+//!   a bootstrap heap: dlsym allocates (its error buffer) before it has
+//!   returned the real malloc.
+//! - Allocations are sampled by bytes as a Poisson process (the scheme of
+//!   tcmalloc and jemalloc): each thread counts down an exponentially
+//!   distributed number of bytes, mean `LEAKWATCH_NATIVE_INTERVAL`, and the
+//!   allocation that crosses zero is sampled. A block of `s` bytes is then
+//!   sampled with probability `1 - exp(-s/T)`, so weighting it by
+//!   `s / (1 - exp(-s/T))` makes the estimate of live bytes unbiased
+//!   (≈ T for small blocks, ≈ s for large ones).
+//! - A sampled block's call stack is unwound from `.eh_frame` by libgcc's
+//!   `_Unwind_Backtrace` (no frame pointers needed) and kept in fixed tables
+//!   ([`table`]); nothing in a hook allocates.
+//! - A thread answers leakwatch on `D/<pid>.sock` with the live sampled bytes
+//!   by stack ([`listen`]); addresses only: leakwatch symbolises.
+
+mod glibc;
+mod listen;
+mod sampler;
+mod table;
+
+use std::cell::Cell;
+use std::ffi::c_void;
+
+use libc::size_t;
+
+use glibc::{
+    __libc_calloc, __libc_free, __libc_malloc, __libc_memalign, __libc_pvalloc, __libc_realloc,
+    __libc_valloc,
+};
+
+// Allocations of the shim itself (the answering thread) go straight to
+// glibc, never through the hooks.
+#[global_allocator]
+static OWN: glibc::Glibc = glibc::Glibc;
+
+thread_local! {
+    /// Set while this thread runs the shim's own code (a sample, a sampled
+    /// free, the answering thread): allocations made meanwhile (by the
+    /// unwinder, by a signal handler) pass straight through.
+    static BUSY: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f` unless this thread is already inside the shim.
+#[inline]
+fn guarded(f: impl FnOnce()) {
+    BUSY.with(|busy| {
+        if !busy.get() {
+            busy.set(true);
+            f();
+            busy.set(false);
+        }
+    });
+}
+
+/// Marks this thread as inside the shim until [`leave`].
+pub(crate) fn enter() {
+    BUSY.with(|busy| busy.set(true));
+}
+
+pub(crate) fn leave() {
+    BUSY.with(|busy| busy.set(false));
+}
+
+/// Marks the current thread as the shim's own for good.
+pub(crate) fn mark_own_thread() {
+    BUSY.with(|busy| busy.set(true));
+}
+
+#[inline]
+fn on_alloc(p: *mut c_void, size: usize) {
+    if p.is_null() || !sampler::enabled() {
+        return;
+    }
+    if let Some(countdown) = sampler::count(size) {
+        guarded(|| sampler::sample(p as usize, size, countdown));
+    }
+}
+
+#[inline]
+fn on_free(p: *mut c_void) {
+    if p.is_null() || !sampler::enabled() || !table::maybe_sampled(p as usize) {
+        return;
+    }
+    guarded(|| table::remove(p as usize));
+}
+
+/// # Safety
+/// As C's `malloc`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn malloc(size: size_t) -> *mut c_void {
+    // SAFETY: forwarded as called.
+    let p = unsafe { __libc_malloc(size) };
+    on_alloc(p, size);
+    p
+}
+
+/// # Safety
+/// As C's `calloc`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn calloc(n: size_t, size: size_t) -> *mut c_void {
+    // SAFETY: forwarded as called.
+    let p = unsafe { __libc_calloc(n, size) };
+    on_alloc(p, n.saturating_mul(size));
+    p
+}
+
+/// # Safety
+/// As C's `realloc`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn realloc(p: *mut c_void, size: size_t) -> *mut c_void {
+    // Before glibc may hand the address to another thread.
+    on_free(p);
+    // SAFETY: forwarded as called.
+    let q = unsafe { __libc_realloc(p, size) };
+    on_alloc(q, size);
+    q
+}
+
+/// # Safety
+/// As C's `reallocarray`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn reallocarray(p: *mut c_void, n: size_t, size: size_t) -> *mut c_void {
+    let Some(total) = n.checked_mul(size) else {
+        // SAFETY: errno is this thread's.
+        unsafe { *libc::__errno_location() = libc::ENOMEM };
+        return std::ptr::null_mut();
+    };
+    // SAFETY: as realloc.
+    unsafe { realloc(p, total) }
+}
+
+/// # Safety
+/// As C's `free`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn free(p: *mut c_void) {
+    on_free(p);
+    // SAFETY: forwarded as called.
+    unsafe { __libc_free(p) }
+}
+
+/// # Safety
+/// As C's `cfree` (an old glibc alias of free).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cfree(p: *mut c_void) {
+    // SAFETY: as free.
+    unsafe { free(p) }
+}
+
+/// # Safety
+/// As C's `memalign`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn memalign(align: size_t, size: size_t) -> *mut c_void {
+    // SAFETY: forwarded as called.
+    let p = unsafe { __libc_memalign(align, size) };
+    on_alloc(p, size);
+    p
+}
+
+/// # Safety
+/// As C's `aligned_alloc` (glibc's accepts any power of two, as memalign).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aligned_alloc(align: size_t, size: size_t) -> *mut c_void {
+    // SAFETY: as memalign.
+    unsafe { memalign(align, size) }
+}
+
+/// # Safety
+/// As C's `posix_memalign`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: size_t, size: size_t) -> i32 {
+    if !align.is_power_of_two() || align % size_of::<*mut c_void>() != 0 {
+        return libc::EINVAL;
+    }
+    // SAFETY: forwarded with a valid alignment.
+    let p = unsafe { __libc_memalign(align, size) };
+    if p.is_null() {
+        return libc::ENOMEM;
+    }
+    on_alloc(p, size);
+    // SAFETY: the caller passes a valid out pointer.
+    unsafe { *out = p };
+    0
+}
+
+/// # Safety
+/// As C's `valloc`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn valloc(size: size_t) -> *mut c_void {
+    // SAFETY: forwarded as called.
+    let p = unsafe { __libc_valloc(size) };
+    on_alloc(p, size);
+    p
+}
+
+/// # Safety
+/// As C's `pvalloc`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pvalloc(size: size_t) -> *mut c_void {
+    // SAFETY: forwarded as called.
+    let p = unsafe { __libc_pvalloc(size) };
+    on_alloc(p, size);
+    p
+}
+
+/// # Safety
+/// As C's `mmap`. Anonymous mappings are sampled as blocks (CPython's
+/// arenas, runtimes with their own heaps, programs that map their own
+/// memory); glibc's malloc maps its large blocks through its internal
+/// entry point, not this one, so they are never counted twice.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mmap(
+    addr: *mut c_void,
+    len: size_t,
+    prot: i32,
+    flags: i32,
+    fd: i32,
+    off: libc::off_t,
+) -> *mut c_void {
+    // SAFETY: the raw system call, as glibc's mmap makes it.
+    let p = unsafe { libc::syscall(libc::SYS_mmap, addr, len, prot, flags, fd, off) };
+    if p == -1 {
+        return libc::MAP_FAILED;
+    }
+    let p = p as *mut c_void;
+    if flags & libc::MAP_ANONYMOUS != 0 {
+        if flags & libc::MAP_FIXED != 0 {
+            // Mapped over whatever was there, a sampled mapping included.
+            on_free(p);
+        }
+        on_alloc(p, len);
+    }
+    p
+}
+
+/// # Safety
+/// As C's `mmap64` (the same call on 64-bit Linux).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mmap64(
+    addr: *mut c_void,
+    len: size_t,
+    prot: i32,
+    flags: i32,
+    fd: i32,
+    off: libc::off_t,
+) -> *mut c_void {
+    // SAFETY: as mmap.
+    unsafe { mmap(addr, len, prot, flags, fd, off) }
+}
+
+/// # Safety
+/// As C's `munmap`. A sampled mapping is forgotten when it is unmapped from
+/// its start (a partial unmap from the start forgets all of it; one that
+/// starts inside it is not seen).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> i32 {
+    on_free(addr);
+    // SAFETY: the raw system call, as glibc's munmap makes it.
+    let rc = unsafe { libc::syscall(libc::SYS_munmap, addr, len) };
+    if rc == -1 { -1 } else { 0 }
+}
+
+/// Runs when the shim is loaded, before the program's `main`.
+extern "C" fn init() {
+    guarded(sampler::init);
+}
+
+#[used]
+#[unsafe(link_section = ".init_array")]
+static INIT: extern "C" fn() = init;

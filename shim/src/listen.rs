@@ -1,0 +1,178 @@
+//! The answering thread: listens on `D/<pid>.sock` and, per connection,
+//! reads one request line and writes the live sampled bytes by stack.
+//!
+//! Request: `snapshot <run>\n`. Answer (text, one record a line):
+//!
+//! ```text
+//! leakwatch-native-sites 1 pid <pid> run <run> interval <bytes> samples <n> dropped <n>
+//! s <live_bytes> <live_samples> <hex return address>,<hex>,…
+//! end
+//! ```
+//!
+//! One `s` line per stack holding memory now, or having held some at an
+//! earlier answer (then at 0, so its series goes on); addresses innermost
+//! first, return addresses as the unwinder gave them. The thread starts at
+//! a process' first sample (a process that allocates little never gets
+//! one), and again in a forked child, which answers on its own endpoint.
+
+use std::cell::UnsafeCell;
+use std::fmt::Write as _;
+use std::io::{Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use crate::{sampler, table};
+
+/// The longest directory that leaves room for `/<pid>.sock` in `sun_path`.
+const MAX_DIR: usize = 107 - "/4194304.sock".len();
+
+struct Dir(UnsafeCell<[u8; MAX_DIR]>);
+// SAFETY: written once by `set_dir` at load time, before any reader.
+unsafe impl Sync for Dir {}
+static DIR: Dir = Dir(UnsafeCell::new([0; MAX_DIR]));
+static DIR_LEN: AtomicUsize = AtomicUsize::new(0);
+static STARTED: AtomicBool = AtomicBool::new(false);
+/// Stacks already listed in an answer: listed at 0 once freed.
+static LISTED: [AtomicBool; table::STACKS] = [const { AtomicBool::new(false) }; table::STACKS];
+
+/// Keeps D; false if it does not fit a socket path.
+pub fn set_dir(dir: &[u8]) -> bool {
+    if dir.len() > MAX_DIR {
+        return false;
+    }
+    // SAFETY: called once from the load-time constructor, before any thread
+    // can read DIR.
+    unsafe { (&mut *DIR.0.get())[..dir.len()].copy_from_slice(dir) };
+    DIR_LEN.store(dir.len(), Ordering::Release);
+    true
+}
+
+/// In a forked child: its parent's thread is not there.
+pub fn forked() {
+    STARTED.store(false, Ordering::Relaxed);
+}
+
+/// Starts the answering thread once per process. With pthread_create
+/// directly, not std::thread: std looks weak symbols up with dlsym on its
+/// first spawn, and a dlsym inside a hook that ran inside dlopen's error
+/// path replaces the program's pending dlerror() result (bash crashed on
+/// it). All signals are blocked in the thread: the program's handlers run
+/// on its own threads, never on the shim's.
+pub fn ensure_started() {
+    if STARTED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    extern "C" fn entry(_: *mut libc::c_void) -> *mut libc::c_void {
+        serve();
+        std::ptr::null_mut()
+    }
+    // SAFETY: plain pthread calls on local, initialised values; the thread
+    // runs `entry`, which takes no argument.
+    unsafe {
+        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+        if libc::pthread_attr_init(&raw mut attr) != 0 {
+            return;
+        }
+        libc::pthread_attr_setstacksize(&raw mut attr, 256 * 1024);
+        libc::pthread_attr_setdetachstate(&raw mut attr, libc::PTHREAD_CREATE_DETACHED);
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&raw mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &raw const all, &raw mut old);
+        let mut thread: libc::pthread_t = 0;
+        libc::pthread_create(
+            &raw mut thread,
+            &raw const attr,
+            entry,
+            std::ptr::null_mut(),
+        );
+        libc::pthread_sigmask(libc::SIG_SETMASK, &raw const old, std::ptr::null_mut());
+        libc::pthread_attr_destroy(&raw mut attr);
+    }
+}
+
+fn socket_path(pid: u32) -> PathBuf {
+    let len = DIR_LEN.load(Ordering::Acquire);
+    // SAFETY: DIR is not written after set_dir.
+    let dir = unsafe { &(&*DIR.0.get())[..len] };
+    std::path::Path::new(std::ffi::OsStr::from_bytes(dir)).join(format!("{pid}.sock"))
+}
+
+fn serve() {
+    crate::mark_own_thread();
+    let pid = std::process::id();
+    let path = socket_path(pid);
+    // An exec'd program of the same pid left its endpoint: ours now.
+    let _ = std::fs::remove_file(&path);
+    let mut failures = 0;
+    // A daemon that closes every descriptor at start closes ours too:
+    // listen again, a few times.
+    while failures < 10 {
+        let Ok(listener) = UnixListener::bind(&path) else {
+            return;
+        };
+        for conn in listener.incoming() {
+            match conn {
+                Ok(stream) => {
+                    failures = 0;
+                    answer(stream, pid);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
+        failures += 1;
+        let _ = std::fs::remove_file(&path);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn answer(mut stream: UnixStream, pid: u32) {
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+    let _ = stream.set_write_timeout(Some(Duration::from_secs(30)));
+    let mut request = Vec::new();
+    let mut buf = [0u8; 256];
+    while !request.contains(&b'\n') && request.len() < 4096 {
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => request.extend_from_slice(&buf[..n]),
+        }
+    }
+    let run = std::str::from_utf8(&request)
+        .ok()
+        .and_then(|r| r.trim().strip_prefix("snapshot "))
+        .and_then(|r| r.trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    let _ = stream.write_all(snapshot(pid, run).as_bytes());
+}
+
+fn snapshot(pid: u32, run: u64) -> String {
+    let mut out = String::with_capacity(64 * 1024);
+    let _ = writeln!(
+        out,
+        "leakwatch-native-sites 1 pid {pid} run {run} interval {} samples {} dropped {}",
+        sampler::interval(),
+        table::SAMPLES.load(Ordering::Relaxed),
+        table::DROPPED.load(Ordering::Relaxed),
+    );
+    for (i, listed) in LISTED.iter().enumerate() {
+        let Some((frames, live, samples)) = table::stack(i) else {
+            continue;
+        };
+        if live <= 0 && !listed.load(Ordering::Relaxed) {
+            continue;
+        }
+        listed.store(true, Ordering::Relaxed);
+        let _ = write!(out, "s {} {}", live.max(0), samples.max(0));
+        for (n, f) in frames.iter().enumerate() {
+            let sep = if n == 0 { ' ' } else { ',' };
+            let _ = write!(out, "{sep}{f:x}");
+        }
+        out.push('\n');
+    }
+    out.push_str("end\n");
+    out
+}

@@ -1,0 +1,243 @@
+//! Fixed-size tables, allocated once in `.bss` (untouched pages cost
+//! nothing): the sampled blocks by address, the call stacks they came from
+//! with their live bytes, and a counting filter that lets `free` of an
+//! unsampled block (nearly all of them) return after one load.
+//!
+//! The block and stack tables are written under one spin lock, taken only
+//! by a sample (one per interval of bytes) and by a free that passes the
+//! filter. A stack, once published (its depth stored with release order),
+//! never changes, so the answering thread reads stacks and their live bytes
+//! without the lock.
+
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, AtomicU32, AtomicU64, Ordering};
+
+use crate::sampler::{MAX_FRAMES, mix};
+
+/// Sampled blocks live at once (at the default interval, 2^17 covers a
+/// live heap of ≈ 48 GiB at three quarters full).
+const BLOCKS: usize = 1 << 17;
+/// Distinct call stacks.
+pub const STACKS: usize = 1 << 13;
+/// Counters of the filter; a free of an unsampled block takes the lock
+/// only on a collision, with probability (live samples) / FILTER.
+const FILTER: usize = 1 << 18;
+/// Linear probing looks this far for a stack before giving up.
+const MAX_PROBE: usize = 64;
+
+#[derive(Clone, Copy)]
+struct Block {
+    /// 0: empty.
+    addr: usize,
+    weight: u64,
+    stack: u32,
+}
+
+const EMPTY: Block = Block {
+    addr: 0,
+    weight: 0,
+    stack: 0,
+};
+
+/// What only the lock holder touches.
+struct Locked {
+    blocks: [Block; BLOCKS],
+    used: usize,
+    stack_hash: [u64; STACKS],
+}
+
+struct Shared<T>(UnsafeCell<T>);
+// SAFETY: every access goes through the lock, or (frames) reads a slot
+// after its release-ordered publication and never while it is written.
+unsafe impl<T> Sync for Shared<T> {}
+
+static LOCK: AtomicBool = AtomicBool::new(false);
+static LOCKED: Shared<Locked> = Shared(UnsafeCell::new(Locked {
+    blocks: [EMPTY; BLOCKS],
+    used: 0,
+    stack_hash: [0; STACKS],
+}));
+static FRAMES: Shared<[[usize; MAX_FRAMES]; STACKS]> =
+    Shared(UnsafeCell::new([[0; MAX_FRAMES]; STACKS]));
+/// A stack's depth; 0 while its slot is free.
+static DEPTH: [AtomicU32; STACKS] = [const { AtomicU32::new(0) }; STACKS];
+/// Estimated live bytes of each stack (sum of its live samples' weights).
+static LIVE: [AtomicI64; STACKS] = [const { AtomicI64::new(0) }; STACKS];
+/// Live sampled blocks of each stack.
+static BLOCKS_LIVE: [AtomicI64; STACKS] = [const { AtomicI64::new(0) }; STACKS];
+static FILTER_COUNTS: [AtomicU8; FILTER] = [const { AtomicU8::new(0) }; FILTER];
+pub static SAMPLES: AtomicU64 = AtomicU64::new(0);
+/// Samples not kept (a table full).
+pub static DROPPED: AtomicU64 = AtomicU64::new(0);
+
+pub fn lock() {
+    let mut spins = 0u32;
+    while LOCK
+        .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
+        spins += 1;
+        if spins < 64 {
+            std::hint::spin_loop();
+        } else {
+            // SAFETY: no preconditions.
+            unsafe { libc::sched_yield() };
+        }
+    }
+}
+
+pub fn unlock() {
+    LOCK.store(false, Ordering::Release);
+}
+
+fn home(addr: usize) -> (usize, usize) {
+    let h = mix(addr as u64);
+    (h as usize & (BLOCKS - 1), (h >> 40) as usize & (FILTER - 1))
+}
+
+/// False when `addr` is certainly not a live sampled block.
+#[inline]
+pub fn maybe_sampled(addr: usize) -> bool {
+    FILTER_COUNTS[home(addr).1].load(Ordering::Relaxed) != 0
+}
+
+/// Records a sampled block of `weight` estimated bytes allocated from
+/// `frames`.
+pub fn insert(addr: usize, weight: u64, frames: &[usize]) {
+    SAMPLES.fetch_add(1, Ordering::Relaxed);
+    lock();
+    // SAFETY: the lock is held.
+    let t = unsafe { &mut *LOCKED.0.get() };
+    let kept = stack_slot(t, frames).is_some_and(|stack| insert_block(t, addr, weight, stack));
+    unlock();
+    if !kept {
+        DROPPED.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Forgets `addr` if it is a sampled block, before glibc frees it.
+pub fn remove(addr: usize) {
+    lock();
+    // SAFETY: the lock is held.
+    let t = unsafe { &mut *LOCKED.0.get() };
+    remove_block(t, addr);
+    unlock();
+}
+
+fn insert_block(t: &mut Locked, addr: usize, weight: u64, stack: u32) -> bool {
+    if t.used >= BLOCKS / 4 * 3 {
+        return false;
+    }
+    let (mut i, filter) = home(addr);
+    while t.blocks[i].addr != 0 && t.blocks[i].addr != addr {
+        i = (i + 1) & (BLOCKS - 1);
+    }
+    let old = t.blocks[i];
+    if old.addr == addr {
+        // A free the shim did not see (from a signal handler inside a
+        // sample): the old block is gone.
+        account(old.stack, -(old.weight as i64), -1);
+    } else {
+        t.used += 1;
+        let _ = FILTER_COUNTS[filter]
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| c.checked_add(1));
+    }
+    t.blocks[i] = Block {
+        addr,
+        weight,
+        stack,
+    };
+    account(stack, weight as i64, 1);
+    true
+}
+
+fn remove_block(t: &mut Locked, addr: usize) {
+    let (mut i, filter) = home(addr);
+    loop {
+        match t.blocks[i].addr {
+            0 => return,
+            a if a == addr => break,
+            _ => i = (i + 1) & (BLOCKS - 1),
+        }
+    }
+    let b = t.blocks[i];
+    account(b.stack, -(b.weight as i64), -1);
+    t.used -= 1;
+    // A saturated counter stays: it no longer knows how many it counts.
+    let _ = FILTER_COUNTS[filter].fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| {
+        (c != u8::MAX).then(|| c.saturating_sub(1))
+    });
+    // Backward-shift deletion keeps every probe chain unbroken without
+    // tombstones (Knuth, TAOCP vol. 3, 6.4, algorithm R).
+    let mut j = i;
+    loop {
+        j = (j + 1) & (BLOCKS - 1);
+        let next = t.blocks[j];
+        if next.addr == 0 {
+            t.blocks[i] = EMPTY;
+            return;
+        }
+        let k = home(next.addr).0;
+        let stays = if i <= j {
+            i < k && k <= j
+        } else {
+            i < k || k <= j
+        };
+        if !stays {
+            t.blocks[i] = next;
+            i = j;
+        }
+    }
+}
+
+fn account(stack: u32, bytes: i64, blocks: i64) {
+    LIVE[stack as usize].fetch_add(bytes, Ordering::Relaxed);
+    BLOCKS_LIVE[stack as usize].fetch_add(blocks, Ordering::Relaxed);
+}
+
+/// The slot of `frames`, added if new; `None` when the table is full.
+fn stack_slot(t: &mut Locked, frames: &[usize]) -> Option<u32> {
+    let hash = frames
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, &f| mix(h ^ f as u64));
+    let start = hash as usize & (STACKS - 1);
+    for probe in 0..MAX_PROBE {
+        let i = (start + probe) & (STACKS - 1);
+        let depth = DEPTH[i].load(Ordering::Relaxed) as usize;
+        if depth == 0 {
+            let slot = FRAMES.0.get().cast::<[usize; MAX_FRAMES]>();
+            // SAFETY: slot i is unpublished (depth 0) and the lock is held:
+            // nobody else reads or writes it.
+            let dst = unsafe { &mut *slot.add(i) };
+            dst[..frames.len()].copy_from_slice(frames);
+            t.stack_hash[i] = hash;
+            // An empty stack (the unwinder failed) still needs depth ≥ 1.
+            DEPTH[i].store(frames.len().max(1) as u32, Ordering::Release);
+            return Some(i as u32);
+        }
+        if t.stack_hash[i] == hash && stack(i).is_some_and(|(f, _, _)| f == frames) {
+            return Some(i as u32);
+        }
+    }
+    None
+}
+
+/// Stack `i`'s frames (innermost first), live bytes and live sampled blocks,
+/// if the slot is in use.
+pub fn stack(i: usize) -> Option<(&'static [usize], i64, i64)> {
+    let depth = DEPTH.get(i)?.load(Ordering::Acquire) as usize;
+    if depth == 0 {
+        return None;
+    }
+    let slot = FRAMES.0.get().cast::<[usize; MAX_FRAMES]>();
+    // SAFETY: a published slot is never written again.
+    let frames = unsafe { &*slot.add(i) };
+    // Depth 1 with a zero frame: the unwinder found nothing.
+    let frames = &frames[..depth.min(MAX_FRAMES)];
+    let frames = if frames == [0] { &[][..] } else { frames };
+    Some((
+        frames,
+        LIVE[i].load(Ordering::Relaxed),
+        BLOCKS_LIVE[i].load(Ordering::Relaxed),
+    ))
+}

@@ -1,0 +1,334 @@
+//! `run --native-sites`: which C, C++ and Rust call stacks hold the memory.
+//! The command runs with the sampling allocator shim preloaded
+//! (`libleakwatch_shim.so`, the workspace's `shim/` crate, found beside the
+//! leakwatch binary); every process it starts inherits it, detached daemons
+//! and forked workers included. After each run's deep sample leakwatch asks
+//! each process for its live sampled bytes by stack and names the frames
+//! itself ([`symbols`]); the stacks become site rows ([`rows`], source
+//! `native`), fitted and judged as Python sites are.
+//!
+//! It plugs into the run driver as a [`Sites`] tracer ([`NativeTracer`]):
+//! [`NativeTracer::prepare`] once (finds the shim, creates the private
+//! directory D, mode 0700); `env` on every run's command (`LD_PRELOAD`,
+//! `LEAKWATCH_NATIVE_DIR`, `LEAKWATCH_NATIVE_INTERVAL`); `collect` after
+//! each run; Drop removes D.
+
+pub mod rows;
+pub mod symbols;
+pub mod wire;
+
+use std::ffi::{OsStr, OsString};
+use std::fs;
+use std::io::{self, Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use wire::Snapshot;
+
+use super::{Collected, Sites};
+use crate::sample::Context;
+use crate::store::{Row, SiteSource};
+
+/// The shim's file name, beside the leakwatch binary.
+pub const SHIM_FILE: &str = "libleakwatch_shim.so";
+/// Overrides where the shim is (an installed leakwatch, a test).
+pub const ENV_SHIM: &str = "LEAKWATCH_SHIM";
+/// Names D for the shim; without it the shim stays idle.
+pub const ENV_DIR: &str = "LEAKWATCH_NATIVE_DIR";
+/// The mean sampling interval in bytes.
+pub const ENV_INTERVAL: &str = "LEAKWATCH_NATIVE_INTERVAL";
+/// The default `--native-interval`. The estimate of a stack's growth in a
+/// run is a Poisson count: its relative error is 1/√(growth / interval).
+/// At 64 KiB a stack growing 1 MiB per run is sampled 16 times per run,
+/// 160 times over 10 runs (≈ 8% standard error on the total); at 512 KiB
+/// (tcmalloc's and jemalloc's range) it would be 20 times (≈ 22%), too
+/// coarse for the issue's 1 MiB/run within 25%. The cost stays small: one
+/// unwind (a few µs) per 64 KiB allocated; `benches/harness/native_shim.py`
+/// measures it.
+pub const DEFAULT_INTERVAL_BYTES: u64 = 64 * 1024;
+/// Longest socket path: `sun_path` holds 108 bytes with the final NUL.
+const MAX_SOCKET_PATH: usize = 107;
+const SOCKET_NAME_MAX: usize = "/4194304.sock".len();
+/// An answer larger than this is refused (8192 stacks of 48 frames fit).
+const MAX_ANSWER_BYTES: usize = 16 << 20;
+
+/// Setting up `--native-sites` failed. Each message names the path and the fix.
+#[derive(Debug, thiserror::Error)]
+pub enum NativeSitesError {
+    #[error(
+        "the --native-sites shim {path} is missing: build it with `cargo build --release \
+         --lib --bins --examples` (or `cargo build --release -p leakwatch-shim`) in the \
+         leakwatch repository and keep it beside the leakwatch binary (`cargo install` does \
+         not install it), or set {ENV_SHIM} to its path"
+    )]
+    ShimMissing { path: PathBuf },
+    #[error(
+        "cannot create the --native-sites directory in {parent}: {source}; set TMPDIR to a \
+         writable directory"
+    )]
+    CreateDir { parent: PathBuf, source: io::Error },
+    #[error(
+        "the --native-sites directory {dir} is too long for a Unix socket path ({len} of at \
+         most {MAX_SOCKET_PATH} bytes); set TMPDIR to a shorter directory such as /tmp"
+    )]
+    PathTooLong { dir: PathBuf, len: usize },
+}
+
+/// The private directory D of one session, and the shim that answers in it.
+#[derive(Debug)]
+pub struct NativeSites {
+    dir: PathBuf,
+    shim: PathBuf,
+    interval_bytes: u64,
+}
+
+impl NativeSites {
+    /// Finds the shim and creates D in the temporary directory.
+    pub fn prepare(interval_bytes: u64) -> Result<NativeSites, NativeSitesError> {
+        let shim = find_shim()?;
+        NativeSites::prepare_in(&std::env::temp_dir(), shim, interval_bytes)
+    }
+
+    pub fn prepare_in(
+        parent: &Path,
+        shim: PathBuf,
+        interval_bytes: u64,
+    ) -> Result<NativeSites, NativeSitesError> {
+        let dir = create_private_dir(parent)?;
+        let sites = NativeSites {
+            dir,
+            shim,
+            interval_bytes,
+        };
+        let len = sites.dir.as_os_str().len() + SOCKET_NAME_MAX;
+        if len > MAX_SOCKET_PATH {
+            return Err(NativeSitesError::PathTooLong {
+                dir: sites.dir.clone(),
+                len,
+            });
+        }
+        Ok(sites)
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn interval_bytes(&self) -> u64 {
+        self.interval_bytes
+    }
+
+    /// The variables to set on the command: the shim first in `LD_PRELOAD`
+    /// (before `existing_preload`, which is kept), D and the interval.
+    pub fn env(&self, existing_preload: Option<&OsStr>) -> Vec<(OsString, OsString)> {
+        let mut preload = self.shim.clone().into_os_string();
+        if let Some(existing) = existing_preload.filter(|p| !p.is_empty()) {
+            preload.push(" ");
+            preload.push(existing);
+        }
+        vec![
+            ("LD_PRELOAD".into(), preload),
+            (ENV_DIR.into(), self.dir.clone().into_os_string()),
+            (ENV_INTERVAL.into(), self.interval_bytes.to_string().into()),
+        ]
+    }
+
+    /// The pids with an endpoint in D, ascending.
+    pub fn endpoints(&self) -> Vec<u32> {
+        let Ok(entries) = fs::read_dir(&self.dir) else {
+            return Vec::new();
+        };
+        let mut pids: Vec<u32> = entries
+            .filter_map(|e| e.ok())
+            .filter_map(|e| {
+                let name = e.file_name();
+                let stem = name.as_bytes().strip_suffix(b".sock")?;
+                std::str::from_utf8(stem).ok()?.parse().ok()
+            })
+            .collect();
+        pids.sort_unstable();
+        pids
+    }
+
+    /// Removes the endpoint of `pid` if that process has exited.
+    pub fn forget_if_gone(&self, pid: u32) {
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = fs::remove_file(self.dir.join(format!("{pid}.sock")));
+        }
+    }
+
+    /// Asks process `pid` for its live sampled stacks. A dead process' endpoint is
+    /// removed; the error is a sentence for a note.
+    pub fn ask(&self, pid: u32, run: u32, timeout: Duration) -> Result<Snapshot, String> {
+        let path = self.dir.join(format!("{pid}.sock"));
+        let started = Instant::now();
+        let mut stream = UnixStream::connect(&path).map_err(|e| {
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                let _ = fs::remove_file(&path);
+                format!("process {pid} has exited")
+            } else {
+                format!("process {pid} does not answer on {}: {e}", path.display())
+            }
+        })?;
+        let io = |e: io::Error| format!("cannot talk to process {pid}: {e}");
+        stream.set_write_timeout(Some(timeout)).map_err(io)?;
+        stream
+            .write_all(format!("snapshot {run}\n").as_bytes())
+            .map_err(io)?;
+        let mut text = Vec::new();
+        let mut buf = [0u8; 64 * 1024];
+        while !text.ends_with(b"end\n") {
+            let left = timeout
+                .checked_sub(started.elapsed())
+                .filter(|d| !d.is_zero())
+                .ok_or_else(|| format!("process {pid} did not answer within {timeout:?}"))?;
+            stream.set_read_timeout(Some(left)).map_err(io)?;
+            match stream.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => text.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(io(e)),
+            }
+            if text.len() > MAX_ANSWER_BYTES {
+                return Err(format!(
+                    "process {pid} answered more than {MAX_ANSWER_BYTES} bytes"
+                ));
+            }
+        }
+        let text = String::from_utf8_lossy(&text);
+        let snapshot = wire::parse_answer(&text)
+            .map_err(|e| format!("the answer of process {pid} is not the shim's: {e}"))?;
+        if snapshot.pid != pid {
+            return Err(format!(
+                "endpoint {} answered for process {}",
+                path.display(),
+                snapshot.pid
+            ));
+        }
+        Ok(snapshot)
+    }
+}
+
+/// `--native-sites` as the run driver holds it: the shim's directory and
+/// what this session has named and written so far.
+#[derive(Debug)]
+pub struct NativeTracer {
+    sites: NativeSites,
+    session: rows::NativeSession,
+}
+
+impl NativeTracer {
+    /// Finds the shim and creates D (see [`NativeSites::prepare`]),
+    /// sampling once per `interval_bytes` on average.
+    pub fn prepare(interval_bytes: u64) -> Result<NativeTracer, NativeSitesError> {
+        Ok(NativeTracer {
+            sites: NativeSites::prepare(interval_bytes)?,
+            session: rows::NativeSession::default(),
+        })
+    }
+}
+
+impl Sites for NativeTracer {
+    fn source(&self) -> SiteSource {
+        SiteSource::Native
+    }
+
+    /// `LD_PRELOAD` with the shim first, then the one leakwatch has.
+    fn env(&self) -> Vec<(OsString, OsString)> {
+        self.sites.env(std::env::var_os("LD_PRELOAD").as_deref())
+    }
+
+    fn collect(&mut self, ctx: &Context, sampled: &[Row], timeout: Duration) -> Collected {
+        // The shim answers from a table in memory: a process that takes
+        // longer than a few seconds is stuck, not busy.
+        let timeout = timeout.min(Duration::from_secs(10));
+        let (rows, notes) = self.session.collect(&self.sites, ctx, sampled, timeout);
+        Collected { rows, notes }
+    }
+}
+
+impl Drop for NativeSites {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// `LEAKWATCH_SHIM`, else `libleakwatch_shim.so` beside the running binary.
+fn find_shim() -> Result<PathBuf, NativeSitesError> {
+    let path = match std::env::var_os(ENV_SHIM).filter(|p| !p.is_empty()) {
+        Some(p) => PathBuf::from(p),
+        None => std::env::current_exe()
+            .ok()
+            .and_then(|exe| Some(exe.parent()?.join(SHIM_FILE)))
+            .unwrap_or_else(|| PathBuf::from(SHIM_FILE)),
+    };
+    if path.is_file() {
+        // ld.so needs an absolute path (a relative one is searched for).
+        fs::canonicalize(&path).map_err(|_| NativeSitesError::ShimMissing { path })
+    } else {
+        Err(NativeSitesError::ShimMissing { path })
+    }
+}
+
+/// Creates a fresh directory `leakwatch-native-<pid>-<random>` in `parent`,
+/// mode 0700 (nobody else may connect or plant an endpoint), absolute.
+fn create_private_dir(parent: &Path) -> Result<PathBuf, NativeSitesError> {
+    use std::hash::{BuildHasher, Hasher};
+    let fail = |source| NativeSitesError::CreateDir {
+        parent: parent.to_path_buf(),
+        source,
+    };
+    let mut last = io::Error::from(io::ErrorKind::AlreadyExists);
+    for _ in 0..32 {
+        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+        hasher.write_u32(std::process::id());
+        let dir = parent.join(format!(
+            "leakwatch-native-{}-{:016x}",
+            std::process::id(),
+            hasher.finish()
+        ));
+        match fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => return fs::canonicalize(&dir).map_err(fail),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = e,
+            Err(e) => return Err(fail(e)),
+        }
+    }
+    Err(fail(last))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    #[test]
+    fn prepare_makes_a_private_dir_and_env_preloads_the_shim_first() {
+        let parent = tempfile::tempdir_in("/tmp").unwrap();
+        let sites =
+            NativeSites::prepare_in(parent.path(), PathBuf::from("/x/libshim.so"), 4096).unwrap();
+        let dir = sites.dir().to_path_buf();
+        assert_eq!(fs::metadata(&dir).unwrap().mode() & 0o777, 0o700);
+        let env = sites.env(Some(OsStr::new("/other.so")));
+        assert_eq!(env[0].1, "/x/libshim.so /other.so");
+        assert_eq!(env[1].1, dir.as_os_str());
+        assert_eq!(env[2].1, "4096");
+        assert_eq!(sites.env(Some(OsStr::new("")))[0].1, "/x/libshim.so");
+        drop(sites);
+        assert!(!dir.exists());
+    }
+
+    #[test]
+    fn a_missing_shim_names_the_fix() {
+        let err = NativeSitesError::ShimMissing {
+            path: PathBuf::from("/opt/leakwatch/libleakwatch_shim.so"),
+        };
+        let text = err.to_string();
+        assert!(
+            text.contains("cargo build --release") && text.contains(ENV_SHIM),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,509 @@
+//! `run --native-sites` end to end (issue 21): a C daemon built -O2
+//! without frame pointers, started detached by its client, keeps a known
+//! number of bytes per request in keep_request_state() and replaces its
+//! scratch buffers in build_scratch_buffers(). The shim comes in through
+//! the environment `run` gives the command; leakwatch names the stacks.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::common::*;
+
+/// The shim beside the leakwatch binary under test, built (or found up to
+/// date) once per test process: `cargo test` does not build a cdylib, and a
+/// shim left from an older build would test old code.
+fn shim() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let exe = Path::new(env!("CARGO_BIN_EXE_leakwatch"));
+            let mut build = Command::new(env!("CARGO"));
+            build.args(["build", "-p", "leakwatch-shim"]);
+            if exe.parent().is_some_and(|p| p.ends_with("release")) {
+                build.arg("--release");
+            }
+            let status = build
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .status()
+                .unwrap();
+            assert!(status.success(), "cannot build the shim: {status}");
+            exe.with_file_name("libleakwatch_shim.so")
+        })
+        .clone()
+}
+
+/// Compiles a fixture with `compiler` -O2 -g, no frame pointers; `None`
+/// (with the reason printed) when there is no compiler outside CI.
+fn compile(compiler: &str, source: &str, out: &Path, extra: &[&str]) -> Option<PathBuf> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(source);
+    let status = Command::new(compiler)
+        .args(["-O2", "-g", "-fomit-frame-pointer", "-Wall", "-o"])
+        .arg(out)
+        .arg(&src)
+        .args(extra)
+        .status();
+    match status {
+        Ok(s) if s.success() => Some(out.to_path_buf()),
+        Ok(s) => panic!("{compiler} {} failed: {s}", src.display()),
+        Err(e) => {
+            let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false");
+            assert!(
+                !ci,
+                "{compiler} is missing under CI ({e}): .ci/deps installs it"
+            );
+            eprintln!("skipped: no {compiler} ({e}); bash .ci/deps installs it");
+            None
+        }
+    }
+}
+
+#[test]
+fn the_leaking_c_function_is_named_first_and_the_scratch_buffers_are_not_a_leak() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(daemon) = compile(
+        "gcc",
+        "fixtures/native/leaky_daemon.c",
+        &tmp.path().join("leaky_daemon"),
+        &[],
+    ) else {
+        return;
+    };
+    let out = tmp.path().join("out");
+    let leak: u64 = 4 << 20;
+    let output = leakwatch()
+        .env("LEAKWATCH_SHIM", shim())
+        .env("LEAKY_DAEMON_SOCKET", tmp.path().join("d.sock"))
+        .args(["run", "-n", "10", "--settle", "200ms", "--native-sites"])
+        .arg("--out")
+        .arg(&out)
+        .arg("--")
+        .arg(&daemon)
+        .args(["client", "--leak", &leak.to_string(), "--churn", "4194304"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    crate::common::assert_exit_matches_verdict(output.status, &out);
+    let s = summary(&out);
+    let sites = s["py_sites"].as_array().expect("sites");
+    let first = &sites[0];
+    let name = first["site"].as_str().unwrap();
+    assert!(
+        name.starts_with("keep_request_state (") && name.contains("leaky_daemon.c:"),
+        "{sites:#?}"
+    );
+    assert_eq!(first["verdict"], "leak", "{first:#}");
+    assert_eq!(first["source"], "native", "{first:#}");
+    // Sampled once per 64 KiB on average: ≈ 576 samples over the 9 runs
+    // that grow, a standard error of ≈ 4%: 15% is 3.6 of them.
+    assert_within(
+        "bytes per run",
+        first["bytes_per_run"].as_f64().unwrap(),
+        leak as f64,
+        0.15,
+    );
+    // The full stack, named from .eh_frame + DWARF: through serve() to main().
+    let frames: Vec<&str> = first["traceback"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f.as_str())
+        .collect();
+    assert!(
+        frames.iter().any(|f| f.starts_with("serve ("))
+            && frames.iter().any(|f| f.starts_with("main (")),
+        "{frames:#?}"
+    );
+    // The scratch buffers hold 4 MiB at every answer: listed, never a leak.
+    let scratch = sites
+        .iter()
+        .find(|x| {
+            x["site"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("build_scratch_buffers ("))
+        })
+        .unwrap_or_else(|| panic!("the scratch site is listed (it holds 4 MiB): {sites:#?}"));
+    assert_ne!(scratch["verdict"], "leak", "{scratch:#}");
+    assert!(scratch["held_bytes"].as_f64().unwrap() > 2e6, "{scratch:#}");
+    assert!(stderr.contains("where: keep_request_state ("), "{stderr}");
+}
+
+#[test]
+fn a_missing_shim_is_an_error_that_names_the_fix() {
+    let tmp = tempfile::tempdir().unwrap();
+    let output = leakwatch()
+        .env("LEAKWATCH_SHIM", tmp.path().join("libleakwatch_shim.so"))
+        .args(["run", "-n", "1", "--native-sites", "--out"])
+        .arg(tmp.path().join("out"))
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--native-sites") && stderr.contains("cargo build --release"),
+        "{stderr}"
+    );
+    assert!(
+        !tmp.path().join("out").exists(),
+        "no output for a refused plan"
+    );
+}
+
+#[test]
+fn a_leaking_cxx_method_in_a_shared_library_is_named_demangled_with_its_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (Some(daemon), Some(handler)) = (
+        compile(
+            "gcc",
+            "fixtures/native/leaky_daemon.c",
+            &tmp.path().join("leaky_daemon"),
+            &[],
+        ),
+        compile(
+            "g++",
+            "fixtures/native/cxx_cache.cpp",
+            &tmp.path().join("libcxx_cache.so"),
+            &["-shared", "-fPIC"],
+        ),
+    ) else {
+        return;
+    };
+    let out = tmp.path().join("out");
+    let leak: u64 = 4 << 20;
+    let output = leakwatch()
+        .env("LEAKWATCH_SHIM", shim())
+        .env("LEAKY_DAEMON_SOCKET", tmp.path().join("d.sock"))
+        .env("LEAKY_DAEMON_HANDLER", &handler)
+        .args(["run", "-n", "10", "--settle", "200ms", "--native-sites"])
+        .arg("--out")
+        .arg(&out)
+        .arg("--")
+        .arg(&daemon)
+        .args(["client", "--leak", &leak.to_string(), "--churn", "4194304"])
+        .output()
+        .unwrap();
+    crate::common::assert_exit_matches_verdict(output.status, &out);
+    let s = summary(&out);
+    let sites = s["py_sites"].as_array().expect("sites");
+    let first = &sites[0];
+    // Past operator new (libstdc++) and the inlined std::vector and
+    // std::unique_ptr code, the method itself, demangled, with its line.
+    let name = first["site"].as_str().unwrap();
+    assert!(
+        name.starts_with("fixture::Cache::remember(unsigned long) (")
+            && name.contains("cxx_cache.cpp:"),
+        "{sites:#?}"
+    );
+    assert_eq!(first["verdict"], "leak", "{first:#}");
+    assert_within(
+        "bytes per run",
+        first["bytes_per_run"].as_f64().unwrap(),
+        leak as f64,
+        0.15,
+    );
+    assert!(
+        first["traceback"][0]
+            .as_str()
+            .is_some_and(|f| f.starts_with("operator new")),
+        "{first:#}"
+    );
+    for site in sites {
+        if site["site"]
+            .as_str()
+            .is_some_and(|n| n.contains("Cache::scratch"))
+        {
+            assert_ne!(site["verdict"], "leak", "{site:#}");
+        }
+    }
+}
+
+/// Debian's memcached is stripped: its slab allocator has no name in
+/// `.dynsym`, so the site is `memcached+0xOFFSET`. Its slab pages (1 MiB,
+/// far above the interval: always sampled, weighed at their size) grow at
+/// the rate memcached's own `total_malloced` gives.
+#[test]
+fn a_stripped_memcached_fed_new_keys_grows_at_its_own_total_malloced_rate() {
+    let memcached = Command::new("memcached").arg("-h").output();
+    if let Err(e) = memcached {
+        let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false");
+        assert!(
+            !ci,
+            "memcached is missing under CI ({e}): .ci/deps installs it"
+        );
+        eprintln!("skipped: no memcached ({e}); bash .ci/deps installs it");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let client = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/native/memcached_client.py");
+    let out = tmp.path().join("out");
+    let output = leakwatch()
+        .env("LEAKWATCH_SHIM", shim())
+        .args(["run", "-n", "10", "--settle", "300ms", "--native-sites"])
+        .arg("--out")
+        .arg(&out)
+        .args(["--", "python3"])
+        .arg(&client)
+        .arg(port.to_string())
+        .arg(tmp.path().join("state"))
+        .args(["2000", "1000"])
+        .output()
+        .unwrap();
+    crate::common::assert_exit_matches_verdict(output.status, &out);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let malloced: Vec<f64> = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("total_malloced "))
+        .map(|v| v.trim().parse().unwrap())
+        .collect();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(malloced.len(), 10, "{stdout}\n{stderr}");
+    let truth = (malloced[9] - malloced[0]) / 9.0;
+    let s = summary(&out);
+    let sites = s["py_sites"].as_array().expect("sites");
+    let first = &sites[0];
+    assert!(
+        first["site"]
+            .as_str()
+            .is_some_and(|n| n.starts_with("memcached+0x")),
+        "{sites:#?}"
+    );
+    assert_eq!(first["verdict"], "leak", "{first:#}");
+    eprintln!(
+        "memcached: {} at {:.0} B/run, total_malloced {truth:.0} B/run",
+        first["site"],
+        first["bytes_per_run"].as_f64().unwrap_or(0.0)
+    );
+    assert_within(
+        "slab bytes per run",
+        first["bytes_per_run"].as_f64().unwrap(),
+        truth,
+        0.15,
+    );
+}
+
+/// The Rust fixture daemon keeps its leak in anonymous mappings of its own
+/// (mmap, not malloc): the shim samples those too, and the site is the
+/// Rust function, demangled.
+#[test]
+fn the_rust_fixtures_mmap_leak_is_named_by_its_rust_function() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let output = leakwatch()
+        .env("LEAKWATCH_SHIM", shim())
+        .args(["run", "-n", "8", "--settle", "200ms", "--native-sites"])
+        .arg("--out")
+        .arg(&out)
+        .args(["--", fixture(), "client", "--leak", "4MiB", "--socket"])
+        .arg(tmp.path().join("fx.sock"))
+        .output()
+        .unwrap();
+    crate::common::assert_exit_matches_verdict(output.status, &out);
+    let s = summary(&out);
+    let sites = s["py_sites"].as_array().expect("sites");
+    let first = &sites[0];
+    assert!(
+        first["site"]
+            .as_str()
+            .is_some_and(|n| n.starts_with("leakwatch_fixture::allocate (")
+                && n.contains("leakwatch_fixture.rs:")),
+        "{sites:#?}"
+    );
+    assert_eq!(first["verdict"], "leak", "{first:#}");
+    // 4 MiB mappings are far above the interval: always sampled, at their size.
+    assert_within(
+        "bytes per run",
+        first["bytes_per_run"].as_f64().unwrap(),
+        4.0 * MIB,
+        0.05,
+    );
+}
+
+/// Threads allocating through every hook, a signal handler entering the
+/// hooks, forks while the threads allocate, at a 1 KiB interval so the
+/// sampled path (the lock, the unwinder) runs constantly: every run ends
+/// well (a lock held across fork by an interrupted thread hung it once).
+#[test]
+fn threads_signals_and_forks_under_the_shim_neither_hang_nor_crash() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(stress) = compile(
+        "gcc",
+        "fixtures/native/stress.c",
+        &tmp.path().join("stress"),
+        &["-pthread"],
+    ) else {
+        return;
+    };
+    let out = tmp.path().join("out");
+    let output = leakwatch()
+        .env("LEAKWATCH_SHIM", shim())
+        .args(["run", "-n", "3", "--settle", "50ms", "--timeout", "60s"])
+        .args(["--native-sites", "--native-interval", "1KiB", "--exit-zero"])
+        .arg("--out")
+        .arg(&out)
+        .arg("--")
+        .arg(&stress)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert_eq!(
+        stdout.matches("stress: ok").count(),
+        3,
+        "{stdout}\n{stderr}"
+    );
+    assert!(stderr.contains("all exited 0"), "{stderr}");
+}
+
+/// A statically linked daemon ignores LD_PRELOAD: it is named in the notes
+/// with the reason, not silently missing from the sites.
+#[test]
+fn a_static_daemon_the_shim_cannot_enter_is_named_with_the_reason() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(daemon) = compile(
+        "gcc",
+        "fixtures/native/leaky_daemon.c",
+        &tmp.path().join("leaky_static"),
+        &["-static"],
+    ) else {
+        return;
+    };
+    let out = tmp.path().join("out");
+    let output = leakwatch()
+        .env("LEAKWATCH_SHIM", shim())
+        .env("LEAKY_DAEMON_SOCKET", tmp.path().join("d.sock"))
+        .args([
+            "run",
+            "-n",
+            "3",
+            "--settle",
+            "100ms",
+            "--native-sites",
+            "--exit-zero",
+        ])
+        .arg("--out")
+        .arg(&out)
+        .arg("--")
+        .arg(&daemon)
+        .arg("client")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0));
+    let notes = summary(&out)["notes"].to_string();
+    assert!(
+        notes.contains("is not followed by --native-sites") && notes.contains("statically linked"),
+        "{notes}"
+    );
+}
+
+/// A prefork pool: three forked workers share the socket and each leaks per
+/// request it serves. Each answers on its own endpoint (the shim restarts
+/// its answering thread after fork), and the site is judged per task
+/// across the workers.
+#[test]
+fn a_forked_pool_whose_workers_leak_per_task_is_judged_per_task() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(daemon) = compile(
+        "gcc",
+        "fixtures/native/leaky_daemon.c",
+        &tmp.path().join("leaky_daemon"),
+        &[],
+    ) else {
+        return;
+    };
+    let out = tmp.path().join("out");
+    let leak: u64 = 4 << 20;
+    let output = leakwatch()
+        .env("LEAKWATCH_SHIM", shim())
+        .env("LEAKY_DAEMON_SOCKET", tmp.path().join("d.sock"))
+        .env("LEAKY_DAEMON_WORKERS", "3")
+        .args(["run", "-n", "12", "--settle", "200ms", "--native-sites"])
+        .arg("--out")
+        .arg(&out)
+        .arg("--")
+        .arg(&daemon)
+        .args(["client", "--leak", &leak.to_string(), "--churn", "1048576"])
+        .output()
+        .unwrap();
+    crate::common::assert_exit_matches_verdict(output.status, &out);
+    let s = summary(&out);
+    let sites = s["py_sites"].as_array().expect("sites");
+    let first = &sites[0];
+    assert!(
+        first["site"]
+            .as_str()
+            .is_some_and(|n| n.starts_with("keep_request_state (")),
+        "{sites:#?}"
+    );
+    assert_eq!(first["verdict"], "leak", "{first:#}");
+    assert!(first["processes"].as_u64().unwrap() >= 2, "{first:#}");
+    assert_within(
+        "bytes per task",
+        first["bytes_per_task"].as_f64().unwrap(),
+        leak as f64,
+        0.15,
+    );
+}
+
+/// A Python daemon whose C library (called through ctypes, invisible to
+/// tracemalloc) leaks, run with both --py-sites and --native-sites: the C
+/// function and the Python line each appear at their own rate.
+#[test]
+fn a_python_daemons_c_library_leak_is_seen_beside_its_python_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(lib) = compile(
+        "gcc",
+        "fixtures/native/cleak.c",
+        &tmp.path().join("libcleak.so"),
+        &["-shared", "-fPIC"],
+    ) else {
+        return;
+    };
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/native/pyc_daemon.py");
+    let out = tmp.path().join("out");
+    let (c_leak, py_leak): (u64, u64) = (4 << 20, 1_000_000);
+    let output = leakwatch()
+        .env("LEAKWATCH_SHIM", shim())
+        .args(["run", "-n", "10", "--settle", "200ms"])
+        .args(["--native-sites", "--py-sites", "--out"])
+        .arg(&out)
+        .args(["--", "python3"])
+        .arg(&script)
+        .arg(tmp.path().join("d.sock"))
+        .arg(&lib)
+        .args([c_leak.to_string(), py_leak.to_string()])
+        .output()
+        .unwrap();
+    crate::common::assert_exit_matches_verdict(output.status, &out);
+    let s = summary(&out);
+    let sites = s["py_sites"].as_array().expect("sites");
+    let find = |prefix: &str| {
+        sites
+            .iter()
+            .find(|x| x["site"].as_str().is_some_and(|n| n.starts_with(prefix)))
+            .unwrap_or_else(|| panic!("no site {prefix}: {sites:#?}"))
+    };
+    let c = find("cleak_keep (");
+    assert_eq!(c["verdict"], "leak", "{c:#}");
+    assert_within(
+        "C bytes per run",
+        c["bytes_per_run"].as_f64().unwrap(),
+        c_leak as f64,
+        0.15,
+    );
+    assert_eq!(c["source"], "native", "{c:#}");
+    let py = find(&format!("{}:", script.display()));
+    assert_eq!(py["verdict"], "leak", "{py:#}");
+    assert_eq!(py["source"], "python", "{py:#}");
+    assert_within(
+        "Python bytes per run",
+        py["bytes_per_run"].as_f64().unwrap(),
+        py_leak as f64,
+        0.05,
+    );
+}
