@@ -97,21 +97,22 @@ fn parse_u64(text: &[u8]) -> Option<u64> {
 }
 
 /// The lock is held across fork so the child never inherits a table half
-/// written; the child then answers on its own endpoint. The forking thread
+/// written (other threads skip their samples meanwhile, `table::lock`); the
+/// child then answers on its own endpoint. The forking thread
 /// counts as inside the shim meanwhile: a signal handler that allocates
 /// there must pass straight through, not wait for the lock it holds.
 extern "C" fn before_fork() {
     crate::enter();
-    table::lock();
+    table::lock_for_fork();
 }
 
 extern "C" fn after_fork_parent() {
-    table::unlock();
+    table::unlock_after_fork();
     crate::leave();
 }
 
 extern "C" fn after_fork_child() {
-    table::unlock();
+    table::unlock_after_fork();
     listen::forked();
     crate::leave();
 }

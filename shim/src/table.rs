@@ -67,15 +67,28 @@ static LIVE: [AtomicI64; STACKS] = [const { AtomicI64::new(0) }; STACKS];
 static BLOCKS_LIVE: [AtomicI64; STACKS] = [const { AtomicI64::new(0) }; STACKS];
 static FILTER_COUNTS: [AtomicU8; FILTER] = [const { AtomicU8::new(0) }; FILTER];
 pub static SAMPLES: AtomicU64 = AtomicU64::new(0);
-/// Samples not kept (a table full).
+/// Samples not kept (a table full, or taken while a fork held the table).
 pub static DROPPED: AtomicU64 = AtomicU64::new(0);
+/// Frees not seen because a fork held the table.
+pub static MISSED_FREES: AtomicU64 = AtomicU64::new(0);
 
-pub fn lock() {
+/// Set while a fork holds the lock (`lock_for_fork` until `unlock_after_fork`).
+static FORKING: AtomicBool = AtomicBool::new(false);
+
+/// Takes the lock, unless a fork holds it: then false at once, and the
+/// caller skips its sample or removal. Waiting would deadlock: a signal
+/// handler that maps memory in a thread interrupted inside glibc's malloc
+/// holds that arena's lock, which the forking thread waits for
+/// (`__malloc_fork_lock_parent`) while holding this one.
+fn lock() -> bool {
     let mut spins = 0u32;
     while LOCK
         .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
         .is_err()
     {
+        if FORKING.load(Ordering::Acquire) {
+            return false;
+        }
         spins += 1;
         if spins < 64 {
             std::hint::spin_loop();
@@ -84,10 +97,24 @@ pub fn lock() {
             unsafe { libc::sched_yield() };
         }
     }
+    true
 }
 
-pub fn unlock() {
+fn unlock() {
     LOCK.store(false, Ordering::Release);
+}
+
+/// The lock held across fork (pthread_atfork's prepare), so the child never
+/// inherits a table half written; others give up rather than wait for it.
+pub fn lock_for_fork() {
+    while !lock() {}
+    FORKING.store(true, Ordering::Release);
+}
+
+/// After fork, in the parent and in the child.
+pub fn unlock_after_fork() {
+    FORKING.store(false, Ordering::Release);
+    unlock();
 }
 
 fn home(addr: usize) -> (usize, usize) {
@@ -105,7 +132,10 @@ pub fn maybe_sampled(addr: usize) -> bool {
 /// `frames`.
 pub fn insert(addr: usize, weight: u64, frames: &[usize]) {
     SAMPLES.fetch_add(1, Ordering::Relaxed);
-    lock();
+    if !lock() {
+        DROPPED.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
     // SAFETY: the lock is held.
     let t = unsafe { &mut *LOCKED.0.get() };
     let kept = stack_slot(t, frames).is_some_and(|stack| insert_block(t, addr, weight, stack));
@@ -117,7 +147,12 @@ pub fn insert(addr: usize, weight: u64, frames: &[usize]) {
 
 /// Forgets `addr` if it is a sampled block, before glibc frees it.
 pub fn remove(addr: usize) {
-    lock();
+    if !lock() {
+        // During a fork: the block stays counted (rare: a free that races a
+        // fork in another thread and hits a sampled block).
+        MISSED_FREES.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
     // SAFETY: the lock is held.
     let t = unsafe { &mut *LOCKED.0.get() };
     remove_block(t, addr);

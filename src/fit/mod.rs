@@ -42,6 +42,7 @@ fn thresholds(s: &Series) -> verdict::Thresholds {
     verdict::Thresholds {
         display_unit: s.x_axis.rate_unit(),
         display_scale: s.x_axis.per_rate_unit(),
+        counts: !s.metric.is_bytes(),
         min_slope_fraction: base.min_slope_fraction * per_x,
         min_slope_abs: if s.metric.is_bytes() {
             MIN_SLOPE_BYTES * per_x

@@ -61,11 +61,12 @@ fn is_zero(n: &usize) -> bool {
 
 /// `min_slope_abs` per run: bytes for sites and type sizes, objects for
 /// type counts.
-fn thresholds(min_slope_abs: f64) -> verdict::Thresholds {
+fn thresholds(min_slope_abs: f64, counts: bool) -> verdict::Thresholds {
     verdict::Thresholds {
         display_unit: XAxis::Run.rate_unit(),
         display_scale: 1.0,
         min_slope_abs,
+        counts,
         ..verdict::Thresholds::default()
     }
 }
@@ -73,9 +74,13 @@ fn thresholds(min_slope_abs: f64) -> verdict::Thresholds {
 /// A series of sites or types judged: by its own points, or per task when
 /// several processes hold it (a pool), like worker leaks: idle runs and a
 /// recycled worker's unsampled last task neither dilute nor cancel it.
-fn judge(s: &SiteSeries, min_slope_abs: f64) -> (verdict::Classification, Option<TaskSteps>) {
+fn judge(
+    s: &SiteSeries,
+    min_slope_abs: f64,
+    counts: bool,
+) -> (verdict::Classification, Option<TaskSteps>) {
     let (xs, ys): (Vec<f64>, Vec<f64>) = s.points.iter().copied().unzip();
-    let mut c = verdict::classify(&xs, &ys, Some(0), &thresholds(min_slope_abs));
+    let mut c = verdict::classify(&xs, &ys, Some(0), &thresholds(min_slope_abs, counts));
     let steps = (s.lives.len() > 1)
         .then(|| leaking_steps(&s.lives, min_slope_abs))
         .flatten();
@@ -115,7 +120,7 @@ pub fn fit_sites(sites: &[SiteSeries], fits: &[SeriesFit], found: &[Finding]) ->
 /// leaks: idle runs and a recycled worker's unsampled last task neither
 /// dilute nor cancel it. One process's site is judged by its series.
 fn fit_site(s: &SiteSeries, fits: &[SeriesFit], found: &[Finding]) -> SiteFit {
-    let (mut c, steps) = judge(s, MIN_SLOPE_BYTES);
+    let (mut c, steps) = judge(s, MIN_SLOPE_BYTES, false);
     if let Some(st) = steps {
         c.reason = format!(
             "grows {} per task in {} processes ({} tasks seen), still late in their lives",
@@ -290,7 +295,7 @@ pub fn fit_types(types: &[TypeSeries]) -> Vec<TypeFit> {
 }
 
 fn fit_type(t: &TypeSeries) -> TypeFit {
-    let (mut c, steps) = judge(&t.count, MIN_SLOPE_OBJECTS);
+    let (mut c, steps) = judge(&t.count, MIN_SLOPE_OBJECTS, true);
     let pool = t.count.lives.len() > 1;
     if pool && steps.is_none() && c.verdict == verdict::Verdict::Leak {
         // A pool is judged per task (as its workers are): a total that grows
@@ -301,7 +306,7 @@ fn fit_type(t: &TypeSeries) -> TypeFit {
         c.verdict = verdict::Verdict::Inconclusive;
         c.runs_needed = None;
     }
-    let (b, byte_steps) = judge(&t.bytes, MIN_SLOPE_BYTES);
+    let (b, byte_steps) = judge(&t.bytes, MIN_SLOPE_BYTES, false);
     let rate = c.rate.or(c.fit.as_ref().map(|f| f.slope));
     let ci = c.fit.as_ref().and_then(|f| f.slope_ci95);
     TypeFit {

@@ -25,7 +25,7 @@
 //! step the change-point search could not resolve is not read as a rate.
 
 use super::power::{POWER, points_needed};
-use super::{Classification, Ctx, PlateauInfo, RateFrom, Verdict, fmt_p, fmt_signed};
+use super::{Classification, Ctx, PlateauInfo, RateFrom, Verdict, fmt_p};
 use crate::fit::stats;
 
 /// The straight-piece path: rules 2–6 of the module docs.
@@ -101,7 +101,7 @@ impl Ctx<'_> {
         let reason = if let Some(s) = step.filter(|_| step_wins) {
             format!(
                 "rises {slope_txt}, but as much like one step of {} at {} as like a line",
-                fmt_signed(s.jump),
+                self.signed(s.jump),
                 self.at_x(s.x)
             )
         } else if !last_ok {

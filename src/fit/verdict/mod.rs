@@ -123,6 +123,9 @@ pub struct Thresholds {
     /// multiplied by `display_scale` (e.g. "h" and 3600 when x is seconds).
     pub display_unit: &'static str,
     pub display_scale: f64,
+    /// The series counts things (file descriptors, threads), not bytes: reasons print plain
+    /// numbers ("+2.00/run"), not "+2 B/run".
+    pub counts: bool,
 }
 
 impl Default for Thresholds {
@@ -134,6 +137,7 @@ impl Default for Thresholds {
             min_slope_abs: 0.0,
             display_unit: "x",
             display_scale: 1.0,
+            counts: false,
         }
     }
 }
@@ -394,7 +398,30 @@ impl<'a> Ctx<'a> {
     }
 
     fn per_x(&self, bytes: f64) -> String {
-        fmt_rate(bytes * self.t.display_scale, self.t.display_unit)
+        format!(
+            "{}/{}",
+            self.signed(bytes * self.t.display_scale),
+            self.t.display_unit
+        )
+    }
+
+    /// A signed amount of the series' unit: bytes in binary units, or a count.
+    fn signed(&self, v: f64) -> String {
+        if self.t.counts {
+            let sign = if v >= 0.0 { "+" } else { "-" };
+            format!("{sign}{}", crate::units::format_sig3(v.abs()))
+        } else {
+            fmt_signed(v)
+        }
+    }
+
+    /// |v| in the series' unit.
+    fn amount(&self, v: f64) -> String {
+        if self.t.counts {
+            crate::units::format_sig3(v.abs())
+        } else {
+            fmt_bytes(v)
+        }
     }
 
     fn at_x(&self, x: f64) -> String {
@@ -454,10 +481,6 @@ fn halves(x: &[f64], y: &[f64]) -> Option<stats::SegmentedFit> {
 }
 
 /// Bytes per unit in binary units, e.g. "+4.43 MiB/run".
-fn fmt_rate(bytes: f64, unit_label: &str) -> String {
-    format!("{}/{unit_label}", fmt_signed(bytes))
-}
-
 /// Signed bytes in binary units, 3 significant digits, e.g. "+4.43 MiB" (`units`, as
 /// every other number leakwatch prints).
 fn fmt_signed(bytes: f64) -> String {
@@ -553,6 +576,23 @@ mod tests {
 
     pub(super) fn runs(n: usize) -> Vec<f64> {
         (1..=n).map(|v| v as f64).collect()
+    }
+
+    /// Counts (fds, threads, Python objects) read as counts, not bytes.
+    #[test]
+    fn counted_series_speak_in_counts() {
+        let x = runs(20);
+        let y: Vec<f64> = x.iter().map(|r| 40.0 + 2.0 * r).collect();
+        let t = Thresholds {
+            counts: true,
+            min_slope_abs: 0.5,
+            display_unit: "run",
+            ..Thresholds::default()
+        };
+        let c = classify(&x, &y, Some(0), &t);
+        assert_eq!(c.verdict, Verdict::Leak, "{c:#?}");
+        assert!(c.reason.contains("+2.00/run"), "{}", c.reason);
+        assert!(!c.reason.contains(" B"), "{}", c.reason);
     }
 
     #[test]

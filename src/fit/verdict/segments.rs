@@ -26,8 +26,7 @@
 
 use super::power::POWER;
 use super::{
-    Classification, Ctx, PlateauInfo, RateFrom, Step, Verdict, fmt_bytes, fmt_signed, halves,
-    segment_sigma, slope_se,
+    Classification, Ctx, PlateauInfo, RateFrom, Step, Verdict, halves, segment_sigma, slope_se,
 };
 use crate::fit::changepoint::{self, Segment};
 use crate::fit::stats;
@@ -188,8 +187,8 @@ impl Ctx<'_> {
             }
             let reason = format!(
                 "rises and falls ({} down, {} up in steps and ramps); not a steady trend",
-                fmt_bytes(ev.down_total),
-                fmt_bytes(ev.up_total)
+                self.amount(ev.down_total),
+                self.amount(ev.up_total)
             );
             return c.decide(Verdict::Inconclusive, reason);
         }
@@ -243,7 +242,7 @@ impl Ctx<'_> {
         c.runs_needed = self.needed(last.start as f64 + m_end);
         let reason = format!(
             "grew {} before {}, but too noisy to tell whether the end still rises ({end_txt})",
-            fmt_bytes(ev.up_total),
+            self.amount(ev.up_total),
             self.at_x(last.x_start)
         );
         c.decide(Verdict::Inconclusive, reason)
@@ -398,9 +397,9 @@ impl Ctx<'_> {
                 };
                 let reason = format!(
                     "{what} ({} up at {}, net {}); {end_txt}",
-                    fmt_signed(up),
+                    self.signed(up),
                     self.at_x(ev.up_x[0]),
-                    fmt_signed(net)
+                    self.signed(net)
                 );
                 return c.decide(Verdict::Stable, reason);
             }
@@ -421,13 +420,13 @@ impl Ctx<'_> {
                 .sum::<f64>();
             let reason = format!(
                 "one-off step of {} at {}, not a rate; {end_txt}",
-                fmt_signed(size),
+                self.signed(size),
                 self.at_x(ev.up_x[0])
             );
             return c.decide(Verdict::Plateau, reason);
         }
         if rise <= self.thr * span {
-            let reason = format!("changes add up to {} only; {end_txt}", fmt_signed(rise));
+            let reason = format!("changes add up to {} only; {end_txt}", self.signed(rise));
             return c.decide(Verdict::Stable, reason);
         }
         let rate = rise / span;
@@ -503,7 +502,7 @@ impl Ctx<'_> {
         c.runs_needed = self.needed(n as f64 + missing / self.dx);
         let reason = format!(
             "grew {} in {} steps and rises; the last at {}, too recent to tell whether they stopped",
-            fmt_bytes(ev.up_total),
+            self.amount(ev.up_total),
             ev.up_x.len() + ev.ramps,
             self.at_x(last.x_start)
         );

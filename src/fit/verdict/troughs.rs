@@ -11,8 +11,8 @@
 
 use super::power::POWER;
 use super::{
-    Classification, Ctx, DecidedBy, PlateauInfo, RateFrom, Verdict, fmt_bytes, fmt_p, halves,
-    segment_sigma, slope_se,
+    Classification, Ctx, DecidedBy, PlateauInfo, RateFrom, Verdict, fmt_p, halves, segment_sigma,
+    slope_se,
 };
 use crate::fit::changepoint;
 use crate::fit::envelope::{self, Envelope};
@@ -35,7 +35,7 @@ impl Ctx<'_> {
         c.decided_by = DecidedBy::Troughs;
         c.end_start_x = self.x.first().copied();
         let mean_txt = self.per_x(self.fit.slope);
-        let teeth = fmt_bytes(2.0 * env.mean_height);
+        let teeth = self.amount(2.0 * env.mean_height);
         let (Some(fit), Some(mk), Some(se), Some((_, hi))) = (
             env.fit,
             env.trend,
