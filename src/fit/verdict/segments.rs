@@ -272,13 +272,11 @@ impl Ctx<'_> {
         let mut out = segs.to_vec();
         let mut merged = false;
         while out.len() >= 2 && out.last().is_some_and(|s| n - s.start < need) {
+            let prev = &out[out.len() - 2];
+            let (x, y) = (&self.x[prev.start..n], &self.y[prev.start..n]);
+            let Some(f) = stats::ols(x, y) else { break };
             out.pop();
             let Some(prev) = out.pop() else { break };
-            let (x, y) = (&self.x[prev.start..n], &self.y[prev.start..n]);
-            let Some(f) = stats::ols(x, y) else {
-                out.push(prev);
-                break;
-            };
             let x_end = self.x[n - 1];
             out.push(Segment {
                 start: prev.start,
