@@ -204,14 +204,29 @@ pub fn private_fixture() -> &'static Path {
     })
 }
 
+/// Spawns `cmd`, again while exec says ETXTBSY: the private copy's write
+/// descriptor lives on, until their exec, in children other test threads
+/// forked while it was being written (CI hit it once).
+fn spawn_busy_safe(cmd: &mut Command) -> std::process::Child {
+    for _ in 0..100 {
+        match cmd.spawn() {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            other => return other.unwrap(),
+        }
+    }
+    cmd.spawn().unwrap()
+}
+
 /// A private fixture process, killed when dropped.
 pub fn start_private(args: &[&str]) -> Fixture {
-    let child = Command::new(private_fixture())
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
+    let child = spawn_busy_safe(
+        Command::new(private_fixture())
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null()),
+    );
     Fixture { child }
 }
 
@@ -224,12 +239,12 @@ fn named_fixture(dir: &Path, name: &str) -> PathBuf {
 }
 
 fn start(program: &Path) -> Fixture {
-    let child = Command::new(program)
-        .args(["steady", "--size", "4MiB"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
+    let child = spawn_busy_safe(
+        Command::new(program)
+            .args(["steady", "--size", "4MiB"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null()),
+    );
     Fixture { child }
 }
 
