@@ -47,6 +47,8 @@ pub mod python;
 
 use std::ffi::OsString;
 use std::fmt;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
 use std::time::Duration;
 
 use super::rows::Context;
@@ -77,6 +79,24 @@ pub struct Collected {
     pub rows: Vec<Row>,
     /// Processes that did not answer, each with the reason, once.
     pub notes: Vec<String>,
+}
+
+/// The pids with an endpoint (`<pid>.sock`) in a tracer's private
+/// directory, ascending; both tracers' processes answer there.
+fn endpoints(dir: &Path) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut pids: Vec<u32> = entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name();
+            let stem = name.as_bytes().strip_suffix(b".sock")?;
+            std::str::from_utf8(stem).ok()?.parse().ok()
+        })
+        .collect();
+    pids.sort_unstable();
+    pids
 }
 
 /// Asks every tracer after a run; their rows stamped with their source.

@@ -20,7 +20,6 @@ pub mod wire;
 use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::io::{self, Read, Write};
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -138,19 +137,7 @@ impl NativeSites {
 
     /// The pids with an endpoint in D, ascending.
     pub fn endpoints(&self) -> Vec<u32> {
-        let Ok(entries) = fs::read_dir(&self.dir) else {
-            return Vec::new();
-        };
-        let mut pids: Vec<u32> = entries
-            .filter_map(|e| e.ok())
-            .filter_map(|e| {
-                let name = e.file_name();
-                let stem = name.as_bytes().strip_suffix(b".sock")?;
-                std::str::from_utf8(stem).ok()?.parse().ok()
-            })
-            .collect();
-        pids.sort_unstable();
-        pids
+        super::endpoints(&self.dir)
     }
 
     /// Removes the endpoint of `pid` if that process has exited.

@@ -331,19 +331,7 @@ impl PySites {
     /// The pids with an endpoint in D, ascending. Includes endpoints left by
     /// processes that died without cleaning up; [`PySites::ask`] tells.
     pub fn endpoints(&self) -> Vec<u32> {
-        let Ok(entries) = fs::read_dir(&self.dir) else {
-            return Vec::new();
-        };
-        let mut pids: Vec<u32> = entries
-            .filter_map(|e| e.ok())
-            .filter_map(|e| {
-                let name = e.file_name();
-                let stem = name.as_bytes().strip_suffix(b".sock")?;
-                std::str::from_utf8(stem).ok()?.parse().ok()
-            })
-            .collect();
-        pids.sort_unstable();
-        pids
+        super::endpoints(&self.dir)
     }
 
     /// Asks every endpoint for a snapshot after `run`, a few at a time (the
