@@ -59,6 +59,11 @@ pub struct Envelope {
     pub mean_height: f64,
     /// The window minima, (x, bytes): the troughs the floor is fitted to, for charts.
     pub points: Vec<(f64, f64)>,
+    /// The minima of the shortest windows that still hold two teeth each (`MIN_WINDOW`
+    /// samples at least): many more troughs than `points`, for the floor's rate over a part
+    /// of the series (its end), where a dozen windows leave too few.
+    #[serde(skip)]
+    pub fine: Vec<(f64, f64)>,
 }
 
 /// Below this `Envelope::sharpness` the series has a hard floor with memory piling above it (a
@@ -67,6 +72,22 @@ pub struct Envelope {
 pub const SAWTOOTH_SHARPNESS: f64 = 0.45;
 
 impl Envelope {
+    /// The floor's least-squares line from `from_x` on: through the minima of about `WINDOWS`
+    /// windows of that part (each the lowest of consecutive `fine` minima; a longer window's
+    /// minimum lies nearer the floor, so fewer, longer windows fit it better, down to the t
+    /// quantile's cost); `None` with fewer than `MIN_WINDOWS` fine minima there.
+    pub fn floor_from(&self, from_x: f64) -> Option<LinearFit> {
+        let (fx, fy): (Vec<f64>, Vec<f64>) =
+            self.fine.iter().filter(|p| p.0 >= from_x).copied().unzip();
+        if fx.len() < MIN_WINDOWS {
+            return None;
+        }
+        let (x, y): (Vec<f64>, Vec<f64>) = window_minima(&fx, &fy, WINDOWS.min(fx.len()))
+            .into_iter()
+            .unzip();
+        stats::ols(&x, &y)
+    }
+
     /// Floor level at `x`, bytes (`None` without a fit).
     pub fn level_at(&self, x: f64) -> Option<f64> {
         self.fit.map(|f| f.intercept + f.slope * x)
@@ -101,6 +122,7 @@ pub fn lower_envelope(x: &[f64], y: &[f64]) -> Option<Envelope> {
     let window_len = n.div_ceil(WINDOWS).max(MIN_WINDOW).max(2 * per_tooth);
     let windows = n / window_len;
     let points = window_minima(x, y, windows.max(1));
+    let fine = window_minima(x, y, n / MIN_WINDOW.max(2 * per_tooth));
     let (px, py): (Vec<f64>, Vec<f64>) = points.iter().copied().unzip();
     let fit = if windows >= 3 {
         stats::ols(&px, &py)
@@ -131,6 +153,7 @@ pub fn lower_envelope(x: &[f64], y: &[f64]) -> Option<Envelope> {
         drops,
         mean_height,
         points,
+        fine,
     })
 }
 

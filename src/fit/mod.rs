@@ -16,7 +16,7 @@ use crate::series::{Metric, ProcessLife, RunRecord, Samples, Series, XAxis};
 use crate::store::Scope;
 pub use attribution::Attribution;
 pub use changepoint::Segment;
-pub use verdict::{DecidedBy, PlateauInfo, RateFrom, Step, Verdict};
+pub use verdict::{DecidedBy, EndRate, PlateauInfo, RateFrom, Step, Verdict};
 
 /// How to analyse: what the user may change when re-running `report`.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -87,6 +87,12 @@ pub struct SeriesFit {
     /// in summaries written before this field.
     #[serde(default)]
     pub rate_from: Option<RateFrom>,
+    /// The estimate the verdict was decided on (the contract: its 95% CI
+    /// against the threshold): the growth rate at the end, its interval,
+    /// and which estimator it is; what the gate judges too. None in
+    /// summaries written before this field, and for series too short to fit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_rate: Option<EndRate>,
     /// The slope at the end — after the last change point, or over the
     /// second half when there is none — and where the end starts (x): the
     /// one "end" stderr, report.md and summary.json all show.
@@ -133,10 +139,15 @@ pub struct SeriesFit {
 
 impl SeriesFit {
     /// The rate the verdict rests on at the end of the series, and its 95%
-    /// CI: a leak's rate; a plateau's slope at the end (not its fill rate:
-    /// what it adds from here on); the least-squares slope otherwise. What
-    /// the gate judges against its limit.
+    /// CI: the verdict's own estimate (`end_rate`), what the gate judges
+    /// against its limit. For a summary written before it: a leak's rate; a
+    /// plateau's slope at the end (not its fill rate: what it adds from
+    /// here on); the least-squares slope otherwise.
     pub fn judged_rate(&self) -> (Option<f64>, Option<(f64, f64)>) {
+        if let Some(end) = self.end_rate {
+            return (Some(end.rate), Some(end.ci95));
+        }
+        // A summary written before `end_rate`.
         match self.verdict {
             Verdict::Leak => match self.rate_from {
                 Some(RateFrom::Line) => (self.slope, self.slope_ci95),
@@ -224,6 +235,7 @@ pub fn fit(series: &Series, warmup: usize) -> SeriesFit {
         rate: c.rate,
         rate_ci95,
         rate_from: c.rate_from,
+        end_rate: c.end_rate,
         end_slope: c.end_slope,
         end_slope_ci95: end_ci(&c, &xs[warm..], &ys[warm..]),
         end_start_x: c.end_start_x,
@@ -271,6 +283,10 @@ fn rate_ci(c: &verdict::Classification, xs: &[f64], ys: &[f64]) -> Option<(f64, 
     if c.rate_ci95.is_some() {
         return c.rate_ci95;
     }
+    // The rate the verdict was decided on: its own interval.
+    if let Some(end) = c.end_rate.filter(|e| Some(e.from) == c.rate_from) {
+        return Some(end.ci95);
+    }
     if c.decided_by == DecidedBy::Troughs {
         return c.envelope.as_ref()?.fit.as_ref()?.slope_ci95;
     }
@@ -282,6 +298,8 @@ fn rate_ci(c: &verdict::Classification, xs: &[f64], ys: &[f64]) -> Option<(f64, 
             stats::ols(&xs[k..], &ys[k..])?.slope_ci95
         }
         RateFrom::FirstHalf | RateFrom::AverageFill => None,
+        // End estimates, answered above.
+        RateFrom::SecondHalf | RateFrom::TroughEnd => None,
         // Only when troughs decided, answered above.
         RateFrom::Troughs | RateFrom::TroughFill => None,
     }

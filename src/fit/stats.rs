@@ -59,6 +59,78 @@ pub fn ols_ar1_ci95(x: &[f64], y: &[f64]) -> Option<(f64, f64)> {
     Some((f.slope - half, f.slope + half))
 }
 
+/// The slope at the last point of a least-squares parabola through `(x, y)`, with its
+/// standard error and degrees of freedom (n − 3): the end rate of a curve that slows down,
+/// unbiased when the curve is a parabola, less biased than a line through its second half
+/// when it levels off like `1 − e^(−x/τ)` (which overstates the end by averaging it with what
+/// came before). The parabola is fitted about the last x, so its linear coefficient is the
+/// slope there; its error is that coefficient's from `(XᵀX)⁻¹σ²`. `None` with fewer than five
+/// points, fewer than three distinct x, or non-finite values.
+pub fn parabola_end_slope(x: &[f64], y: &[f64]) -> Option<(f64, f64, f64)> {
+    let n = x.len();
+    if n < 5 || y.len() != n || !all_finite(x) || !all_finite(y) {
+        return None;
+    }
+    let x_end = x.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let y_mean = mean(y)?;
+    // Normal equations of y − ȳ = a + b·u + c·u², u = x − x_end (sums of u^k and u^k·y).
+    let (mut su, mut sy) = ([0.0; 5], [0.0; 3]);
+    for (&xi, &yi) in x.iter().zip(y) {
+        let u = xi - x_end;
+        let mut p = 1.0;
+        for (k, s) in su.iter_mut().enumerate() {
+            *s += p;
+            if k < 3 {
+                sy[k] += p * (yi - y_mean);
+            }
+            p *= u;
+        }
+    }
+    let m = [
+        [su[0], su[1], su[2]],
+        [su[1], su[2], su[3]],
+        [su[2], su[3], su[4]],
+    ];
+    let inv = invert3(&m)?;
+    let coef: Vec<f64> = (0..3)
+        .map(|i| (0..3).map(|j| inv[i][j] * sy[j]).sum())
+        .collect();
+    let ssr: f64 = x
+        .iter()
+        .zip(y)
+        .map(|(&xi, &yi)| {
+            let u = xi - x_end;
+            let r = yi - y_mean - (coef[0] + coef[1] * u + coef[2] * u * u);
+            r * r
+        })
+        .sum();
+    let df = n as f64 - 3.0;
+    let se = (ssr / df * inv[1][1]).sqrt();
+    (coef[1].is_finite() && se.is_finite()).then_some((coef[1], se, df))
+}
+
+/// Inverse of a symmetric 3×3 matrix by cofactors; `None` when singular.
+fn invert3(m: &[[f64; 3]; 3]) -> Option<[[f64; 3]; 3]> {
+    let c = |i: usize, j: usize| {
+        let (r0, r1) = ((i + 1) % 3, (i + 2) % 3);
+        let (c0, c1) = ((j + 1) % 3, (j + 2) % 3);
+        m[r0][c0] * m[r1][c1] - m[r0][c1] * m[r1][c0]
+    };
+    let det = m[0][0] * c(0, 0) + m[0][1] * c(0, 1) + m[0][2] * c(0, 2);
+    let scale = m.iter().flatten().map(|v| v.abs()).fold(0.0, f64::max);
+    if det.abs() <= 1e-12 * scale.powi(3) || !det.is_finite() {
+        return None;
+    }
+    let mut inv = [[0.0; 3]; 3];
+    for (i, row) in inv.iter_mut().enumerate() {
+        for (j, v) in row.iter_mut().enumerate() {
+            // The adjugate is the transposed cofactor matrix.
+            *v = c(j, i) / det;
+        }
+    }
+    Some(inv)
+}
+
 /// Least-squares line through `(x, y)`, with the slope's 95% CI from Student's t distribution
 /// with n−2 degrees of freedom.
 ///
@@ -652,6 +724,25 @@ fn is_constant(v: &[f64]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_parabolas_end_slope_is_its_derivative_at_the_last_point() {
+        let x: Vec<f64> = (0..12).map(f64::from).collect();
+        let y: Vec<f64> = x.iter().map(|&v| 5.0 + 3.0 * v - 0.1 * v * v).collect();
+        let (slope, se, df) = parabola_end_slope(&x, &y).unwrap();
+        assert!((slope - (3.0 - 0.2 * 11.0)).abs() < 1e-9, "{slope}");
+        assert!(se < 1e-6 && df == 9.0, "{se} {df}");
+        // A line has its own slope at the end, with noise an error of the right size.
+        let noisy: Vec<f64> = x
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| 2.0 * v + [0.3, -0.3][i % 2])
+            .collect();
+        let (slope, se, _) = parabola_end_slope(&x, &noisy).unwrap();
+        assert!((slope - 2.0).abs() < 3.0 * se && se > 0.0, "{slope} {se}");
+        assert!(parabola_end_slope(&x[..4], &y[..4]).is_none());
+        assert!(parabola_end_slope(&[1.0; 6], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).is_none());
+    }
 
     #[test]
     fn pooled_slope_ignores_the_jump_between_workers() {

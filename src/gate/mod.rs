@@ -759,6 +759,19 @@ mod tests {
             rate_ci95: Some(ci),
             rate_from: Some(RateFrom::Line),
             // A plateau's end holds: its end rate is 0 (± 0.1 MiB/run).
+            end_rate: Some(if verdict == Verdict::Plateau {
+                crate::fit::EndRate {
+                    rate: 0.0,
+                    ci95: (-0.1 * MIB, 0.1 * MIB),
+                    from: RateFrom::EndSegment,
+                }
+            } else {
+                crate::fit::EndRate {
+                    rate: slope,
+                    ci95: ci,
+                    from: RateFrom::Line,
+                }
+            }),
             end_slope: Some(if verdict == Verdict::Plateau {
                 0.0
             } else {
@@ -900,6 +913,7 @@ mod tests {
     fn a_series_without_a_ci_fails_rather_than_passing_quietly() {
         let mut f = fit(Verdict::Inconclusive, 0.0, (0.0, 0.0));
         f.slope_ci95 = None;
+        f.end_rate = None;
         f.n = 2;
         let check = check_growth(&f, &parse_max_growth("1MiB/run").unwrap(), Rule::Ci).unwrap();
         assert!(!check.passed);

@@ -1,35 +1,39 @@
-//! The straight-piece path: a series with no change point, judged by its least-squares line.
+//! The straight-piece estimator: a series with no change point, by its least-squares line.
 //!
-//! Rules of the straight-piece path (α = `Thresholds::alpha`, thr = practical threshold):
-//! 1. fewer than `min_points` after warm-up → inconclusive;
-//! 2. no significant growth (neither Mann–Kendall p < α with S > 0 nor the OLS 95% CI wholly
-//!    above thr; or the CI includes 0) →
-//!    stable if the CI's upper end is ≤ thr (or thr = 0), else inconclusive (the noise could
-//!    hide a slope that matters);
-//! 3. significant, but the OLS slope is ≤ thr → stable (too small to matter);
-//! 4. still growing at the end → leak. "Still growing" uses a two-segment (broken-stick) fit with
-//!    the knot at the median x: the second segment's slope must exceed half the overall OLS
-//!    slope at one-sided level α (its lower bound `tail − t(1−α, n−3)·se` > slope/2), the last
-//!    point must be no more than 3 residual sd below the overall line, and the Theil–Sen slope
-//!    must also exceed thr (so a single spike cannot make a leak);
-//! 5. second-segment slope below max(slope/2, thr) at one-sided level α → plateau;
-//! 6. otherwise inconclusive (grew, but too noisy to tell whether it slowed down).
+//! The end rate (the contract: `super::decide` judges it):
+//! * no significant growth (neither Mann–Kendall p < α with S > 0 nor the line's 95% CI wholly
+//!   above thr; or the CI includes 0): the line's slope and 95% CI — stable when its upper end
+//!   is within thr, else inconclusive;
+//! * else, while the series keeps its pace — a two-segment (broken-stick) fit with the knot at
+//!   the median x, whose second slope stays above half the line's at one-sided level α — the
+//!   line's slope and 95% CI: a straight leak's rate is best estimated from all its points;
+//! * else (a curve that slows down) the second half's slope and 95% CI, its lower end
+//!   reaching down to the 95% lower bound of a parabola's slope at the last point
+//!   (`stats::parabola_end_slope`): the second half averages the end with what came before.
 //!
-//! Why rules 4–5 keep both errors rare: for a straight-line leak the second-half slope equals
-//! the overall slope, for a levelled-off series it is ≈ 0, and for a saturating curve
-//! `1 − e^(−x/τ)` that is 95% of the way to its asymptote at the last point it is 0.24–0.29 of
-//! the overall slope. Halfway between is 1/2, and each verdict needs a one-sided α test against
-//! that boundary, so turning one into the other takes a > α noise event. The segment path uses
-//! the same half-pace boundary for its last segment (see `judge_segments`). One more guard: a
-//! straight-piece leak must fit better than the best single step by 8σ² (`best_step`), so a
-//! step the change-point search could not resolve is not read as a rate.
+//! Shape knowledge that would put the end lower widens the interval down, never vetoes: a
+//! single step that fits as well as the line (by 8σ², `best_step`: a step the change-point
+//! search could not resolve) means no rate at all (down to 0); a last point over 3 residual
+//! sd below the line, the same; a Theil–Sen slope below the least-squares one, down to it
+//! (one spike cannot carry a leak).
+//!
+//! Why half the pace: for a straight leak the second half's slope equals the overall slope,
+//! for a levelled-off series it is ≈ 0, and for a saturating curve `1 − e^(−x/τ)` that is 95%
+//! of the way to its asymptote at the last point it is 0.24–0.29 of the overall slope; halfway
+//! between is 1/2, tested one-sided at α. It grew (a plateau when the end is within thr) when
+//! the whole line's 95% CI lies above thr.
 
 use super::power::{POWER, points_needed};
-use super::{Classification, Ctx, PlateauInfo, RateFrom, Verdict, fmt_p};
+use super::{Classification, Ctx, EndRate, PlateauInfo, RateFrom, Verdict, fmt_p};
 use crate::fit::stats;
 
-/// The straight-piece path: rules 2–6 of the module docs.
+/// The straight-piece estimator.
 impl Ctx<'_> {
+    /// The least-squares line's slope and 95% CI.
+    pub(super) fn line_rate(&self) -> EndRate {
+        EndRate::new(RateFrom::Line, self.fit.slope, self.ci)
+    }
+
     pub(super) fn judge_line(&self, mut c: Classification) -> Classification {
         let n = self.x.len();
         let mut sorted = self.x.to_vec();
@@ -44,90 +48,143 @@ impl Ctx<'_> {
         // and a perfect 4 MiB/run line over 5 runs is growth, not "no significant trend".
         let rising = self.mk.s > 0.0 && self.mk.p_two_sided < self.t.alpha || self.ci.0 > self.thr;
         if !(rising && self.ci.0 > 0.0) {
-            return self.not_significant(c, rising);
+            return self.not_significant(c, rising, f64::INFINITY);
         }
         let slope_txt = self.slope_txt();
-        if self.fit.slope <= self.thr {
-            let reason = format!(
-                "grows {slope_txt}, below the threshold of {}",
-                self.per_x(self.thr)
-            );
-            return c.decide(Verdict::Stable, reason);
-        }
+        let grew = self.ci.0 > self.thr;
         let Some(seg) = seg else {
-            let reason = format!("grows {slope_txt}, but the end cannot be fitted on its own");
-            return c.decide(Verdict::Inconclusive, reason);
+            let end = self.line_rate();
+            return c.conclude(end, self.thr, false, |v| match v {
+                Verdict::Leak => format!("grows {slope_txt}"),
+                Verdict::Inconclusive => {
+                    format!("grows {slope_txt}, but the end cannot be fitted on its own")
+                }
+                _ => format!(
+                    "grows {slope_txt}, below the threshold of {}",
+                    self.per_x(self.thr)
+                ),
+            });
         };
         let t_tail = stats::student_t_quantile(1.0 - self.t.alpha, seg.df);
-        let (tail_lo, tail_hi) = (
-            seg.tail_slope - t_tail * seg.tail_slope_se,
-            seg.tail_slope + t_tail * seg.tail_slope_se,
+        let t95 = stats::student_t_quantile(0.975, seg.df);
+        let half = t95 * seg.tail_slope_se;
+        let tail = EndRate::new(
+            RateFrom::SecondHalf,
+            seg.tail_slope,
+            (seg.tail_slope - half, seg.tail_slope + half),
         );
-        // Half the overall slope separates "still going" from "slowed down".
-        let pace = self.fit.slope / 2.0;
+        let keeps_pace = seg.tail_slope - t_tail * seg.tail_slope_se > self.fit.slope / 2.0;
         let last_residual = self.y[n - 1] - (self.fit.intercept + self.fit.slope * self.x[n - 1]);
         let last_ok = last_residual >= -3.0 * self.sd;
-        // The robust slope must agree, so one spike cannot carry a leak verdict.
-        let robust = self.robust.unwrap_or(f64::NAN);
-        // With no change point the end is the second half (after the median x).
-        let end_txt = format!("{} in the second half", self.per_x(seg.tail_slope));
-        let p_txt = fmt_p(self.mk.p_two_sided);
+        // NaN (no robust slope) counts as no support.
+        let robust_ok = self.robust.is_some_and(|r| r > self.thr);
+        let robust = self.robust.unwrap_or(0.0);
         let step = self.best_step();
         // The line must beat the best single step by 8σ² (a step also chooses where it is).
         let line_rss = self.sd * self.sd * (n as f64 - 2.0);
         let step_wins = step.is_some_and(|s| s.rss <= line_rss + 8.0 * self.sd * self.sd);
-        if tail_lo > pace && last_ok && robust > self.thr && !step_wins {
-            let reason = format!("grows {slope_txt}, {p_txt}, still {end_txt}");
-            return c.decide(Verdict::Leak, reason);
+        let mut end = if keeps_pace {
+            self.line_rate()
+        } else {
+            // A curve that slows down: its second half's line averages the end with what came
+            // before it; a parabola's slope at the last point does not, so its lower bound is
+            // the interval's too.
+            let low = stats::parabola_end_slope(self.x, self.y)
+                .map(|(b, se, df)| b - stats::student_t_quantile(0.975, df) * se);
+            tail.lower_to(low.unwrap_or(0.0))
+        };
+        if step_wins || !last_ok {
+            end = end.lower_to(0.0);
         }
-        if tail_hi < pace.max(self.thr) {
-            let end: Vec<f64> = (0..n)
-                .filter(|&i| self.x[i] >= knot)
-                .map(|i| self.y[i])
-                .collect();
-            c.plateau = Some(PlateauInfo {
-                fill_rate: Some(seg.head_slope),
-                stop_x: knot,
-                level: stats::mean(&end).unwrap_or(self.level),
-            });
-            c.set_rate(RateFrom::FirstHalf, seg.head_slope);
-            let reason = format!(
+        if !robust_ok {
+            end = end.lower_to(robust);
+        }
+        let end_txt = format!("{} in the second half", self.per_x(seg.tail_slope));
+        let p_txt = fmt_p(self.mk.p_two_sided);
+        let c = c.conclude(end, self.thr, grew, |v| match v {
+            Verdict::Leak if keeps_pace => format!("grows {slope_txt}, {p_txt}, still {end_txt}"),
+            Verdict::Leak => format!("grows {end_txt}, slower than {slope_txt} overall"),
+            Verdict::Plateau => format!(
                 "grew {} until {}, then {end_txt}",
                 self.per_x(seg.head_slope),
                 self.at_x(knot)
-            );
-            return c.decide(Verdict::Plateau, reason);
-        }
-        let reason = if let Some(s) = step.filter(|_| step_wins) {
-            format!(
-                "rises {slope_txt}, but as much like one step of {} at {} as like a line",
-                self.signed(s.jump),
-                self.at_x(s.x)
-            )
-        } else if !last_ok {
-            format!("grows {slope_txt}, but the last point fell well below the trend")
-        } else if robust <= self.thr {
-            format!(
-                "grows {slope_txt} by least squares, but the robust slope is only {}",
-                self.per_x(robust)
-            )
-        } else {
-            format!("grows {slope_txt}, but too noisy to tell whether it slowed ({end_txt})")
-        };
-        // Power calculation: the tail slope's one-sided bound must clear the half-pace boundary
-        // with probability POWER; its standard error shrinks like n^(−3/2) for a fixed design.
-        let gap = (seg.tail_slope - pace.max(self.thr))
-            .abs()
-            .max(0.25 * pace.abs());
-        let z = stats::normal_quantile(POWER);
-        let m = n as f64 * ((t_tail + z) * seg.tail_slope_se / gap).powf(2.0 / 3.0);
-        c.runs_needed = self.needed(m);
-        c.decide(Verdict::Inconclusive, reason)
+            ),
+            Verdict::Stable => format!(
+                "grows {slope_txt}, below the threshold of {}",
+                self.per_x(self.thr)
+            ),
+            Verdict::Inconclusive => {
+                if let Some(s) = step.filter(|_| step_wins) {
+                    format!(
+                        "rises {slope_txt}, but as much like one step of {} at {} as like a line",
+                        self.signed(s.jump),
+                        self.at_x(s.x)
+                    )
+                } else if !last_ok {
+                    format!("grows {slope_txt}, but the last point fell well below the trend")
+                } else if !robust_ok {
+                    format!(
+                        "grows {slope_txt} by least squares, but the robust slope is only {}",
+                        self.per_x(robust)
+                    )
+                } else if keeps_pace {
+                    format!(
+                        "grows {slope_txt}, but the 95% CI reaches down to {} (threshold {})",
+                        self.per_x(end.ci95.0),
+                        self.per_x(self.thr)
+                    )
+                } else {
+                    format!(
+                        "grows {slope_txt}, but too noisy to tell whether it slowed ({end_txt})"
+                    )
+                }
+            }
+        });
+        self.finish_line(c, &seg, knot, (n, 0))
     }
 
-    /// Rule 2: no significant growth. `rising`: Mann–Kendall alone says it rises (so the CI is
-    /// what rejected it, and the reason says so rather than "no significant trend").
-    pub(super) fn not_significant(&self, mut c: Classification, rising: bool) -> Classification {
+    /// What a line verdict adds to the classification: a plateau's fill and level, a slowed
+    /// leak's rate, an inconclusive end's rerun. `(n_end, before)`: the points the end was
+    /// fitted on, and those before them.
+    fn finish_line(
+        &self,
+        mut c: Classification,
+        seg: &stats::SegmentedFit,
+        knot: f64,
+        (n_end, before): (usize, usize),
+    ) -> Classification {
+        let Some(end) = c.end_rate else { return c };
+        match c.verdict {
+            Verdict::Plateau => {
+                let held: Vec<f64> = (0..self.x.len())
+                    .filter(|&i| self.x[i] >= knot)
+                    .map(|i| self.y[i])
+                    .collect();
+                c.plateau = Some(PlateauInfo {
+                    fill_rate: Some(seg.head_slope),
+                    stop_x: knot,
+                    level: stats::mean(&held).unwrap_or(self.level),
+                });
+                c.set_rate(RateFrom::FirstHalf, seg.head_slope);
+            }
+            Verdict::Leak => c.set_rate(end.from, end.rate),
+            Verdict::Inconclusive => c.runs_needed = self.needed_for(&end, n_end, before),
+            Verdict::Stable => {}
+        }
+        c
+    }
+
+    /// No significant growth: the line's slope and 95% CI decide (stable when its upper end is
+    /// within the threshold, else inconclusive). `rising`: Mann–Kendall alone says it rises (so
+    /// the CI is what rejected it, and the reason says so rather than "no significant trend").
+    /// `lower`: how low another model of the same points puts the end (segments whose end is
+    /// flat), the interval's lower end reaching down to it; `f64::INFINITY` for none.
+    pub(super) fn not_significant(
+        &self,
+        c: Classification,
+        rising: bool,
+        lower: f64,
+    ) -> Classification {
         let (lo, hi) = self.ci;
         let p_txt = fmt_p(self.mk.p_two_sided);
         let slope_txt = self.slope_txt();
@@ -142,22 +199,22 @@ impl Ctx<'_> {
         } else {
             format!("no significant trend ({p_txt})")
         };
-        if self.thr > 0.0 && hi > self.thr {
-            let m = points_needed(self.sd, self.dx, self.thr, 0.975, POWER);
-            c.runs_needed = m.and_then(|m| self.needed(m as f64));
-            let reason = format!(
+        let end = self.line_rate().lower_to(lower);
+        let mut c = c.conclude(end, self.thr, false, |v| match v {
+            Verdict::Inconclusive => format!(
                 "{why}, but noise allows growth up to {} (threshold {})",
                 self.per_x(hi),
                 self.per_x(self.thr)
-            );
-            return c.decide(Verdict::Inconclusive, reason);
+            ),
+            Verdict::Leak => format!("grows {slope_txt}, {p_txt}"),
+            _ if rising => format!("{why}: slope {slope_txt}"),
+            _ => format!("no significant growth: slope {slope_txt}, {p_txt}"),
+        });
+        if c.verdict == Verdict::Inconclusive {
+            let m = points_needed(self.sd, self.dx, self.thr, 0.975, POWER);
+            c.runs_needed = m.and_then(|m| self.needed(m as f64));
         }
-        let reason = if rising {
-            format!("{why}: slope {slope_txt}")
-        } else {
-            format!("no significant growth: slope {slope_txt}, {p_txt}")
-        };
-        c.decide(Verdict::Stable, reason)
+        c
     }
 }
 
@@ -286,14 +343,14 @@ mod tests {
         .collect();
         let t = per_run();
         let ctx = Ctx::new(&x, &y, &t, 0, 12).unwrap();
-        let c = ctx.not_significant(Classification::new(0), true);
+        let c = ctx.not_significant(Classification::new(0), true, f64::INFINITY);
         assert!(
             c.reason.starts_with("the trend test says it rises (p = "),
             "{}",
             c.reason
         );
         assert!(c.reason.contains("includes 0"), "{}", c.reason);
-        let c = ctx.not_significant(Classification::new(0), false);
+        let c = ctx.not_significant(Classification::new(0), false, f64::INFINITY);
         assert!(
             c.reason.starts_with("no significant trend (p = "),
             "{}",

@@ -1,27 +1,28 @@
-//! Leak verdicts: trims warm-up, then decides leak / plateau / stable / inconclusive for one
-//! memory series, judging each shape by its own model (DESIGN.md, "fit"):
+//! Leak verdicts, by one contract (DESIGN.md, "the verdict contract"):
 //!
-//! * **saw-teeth** (a hard floor with memory piling above it: garbage collection, per-request
-//!   scratch) by their lower envelope (`super::envelope`): growth of the troughs is a leak,
-//!   growth of the teeth is not;
-//! * **steps, fills and ramps** by their change points (`super::changepoint`): steps that stop
-//!   → plateau, steps that keep coming at a steady average rate → leak at that rate, one step →
-//!   a one-off step (plateau, no per-x rate), a rise that levels off → plateau;
-//! * **one straight piece** (no change point: a straight leak, a flat series, a smooth curve in
-//!   noise) by the least-squares line, Mann–Kendall and Theil–Sen, with a two-segment
-//!   (broken-stick) test of whether it is still going at the end.
+//! 1. **One estimate per series**: the growth rate at the end of the observation — what the
+//!    same work would add per run (per hour) from here on — with a 95% confidence interval
+//!    honest for its shape (`EndRate`). Shape knowledge chooses the estimator and widens its
+//!    interval where it must; it never vetoes a verdict.
+//! 2. **The verdict follows from that interval and the threshold alone** (`decide`): leak when
+//!    its lower end is above the threshold; plateau (it grew, then stopped) or stable (it
+//!    never grew) when its upper end is at most the threshold; inconclusive only when the
+//!    interval contains the threshold, with the rerun that would decide it.
 //!
-//! **The end** is one notion everywhere: the points after the last change point, or, with no
-//! change point, the points after the median x; `Classification::end_slope` is the fitted
-//! slope there (the last segment's least-squares slope, or the broken-stick's second slope; the
-//! floor's slope when the troughs decided). Reports should say "at the end" with that number.
+//! The estimators, each in its own module with its rules and sources:
+//! * `line` — one straight piece (no change point): the least-squares line while the second
+//!   half keeps its pace, else the second half's own line (a curve that slows down);
+//! * `segments` — steps, fills and ramps cut by change points (`super::changepoint`): the end
+//!   segment's line; recurring steps at their long-run rate, steps included (a staircase: a
+//!   GC heap or an allocator growing in chunks); steps too recent to tell whether they
+//!   stopped span both;
+//! * `troughs` — a saw-tooth (collections seen: a hard floor and drops), judged on its lower
+//!   envelope (`super::envelope`): the floor's rate at the end;
+//! * `warmup` trims the start; `power` says how many points would decide.
 //!
-//! Units: `x` in x units (run number or seconds), `y` and every level in bytes, every slope in
-//! bytes per x unit, percentages are of the mean fitted level.
-//!
-//! Each path's rules are in its own module's docs: `line` (one straight piece), `segments`
-//! (steps, fills and ramps), `troughs` (saw-teeth); warm-up is `warmup`, the "how many runs
-//! would decide it" estimates are `power`.
+//! The practical threshold is `thr = max(min_slope_abs, min_slope_fraction · |mean level|)`
+//! bytes per x unit. Units: `x` in x units (run number or seconds), `y` and every level in
+//! bytes, every slope in bytes per x unit, percentages are of the mean fitted level.
 
 mod line;
 mod power;
@@ -100,6 +101,11 @@ pub enum RateFrom {
     Troughs,
     /// The troughs' rate until the floor stopped: a saw-tooth's plateau.
     TroughFill,
+    /// The least-squares line over the points after the median x: the end of one straight
+    /// piece that slowed down.
+    SecondHalf,
+    /// The troughs' line at the end (after the floor's last change, or its second half).
+    TroughEnd,
     /// The least-squares line, steps included, of a staircase whose last steps are too recent
     /// to tell whether they stopped but whose end rises above the threshold on its own; its CI
     /// (`Classification::rate_ci95`) runs from the end's lower bound to the line's upper one.
@@ -142,7 +148,51 @@ impl Default for Thresholds {
     }
 }
 
-/// Upper bound reported by `Classification::runs_needed` (meaning "this many or more").
+/// The estimate a verdict is decided on: the growth rate at the end of the series and its
+/// 95% confidence interval, as honest for the series' shape as its estimator can make it.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
+pub struct EndRate {
+    /// Bytes (or counts) per x unit.
+    pub rate: f64,
+    /// 95% CI of `rate`, (lower, upper).
+    pub ci95: (f64, f64),
+    /// Which estimator it is.
+    pub from: RateFrom,
+}
+
+impl EndRate {
+    fn new(from: RateFrom, rate: f64, ci95: (f64, f64)) -> EndRate {
+        EndRate { rate, ci95, from }
+    }
+
+    /// The interval widened down to `lo` (shape knowledge: another model of the same points
+    /// that would put the end lower).
+    fn lower_to(mut self, lo: f64) -> EndRate {
+        if lo.is_finite() {
+            self.ci95.0 = self.ci95.0.min(lo);
+        }
+        self
+    }
+}
+
+/// The verdict contract: the end rate's interval against the threshold `thr`, and nothing
+/// else. `grew`: the series rose by more than the threshold before its end, so an end below
+/// the threshold is a plateau rather than stable.
+pub fn decide(end: &EndRate, thr: f64, grew: bool) -> Verdict {
+    let (lo, hi) = end.ci95;
+    if lo > thr {
+        Verdict::Leak
+    } else if hi > thr {
+        Verdict::Inconclusive
+    } else if grew {
+        Verdict::Plateau
+    } else {
+        Verdict::Stable
+    }
+}
+
+/// Upper bound reported by `Classification::runs_needed` (meaning "this many or more"), for
+/// series of up to a hundred points.
 pub const MAX_RUNS_NEEDED: usize = 1000;
 
 /// Series longer than this are averaged into this many buckets (`super::thin`) for the mean
@@ -197,6 +247,9 @@ pub struct Classification {
     pub rate_ci95: Option<(f64, f64)>,
     /// Which estimate `rate` is; `None` when there is no rate.
     pub rate_from: Option<RateFrom>,
+    /// The estimate the verdict was decided on (`decide`): the end rate and its 95% CI;
+    /// `None` when the series could not be fitted at all.
+    pub end_rate: Option<EndRate>,
     /// Slope at the end (see the module docs: after the last change point, or after the median x
     /// when there is none; the floor's slope when troughs decided), bytes per x unit.
     pub end_slope: Option<f64>,
@@ -216,7 +269,8 @@ pub struct Classification {
     pub envelope: Option<Envelope>,
     /// For inconclusive: estimated total number of points (warm-up included) that should decide
     /// it, from a power calculation on the measured noise (or, for steps, their spacing);
-    /// `None` when no such number follows from the data. Capped at `MAX_RUNS_NEEDED`.
+    /// `None` when no such number follows from the data. Capped at `MAX_RUNS_NEEDED` (or ten
+    /// times the points there are, when more).
     pub runs_needed: Option<usize>,
     /// One short human sentence.
     pub reason: String,
@@ -234,6 +288,7 @@ impl Classification {
             rate: None,
             rate_ci95: None,
             rate_from: None,
+            end_rate: None,
             end_slope: None,
             end_start_x: None,
             plateau: None,
@@ -252,9 +307,24 @@ impl Classification {
         self.rate_from = Some(from);
     }
 
+    /// Records a verdict that no estimate decided (too few points, bad input).
     fn decide(mut self, verdict: Verdict, reason: String) -> Classification {
         self.verdict = verdict;
         self.reason = reason;
+        self
+    }
+
+    /// The contract: `decide` on the end estimate; `reason` words the verdict it gives.
+    fn conclude(
+        mut self,
+        end: EndRate,
+        thr: f64,
+        grew: bool,
+        reason: impl FnOnce(Verdict) -> String,
+    ) -> Classification {
+        self.verdict = decide(&end, thr, grew);
+        self.end_rate = Some(end);
+        self.reason = reason(self.verdict);
         self
     }
 }

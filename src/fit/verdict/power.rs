@@ -1,6 +1,6 @@
 //! The power calculation: how many runs would decide an inconclusive series.
 
-use super::{Ctx, MAX_RUNS_NEEDED};
+use super::{Ctx, EndRate, MAX_RUNS_NEEDED};
 use crate::fit::stats;
 
 /// Power of the "how many runs would decide it" estimates: the number of points at which the
@@ -46,12 +46,31 @@ pub(super) fn points_needed(sd: f64, dx: f64, target: f64, p: f64, power: f64) -
 }
 
 impl Ctx<'_> {
+    /// Total points (warm-up included) that would decide an inconclusive end estimate fitted
+    /// on the last `n_end` of the points (`before` points before them, which stay as they
+    /// are): its interval's half-width shrinks like m^(−3/2), as a least-squares slope's over
+    /// equally spaced points does, until it would clear the threshold with power `POWER` if
+    /// the rate stayed where it is (at least a quarter of the threshold away).
+    pub(super) fn needed_for(&self, end: &EndRate, n_end: usize, before: usize) -> Option<usize> {
+        let half = 0.5 * (end.ci95.1 - end.ci95.0);
+        let gap = (end.rate - self.thr).abs().max(0.25 * self.thr);
+        if !(half > 0.0 && gap > 0.0) {
+            return None;
+        }
+        let z95 = stats::normal_quantile(0.975);
+        let ratio = (1.0 + stats::normal_quantile(POWER) / z95) * half / gap;
+        self.needed(before as f64 + n_end as f64 * ratio.powf(2.0 / 3.0))
+    }
+
     /// Total points (warm-up included) for `m` points of the fitted (possibly averaged) series;
     /// `None` unless more than there are now.
+    /// Capped at `MAX_RUNS_NEEDED`, or at ten times the points there are when that is more
+    /// (an hour of attach samples is past a thousand already).
     pub(super) fn needed(&self, m: f64) -> Option<usize> {
         let raw = (m * self.per_point).ceil();
+        let cap = MAX_RUNS_NEEDED.max(10 * (self.warm + self.raw_n));
         (raw.is_finite() && raw > self.raw_n as f64)
-            .then(|| (self.warm + raw.min(MAX_RUNS_NEEDED as f64) as usize).min(MAX_RUNS_NEEDED))
+            .then(|| (self.warm + raw.min(cap as f64) as usize).min(cap))
     }
 }
 

@@ -24,9 +24,9 @@
 //!   plateau with the average fill rate up to the last change; otherwise inconclusive, with
 //!   the runs until that end length would be reached.
 
-use super::power::POWER;
 use super::{
-    Classification, Ctx, PlateauInfo, RateFrom, Step, Verdict, halves, segment_sigma, slope_se,
+    Classification, Ctx, EndRate, PlateauInfo, RateFrom, Step, Verdict, halves, segment_sigma,
+    slope_se,
 };
 use crate::fit::changepoint::{self, Segment};
 use crate::fit::stats;
@@ -149,19 +149,52 @@ impl Ctx<'_> {
                 .unwrap_or(f64::INFINITY);
             (last.slope, own.max(slope_se(x, sigma)))
         } else {
-            self.segment_slope(last, sigma)
+            // The end's interval rests on the noise about the segments the search chose, down
+            // to what matters (a quarter of the threshold per x step): the search's own floor,
+            // a robust scale of first differences, counts every ramp and step as noise.
+            let end_sigma = seg
+                .residual_sd
+                .unwrap_or(seg.noise_sd)
+                .max(0.25 * self.thr * self.dx);
+            self.segment_slope(last, end_sigma)
         };
         let ev = self.events(segs, sigma);
         c.segments = segs.clone();
         c.steps = ev.steps.clone();
         c.end_slope = Some(end_slope);
         c.end_start_x = Some(last.x_start);
-        let n_last = self.x.len() - last.start;
         let end_txt = format!(
             "{} since {}",
             self.per_x(end_slope),
             self.at_x(last.x_start)
         );
+        // Half the average rate before the end: what "before that" says.
+        let before = (last.x_start - first.x_start).max(f64::MIN_POSITIVE);
+        let pace = 0.5 * (last.level_start - first.level_start) / before;
+        // σ is pooled over all segments, so its degrees of freedom are n − 2·segments.
+        let df = (self.x.len() as f64 - 2.0 * segs.len() as f64).max(1.0);
+        // The search put the last change where the end looks most unlike what came before, so
+        // the end's lower bound is taken at one-sided α/10; its upper one at 95%.
+        let t_low = stats::student_t_quantile(1.0 - self.t.alpha / 10.0, df);
+        let t95 = stats::student_t_quantile(0.975, df);
+        let mut end = EndRate::new(
+            RateFrom::EndSegment,
+            end_slope,
+            (end_slope - t_low * end_se, end_slope + t95 * end_se),
+        );
+        // Shape knowledge that puts the end lower: a robust slope below the threshold (one
+        // spike cannot carry it), or an end that may be slowing inside (a curve levelling
+        // off: down to a parabola's slope at the last point).
+        let end_robust = stats::theil_sen(&self.x[last.start..], &self.y[last.start..]);
+        if !end_robust.is_some_and(|r| r > self.thr) {
+            end = end.lower_to(end_robust.unwrap_or(0.0));
+        }
+        if !self.keeps_pace(last.start, self.x.len()) {
+            let (x, y) = (&self.x[last.start..], &self.y[last.start..]);
+            if let Some((b, se, df)) = stats::parabola_end_slope(x, y) {
+                end = end.lower_to(b - stats::student_t_quantile(0.975, df) * se);
+            }
+        }
         if self.one_line(segs, &ev.steps, sigma) {
             // Changes in name only: every piece has the overall slope and no jump exceeds two
             // x steps of it (a straight leak stays a straight leak, with its least-squares
@@ -169,7 +202,7 @@ impl Ctx<'_> {
             return self.judge_line(c);
         }
         if ev.up_x.is_empty() && ev.ramps == 0 {
-            return self.no_growth_events(c, &end_txt);
+            return self.no_growth_events(c, &end_txt, end.ci95.0);
         }
         let z1 = stats::normal_quantile(1.0 - self.t.alpha);
         let all_rise = ev.ramps + 1 == segs.len() && end_slope - z1 * end_se > self.thr;
@@ -181,71 +214,33 @@ impl Ctx<'_> {
         if ev.down_total > 0.5 * ev.up_total {
             let rising = self.mk.s > 0.0 && self.mk.p_two_sided < self.t.alpha && self.ci.0 > 0.0;
             if !rising {
-                // Falls as much as it rises and shows no trend up: judged by the line, which
-                // cannot make it a leak from here.
-                return self.not_significant(c, false);
+                // Falls as much as it rises and shows no trend up: judged by the line, down
+                // to no rate at all.
+                return self.not_significant(c, false, 0.0);
             }
-            let reason = format!(
-                "rises and falls ({} down, {} up in steps and ramps); not a steady trend",
-                self.amount(ev.down_total),
-                self.amount(ev.up_total)
-            );
-            return c.decide(Verdict::Inconclusive, reason);
+            // Rises and falls: the line, down to no rate at all (the falls may be the trend).
+            let (down, up) = (self.amount(ev.down_total), self.amount(ev.up_total));
+            let slope_txt = self.slope_txt();
+            let end = self.line_rate().lower_to(0.0);
+            return c.conclude(end, self.thr, false, |v| match v {
+                Verdict::Inconclusive => format!(
+                    "rises and falls ({down} down, {up} up in steps and ramps); not a steady trend"
+                ),
+                _ => format!("rises and falls ({down} down, {up} up); slope {slope_txt}"),
+            });
         }
-        // Half the average rate before the end separates "still going" from "slowed down".
-        let before = (last.x_start - first.x_start).max(f64::MIN_POSITIVE);
-        let pace = 0.5 * (last.level_start - first.level_start) / before;
-        let bound = pace.max(self.thr);
-        // σ is pooled over all segments, so its degrees of freedom are n − 2·segments.
-        let df = (self.x.len() as f64 - 2.0 * segs.len() as f64).max(1.0);
-        let t1 = stats::student_t_quantile(1.0 - self.t.alpha, df);
-        // The search put the last change where the end looks most unlike what came before, so
-        // a rising end is tested at α/10, and needs 5 points and a fifth of the series.
-        let t_leak = stats::student_t_quantile(1.0 - self.t.alpha / 10.0, df);
-        let end_robust = stats::theil_sen(&self.x[last.start..], &self.y[last.start..]);
-        if end_slope - t_leak * end_se > bound
-            && n_last >= 5.max(self.x.len() / 5)
-            && end_robust.is_some_and(|r| r > self.thr)
-        {
+        if end.ci95.0 > self.thr {
+            let segments = segs.len() - 1;
             c.set_rate(RateFrom::EndSegment, end_slope);
-            let reason = format!(
-                "grows {end_txt} (before that {} in {} segments)",
-                self.per_x(2.0 * pace),
-                segs.len() - 1
-            );
-            return c.decide(Verdict::Leak, reason);
+            return c.conclude(end, self.thr, true, |_| {
+                format!(
+                    "grows {end_txt} (before that {} in {segments} segments)",
+                    self.per_x(2.0 * pace)
+                )
+            });
         }
-        // A fill, then a slower leak: the end rises on its own (above thr
-        // at α/10, a third of the series, robustly) at a steady pace to the
-        // last point, after a rise that did not slow down before it. A
-        // curve levelling off slows down all along, so fails one of them.
-        if end_slope - t_leak * end_se > self.thr
-            && n_last >= 8.max(self.x.len() / 3)
-            && end_robust.is_some_and(|r| r > self.thr)
-            && self.keeps_pace(last.start, self.x.len())
-            && !self.slows_down(0, last.start)
-        {
-            c.set_rate(RateFrom::EndSegment, end_slope);
-            let reason = format!(
-                "grows {end_txt}, at a steady pace to the end, after a faster rise ({} before)",
-                self.per_x(2.0 * pace),
-            );
-            return c.decide(Verdict::Leak, reason);
-        }
-        if end_slope + t1 * end_se < bound {
-            let before = segs.len().checked_sub(2).and_then(|i| segs.get(i));
-            return self.judge_stopped(c, &ev, first, (before, last), (end_slope, &end_txt));
-        }
-        let gap = (end_slope - bound).abs().max(0.25 * bound);
-        let z = stats::normal_quantile(POWER);
-        let m_end = n_last as f64 * ((t1 + z) * end_se / gap).powf(2.0 / 3.0);
-        c.runs_needed = self.needed(last.start as f64 + m_end);
-        let reason = format!(
-            "grew {} before {}, but too noisy to tell whether the end still rises ({end_txt})",
-            self.amount(ev.up_total),
-            self.at_x(last.x_start)
-        );
-        c.decide(Verdict::Inconclusive, reason)
+        let before = segs.len().checked_sub(2).and_then(|i| segs.get(i));
+        self.judge_stopped(c, &ev, first, (before, last), (end, &end_txt))
     }
 
     /// Growth in two or more rises (steps or ramps), or in segments that all rise, that keeps
@@ -314,15 +309,6 @@ impl Ctx<'_> {
             .is_some_and(|(h, slope, t)| h.tail_slope - t * h.tail_slope_se > 0.5 * slope)
     }
 
-    /// Points `a..b` slow down: their second half's slope is below three
-    /// quarters of their first half's at one-sided α. A saturating fill
-    /// does; a fill at a steady pace does not (too few points to tell: no).
-    fn slows_down(&self, a: usize, b: usize) -> bool {
-        self.halves_of(a, b, self.t.alpha).is_some_and(|(h, _, t)| {
-            h.head_slope > 0.0 && h.tail_slope + t * h.tail_slope_se < 0.75 * h.head_slope
-        })
-    }
-
     /// Every segment's slope agrees with the overall least-squares slope (at two-sided level α,
     /// give or take a quarter of it or the threshold), and every jump is within two x steps'
     /// worth of that slope.
@@ -340,8 +326,8 @@ impl Ctx<'_> {
 
     /// No step up and no rising segment: stable or inconclusive by the line, never a leak or a
     /// plateau (whatever moved was a drop or too small to matter).
-    fn no_growth_events(&self, c: Classification, end_txt: &str) -> Classification {
-        let c = self.not_significant(c, false);
+    fn no_growth_events(&self, c: Classification, end_txt: &str, end_low: f64) -> Classification {
+        let c = self.not_significant(c, false, end_low);
         if c.verdict == Verdict::Stable {
             let reason = format!("no step or rise that matters; {end_txt}");
             return c.decide(Verdict::Stable, reason);
@@ -349,17 +335,19 @@ impl Ctx<'_> {
         c
     }
 
-    /// The end does not rise: a plateau, a one-off step, steps that keep coming (a leak), or too
-    /// early to tell.
+    /// The end does not rise above the threshold on its own: a one-off step, steps too small
+    /// to matter, steps that keep coming (their long-run rate), steps that stopped (the end's
+    /// own estimate), or steps too recent to tell (spanning both).
     fn judge_stopped(
         &self,
         mut c: Classification,
         ev: &Events,
         first: &Segment,
         (before, last): (Option<&Segment>, &Segment),
-        (end_slope, end_txt): (f64, &str),
+        (end, end_txt): (EndRate, &str),
     ) -> Classification {
         let n = self.x.len();
+        let n_last = n - last.start;
         // Where the growth ended: with a step into the end, at the end's
         // first point; with a ramp that ran into it, where their lines
         // meet (the ramp's last point or the end's first).
@@ -380,13 +368,14 @@ impl Ctx<'_> {
             .sum();
         let first_mean = stats::mean(&self.y[first.start..first.end]).unwrap_or(first.level_start);
         let net = end_level - first_mean;
-        if ev.up_x.len() == 1 && ev.ramps == 0 && (net < 0.5 * up || net <= self.thr * self.dx) {
+        let one_step = ev.up_x.len() == 1 && ev.ramps == 0;
+        if one_step && (net < 0.5 * up || net <= self.thr * self.dx) {
             // The one step up climbs back from a dip (an allocator giving
             // pages back, then taking them again), or leaves the level
             // less than one x step's worth of the threshold higher: no
             // rise that matters, so the line judges it, as when nothing
             // moved.
-            let c = self.not_significant(c, false);
+            let c = self.not_significant(c, false, end.ci95.0);
             if c.verdict == Verdict::Stable {
                 let what = if net < 0.5 * up {
                     "a dip and its recovery"
@@ -403,29 +392,40 @@ impl Ctx<'_> {
             }
             return c;
         }
-        if ev.up_x.len() == 1 && ev.ramps == 0 {
-            (c.rate, c.rate_from) = (None, None);
-            c.plateau = Some(PlateauInfo {
-                fill_rate: None,
-                stop_x: ev.up_x[0],
-                level: end_level,
+        let noisy_end = |what: String| {
+            format!("{what}, but too noisy to tell whether the end still rises ({end_txt})")
+        };
+        if one_step {
+            // One step is not a rate: the end after it decides.
+            let (size, at) = (self.signed(up), self.at_x(ev.up_x[0]));
+            c = c.conclude(end, self.thr, true, |v| match v {
+                Verdict::Plateau => {
+                    format!("one-off step of {size} at {at}, not a rate; {end_txt}")
+                }
+                _ => noisy_end(format!("one step of {size} at {at}")),
             });
-            let size = ev
-                .steps
-                .iter()
-                .filter(|s| s.bytes > 0.0)
-                .map(|s| s.bytes)
-                .sum::<f64>();
-            let reason = format!(
-                "one-off step of {} at {}, not a rate; {end_txt}",
-                self.signed(size),
-                self.at_x(ev.up_x[0])
-            );
-            return c.decide(Verdict::Plateau, reason);
+            if c.verdict == Verdict::Plateau {
+                (c.rate, c.rate_from) = (None, None);
+                c.plateau = Some(PlateauInfo {
+                    fill_rate: None,
+                    stop_x: ev.up_x[0],
+                    level: end_level,
+                });
+            } else {
+                c.runs_needed = self.needed_for(&end, n_last, last.start);
+            }
+            return c;
         }
         if rise <= self.thr * span {
-            let reason = format!("changes add up to {} only; {end_txt}", self.signed(rise));
-            return c.decide(Verdict::Stable, reason);
+            let rise_txt = self.signed(rise);
+            c = c.conclude(end, self.thr, false, |v| match v {
+                Verdict::Stable => format!("changes add up to {rise_txt} only; {end_txt}"),
+                _ => noisy_end(format!("changes add up to {rise_txt} only")),
+            });
+            if c.verdict == Verdict::Inconclusive {
+                c.runs_needed = self.needed_for(&end, n_last, last.start);
+            }
+            return c;
         }
         let rate = rise / span;
         // Expected spacing of steps at the average rate, and the end's length (0 and a plateau
@@ -433,78 +433,90 @@ impl Ctx<'_> {
         let spacing = ev.quantum / rate;
         let end_len = self.x[n - 1] - last.x_start + self.dx;
         if ev.up_x.len() >= 3 && self.steady(ev, first.x_start, end_len) {
-            c.set_rate(RateFrom::Line, self.fit.slope);
+            // Steps that keep coming: their long-run rate, steps included.
             let k = (ev.up_x[ev.up_x.len() - 1] - ev.up_x[0]) / (ev.up_x.len() - 1) as f64;
-            let reason = format!(
-                "rises in steps that keep coming: {} steps, one every {k:.1} x on average, {} on average",
-                ev.up_x.len(),
-                self.per_x(self.fit.slope)
-            );
-            return c.decide(Verdict::Leak, reason);
+            let steps = ev.up_x.len();
+            let line = self.line_rate();
+            c = c.conclude(line, self.thr, true, |_| {
+                format!(
+                    "rises in steps that keep coming: {steps} steps, one every {k:.1} x on average, {} on average",
+                    self.per_x(self.fit.slope)
+                )
+            });
+            if c.verdict == Verdict::Inconclusive {
+                c.runs_needed = self.needed_for(&line, n, 0);
+            }
+            return c;
         }
         let stop_len = spacing * (1.0 / STOP_P).ln();
         if end_len >= stop_len {
-            c.set_rate(RateFrom::AverageFill, rate);
-            c.plateau = Some(PlateauInfo {
-                fill_rate: Some(rate),
-                stop_x,
-                level: end_level,
+            // No step for as long as a steady stream of them leaves such a gap with
+            // probability STOP_P: they stopped, and the end's own line decides.
+            let fill = self.per_x(rate);
+            let at = self.at_x(stop_x);
+            c = c.conclude(end, self.thr, true, |v| match v {
+                Verdict::Plateau => format!("grew {fill} on average until {at}, then {end_txt}"),
+                _ => noisy_end(format!("grew {fill} on average until {at}")),
             });
-            let reason = format!(
-                "grew {} on average until {}, then {end_txt}",
-                self.per_x(rate),
-                self.at_x(stop_x)
-            );
-            return c.decide(Verdict::Plateau, reason);
+            if c.verdict == Verdict::Plateau {
+                c.set_rate(RateFrom::AverageFill, rate);
+                c.plateau = Some(PlateauInfo {
+                    fill_rate: Some(rate),
+                    stop_x,
+                    level: end_level,
+                });
+            } else {
+                c.runs_needed = self.needed_for(&end, n_last, last.start);
+            }
+            return c;
         }
-        let missing = stop_len - end_len;
-        self.too_recent(c, ev, last, (end_slope, missing))
+        self.too_recent(c, ev, last, end, stop_len - end_len)
     }
 
     /// Steps whose last is too recent to tell from the gaps whether they stopped (`missing`: the
-    /// x the end lacks to tell): a leak when the end alone clears the threshold, else
-    /// inconclusive with the runs that would tell.
+    /// x the end lacks to tell): the estimate is the staircase's long-run rate, steps included,
+    /// and its interval spans both stories — from the end's own lower bound (they stopped: the
+    /// 95% CI of the end's line widened for its residuals' autocorrelation,
+    /// `stats::ols_ar1_ci95`) to the whole line's upper one (they keep coming). A leak when
+    /// even the lower of the two clears the threshold; an end flat or barely rising after the
+    /// last step leaves it open (a G1 heap sizing itself rose in two steps, then 1.8 MiB/h).
     fn too_recent(
         &self,
-        mut c: Classification,
+        c: Classification,
         ev: &Events,
         last: &Segment,
-        (end_slope, missing): (f64, f64),
+        end: EndRate,
+        missing: f64,
     ) -> Classification {
         let n = self.x.len();
-        // Too recent to tell from the gaps whether the steps stopped, but the end rises above
-        // the threshold on its own (the 95% CI of its own line, widened for its residuals'
-        // autocorrelation, `stats::ols_ar1_ci95`; the search put the change where
-        // the end looks least like what came before, which biases its slope down, not up):
-        // then it leaks either way. Its rate is the long-run one, steps included, as far as
-        // the data can tell; its interval runs from the end's own lower bound (the steps
-        // stopped) to the whole line's upper one. An end flat or barely rising after the last
-        // step leaves it open (a G1 heap sizing itself rose in two steps, then 1.8 MiB/h).
-        let own = stats::ols_ar1_ci95(&self.x[last.start..], &self.y[last.start..]);
-        if let Some((end_low, _)) = own
-            && end_low > self.thr
-            && n - last.start >= 5
-            && self.ci.0 > self.thr
-        {
-            c.set_rate(RateFrom::Staircase, self.fit.slope);
-            c.rate_ci95 = Some((end_low.min(self.ci.0), self.ci.1));
-            let reason = format!(
-                "rises in {} steps and between them: {} on average, {} since {}",
-                ev.up_x.len() + ev.ramps,
-                self.per_x(self.fit.slope),
-                self.per_x(end_slope),
-                self.at_x(last.x_start)
-            );
-            return c.decide(Verdict::Leak, reason);
-        }
-        c.runs_needed = self.needed(n as f64 + missing / self.dx);
-        let reason = format!(
-            "grew {} in {} steps and rises; the last at {}, too recent to tell whether they stopped",
-            self.amount(ev.up_total),
-            ev.up_x.len() + ev.ramps,
-            self.at_x(last.x_start)
+        let own_low = stats::ols_ar1_ci95(&self.x[last.start..], &self.y[last.start..])
+            .filter(|_| n - last.start >= 5)
+            .map_or(f64::NEG_INFINITY, |o| o.0);
+        let staircase = EndRate::new(
+            RateFrom::Staircase,
+            self.fit.slope,
+            (own_low.min(self.ci.0), self.ci.1.max(end.ci95.1)),
         );
-        c.decide(Verdict::Inconclusive, reason)
+        let rises = ev.up_x.len() + ev.ramps;
+        let mut c = c.conclude(staircase, self.thr, true, |v| match v {
+            Verdict::Leak => format!(
+                "rises in {rises} steps and between them: {} on average, {} since {}",
+                self.per_x(self.fit.slope),
+                self.per_x(end.rate),
+                self.at_x(last.x_start)
+            ),
+            _ => format!(
+                "grew {} in {rises} steps and rises; the last at {}, too recent to tell whether they stopped",
+                self.amount(ev.up_total),
+                self.at_x(last.x_start)
+            ),
+        });
+        match c.verdict {
+            Verdict::Leak => c.set_rate(RateFrom::Staircase, self.fit.slope),
+            Verdict::Inconclusive => c.runs_needed = self.needed(n as f64 + missing / self.dx),
+            _ => {}
+        }
+        c
     }
 
     /// Steps at a steady rate: no gap between upward steps (nor before the first, nor after the

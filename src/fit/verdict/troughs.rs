@@ -1,42 +1,48 @@
-//! The trough path: a saw-tooth judged by its lower envelope (`envelope`).
+//! The trough estimator: a saw-tooth judged by its lower envelope (`envelope`).
 //!
-//! Rules of the trough path (a saw-tooth: `Envelope::sharpness` < `SAWTOOTH_SHARPNESS` and at
-//! least one drop per window, `envelope::MIN_WINDOWS` windows at least — collections seen): see
-//! `judge_troughs` — Mann–Kendall at α/10 on the window minima plus a one-sided t test at α,
-//! slope and Theil–Sen above thr → the floor rises: a plateau if it stopped (the minima's
-//! last change-point segment, or the second half of a broken stick, below half the pace
-//! before it at α), inconclusive if its second half rose less than half the pace, else a
-//! leak; 95% upper bound within thr → stable; fewer than `envelope::MIN_WINDOWS` windows of
-//! two teeth → inconclusive.
+//! A saw-tooth is only a saw-tooth when collections were seen: `Envelope::sharpness` <
+//! `SAWTOOTH_SHARPNESS` and at least one drop per window, `envelope::MIN_WINDOWS` windows at
+//! least. Growth of the teeth is no leak; growth of the floor (each window's lowest sample)
+//! is. The end rate (the contract: `super::decide` judges it):
+//! * the floor's least-squares line and its 95% CI — its lower end no higher than 0 unless
+//!   Mann–Kendall rejects no trend at α/10 and the t test at one-sided α (the minima are ≈ 12
+//!   points whose errors are skewed: the distance from a window's lowest sample to the floor
+//!   is roughly exponential, where the t test's tails are too thin; a rank test is exact for
+//!   independent minima whatever their distribution, and α/10 keeps false leaks under the
+//!   0.1% budget), and no higher than the floor's Theil–Sen slope;
+//! * when the floor rose and then slowed — the minima's last change-point segment (3+
+//!   windows), or the second half of a broken stick at their median x, below half the pace
+//!   before it at one-sided α, or a second half below half the pace at all — that end's own
+//!   line and 95% CI, through the minima of the shortest windows of two teeth from there
+//!   (`Envelope::floor_from`; a dozen windows leave too few to the end): a plateau when it is
+//!   within thr (a cache filling under churn);
+//! * too few windows of two teeth (teeth slower than the series allows): the series' own
+//!   line with its CI widened for its residuals' autocorrelation (`stats::ols_ar1_ci95`).
 
 use super::power::POWER;
 use super::{
-    Classification, Ctx, DecidedBy, PlateauInfo, RateFrom, Verdict, fmt_p, halves, segment_sigma,
-    slope_se,
+    Classification, Ctx, DecidedBy, EndRate, PlateauInfo, RateFrom, Verdict, fmt_p, halves,
+    segment_sigma, slope_se,
 };
 use crate::fit::changepoint;
 use crate::fit::envelope::{self, Envelope};
 use crate::fit::stats;
 
-/// The saw-tooth path.
+/// Where a rising floor ended: its fill rate, the end's estimate, and where the end starts.
+struct FloorEnd {
+    fill: f64,
+    end: EndRate,
+    stop_x: f64,
+}
+
+/// The saw-tooth estimator.
 impl Ctx<'_> {
-    /// Judges the troughs (window minima, `Envelope`) with the straight-piece tests of a short
-    /// series: a leak when the minima rise by Mann–Kendall at α/10 and by least squares at
-    /// one-sided level α, with the slope and the Theil–Sen slope above the threshold; stable
-    /// when the slope's 95% upper bound is within the threshold; otherwise inconclusive. Too few
-    /// windows (teeth slower than the series allows) → inconclusive, never a leak.
-    ///
-    /// Why Mann–Kendall at α/10: the minima are ≈ 12 points whose errors are skewed (the
-    /// distance from a window's lowest sample to the floor is roughly exponential), where the t
-    /// test's tails are too thin and the tests agree more often than on long series; a
-    /// rank test is exact for independent minima whatever their distribution, and α/10 keeps
-    /// the false-leak rate under the 0.1% budget by construction.
     pub(super) fn judge_troughs(&self, mut c: Classification, env: &Envelope) -> Classification {
         c.decided_by = DecidedBy::Troughs;
         c.end_start_x = self.x.first().copied();
         let mean_txt = self.per_x(self.fit.slope);
         let teeth = self.amount(2.0 * env.mean_height);
-        let (Some(fit), Some(mk), Some(se), Some((_, hi))) = (
+        let (Some(fit), Some(mk), Some(se), Some(ci)) = (
             env.fit,
             env.trend,
             env.fit.and_then(|f| f.slope_se),
@@ -57,89 +63,101 @@ impl Ctx<'_> {
             self.per_x(fit.slope),
             fmt_p(mk.p_two_sided)
         );
-        let robust = env.robust_slope.unwrap_or(f64::NAN);
-        if mk.s > 0.0
-            && mk.p_two_sided < self.t.alpha / 10.0
-            && fit.slope - t1 * se > 0.0
-            && fit.slope > self.thr
-            && robust > self.thr
-        {
-            return self.judge_rising_floor(c, env, fit.slope, &troughs);
+        let mut floor = EndRate::new(RateFrom::Troughs, fit.slope, ci);
+        let ranks_rise =
+            mk.s > 0.0 && mk.p_two_sided < self.t.alpha / 10.0 && fit.slope - t1 * se > 0.0;
+        if !ranks_rise {
+            floor = floor.lower_to(0.0);
         }
-        if hi <= self.thr {
-            return c.decide(Verdict::Stable, format!("saw-tooth with flat {troughs}"));
-        }
-        // The minima's slope error falls at least like n^(−3/2) (like a least-squares slope;
-        // longer windows make it fall faster), so this is an upper estimate.
-        let z = stats::normal_quantile(POWER);
-        let t95 = stats::student_t_quantile(0.975, df);
-        let m = self.raw_n as f64 * ((t95 + z) * se / self.thr).powf(2.0 / 3.0);
-        c.runs_needed = self.needed(m / self.per_point);
-        let reason = format!(
-            "saw-tooth whose {troughs}; too noisy to rule out trough growth up to {} (threshold {})",
-            self.per_x(hi),
-            self.per_x(self.thr)
+        let robust = env.robust_slope.unwrap_or(0.0);
+        floor = floor.lower_to(robust);
+        let grew = floor.ci95.0 > self.thr;
+        let stopped = if grew {
+            self.floor_end(env, fit.slope)
+        } else {
+            None
+        };
+        // Where it slowed, the end's rate from the fine minima when there are enough of them:
+        // a dozen windows leave three or four troughs to the end, too few for its rate.
+        let stopped = stopped.map(|mut s| {
+            if let Some((f, ci)) = env
+                .floor_from(s.stop_x)
+                .and_then(|f| Some((f, f.slope_ci95?)))
+            {
+                s.end = EndRate::new(RateFrom::TroughEnd, f.slope, ci);
+            }
+            s
+        });
+        let end = stopped.as_ref().map_or(floor, |s| s.end);
+        let (end_txt, stop_txt) = (
+            self.per_x(end.rate),
+            stopped
+                .as_ref()
+                .map(|s| (self.per_x(s.fill), self.at_x(s.stop_x))),
         );
-        c.decide(Verdict::Inconclusive, reason)
+        c = c.conclude(end, self.thr, grew, |v| match (v, &stop_txt) {
+            (Verdict::Stable, _) => format!("saw-tooth with flat {troughs}"),
+            (Verdict::Plateau | Verdict::Leak, Some((fill, at))) => format!(
+                "saw-tooth whose troughs rose {fill} until {at}, then {end_txt} ({troughs})"
+            ),
+            (Verdict::Inconclusive, Some(_)) => format!(
+                "saw-tooth whose {troughs}; only {end_txt} at the end: too early to tell whether the floor stopped"
+            ),
+            (Verdict::Inconclusive, None) => format!(
+                "saw-tooth whose {troughs}; too noisy to rule out trough growth up to {} (threshold {})",
+                self.per_x(end.ci95.1),
+                self.per_x(self.thr)
+            ),
+            _ => format!("saw-tooth whose {troughs}"),
+        });
+        if let Some(s) = stopped {
+            c.end_slope = Some(s.end.rate);
+            c.end_start_x = Some(s.stop_x);
+            if c.verdict == Verdict::Plateau {
+                let held: Vec<f64> = env
+                    .points
+                    .iter()
+                    .filter(|(px, _)| *px >= s.stop_x)
+                    .map(|(_, py)| *py)
+                    .collect();
+                c.set_rate(RateFrom::TroughFill, s.fill);
+                c.plateau = Some(PlateauInfo {
+                    fill_rate: Some(s.fill),
+                    stop_x: s.stop_x,
+                    level: stats::mean(&held).unwrap_or(self.level),
+                });
+            } else if c.verdict == Verdict::Leak {
+                c.set_rate(RateFrom::TroughEnd, s.end.rate);
+            }
+        }
+        if c.verdict == Verdict::Inconclusive && end.from == RateFrom::TroughEnd {
+            // The end's own interval, over the points from where the floor slowed.
+            let from = c.end_start_x.unwrap_or(f64::NEG_INFINITY);
+            let n_end = self.x.iter().filter(|&&v| v >= from).count();
+            c.runs_needed = self.needed_for(&end, n_end, self.x.len() - n_end);
+        } else if c.verdict == Verdict::Inconclusive {
+            // The minima's slope error falls at least like n^(−3/2) (like a least-squares
+            // slope; longer windows make it fall faster), so this is an upper estimate.
+            let z = stats::normal_quantile(POWER);
+            let t95 = stats::student_t_quantile(0.975, df);
+            let m = self.raw_n as f64 * ((t95 + z) * se / self.thr).powf(2.0 / 3.0);
+            c.runs_needed = self.needed(m / self.per_point);
+        }
+        c
     }
 
-    /// The troughs rise: whether the floor kept rising, over the window
-    /// minima. It stopped (a cache filling under churn) when their last
-    /// change-point segment (3+ windows) or the second half of a broken
-    /// stick with the knot at their median x rises less than half the pace
-    /// before it (or thr) at one-sided α — rule 5 of the other paths, on the
-    /// troughs: a plateau. A second half below half the pace, but not
-    /// significantly, is too early to tell. Otherwise a leak.
-    fn judge_rising_floor(
-        &self,
-        mut c: Classification,
-        env: &Envelope,
-        slope: f64,
-        troughs: &str,
-    ) -> Classification {
+    /// A floor that rose (window minima of `env`, least-squares slope `slope`): where it
+    /// slowed, and the end's estimate, if it did. It stopped (a cache filling under churn)
+    /// when the minima's last change-point segment (3+ windows) or the second half of a broken
+    /// stick with the knot at their median x rises less than half the pace before it (or thr)
+    /// at one-sided α; a second half below half the pace, but not significantly, is an end
+    /// of its own too, whose interval says how sure it is.
+    fn floor_end(&self, env: &Envelope, slope: f64) -> Option<FloorEnd> {
         let (x, y): (Vec<f64>, Vec<f64>) = env.points.iter().copied().unzip();
-        if let Some((fill, end, stop)) = self.floor_stop(&x, &y, slope) {
-            let held: Vec<f64> = env
-                .points
-                .iter()
-                .filter(|(px, _)| *px >= stop)
-                .map(|(_, py)| *py)
-                .collect();
-            c.set_rate(RateFrom::TroughFill, fill);
-            c.end_slope = Some(end);
-            c.end_start_x = Some(stop);
-            c.plateau = Some(PlateauInfo {
-                fill_rate: Some(fill),
-                stop_x: stop,
-                level: stats::mean(&held).unwrap_or(self.level),
-            });
-            let reason = format!(
-                "saw-tooth whose troughs rose {} until {}, then {} ({troughs})",
-                self.per_x(fill),
-                self.at_x(stop),
-                self.per_x(end)
-            );
-            return c.decide(Verdict::Plateau, reason);
-        }
-        if let Some(h) = halves(&x, &y).filter(|h| h.tail_slope < 0.5 * slope) {
-            c.end_slope = Some(h.tail_slope);
-            c.end_start_x = Some(h.knot);
-            let reason = format!(
-                "saw-tooth whose {troughs}; only {} in the second half: too early to tell whether the floor stopped",
-                self.per_x(h.tail_slope)
-            );
-            return c.decide(Verdict::Inconclusive, reason);
-        }
-        c.decide(Verdict::Leak, format!("saw-tooth whose {troughs}"))
-    }
-
-    /// Where the floor (window minima `x`, `y`) stopped rising, if it did:
-    /// (rate before, slope after, x where it stopped).
-    fn floor_stop(&self, x: &[f64], y: &[f64], slope: f64) -> Option<(f64, f64, f64)> {
         let n = x.len();
         let dx = (x[n - 1] - x[0]) / (n.max(2) - 1) as f64;
         // The last change-point segment, when the search finds one.
-        if let Some(seg) = changepoint::segment(x, y, 0.25 * self.thr * dx)
+        if let Some(seg) = changepoint::segment(&x, &y, 0.25 * self.thr * dx)
             && let [first, .., last] = seg.segments.as_slice()
             && last.len() >= 3
         {
@@ -150,30 +168,62 @@ impl Ctx<'_> {
             let pace = (last.level_start - first.level_start)
                 / (last.x_start - first.x_start).max(f64::MIN_POSITIVE);
             if pace > self.thr && last.slope + t * se < (0.5 * pace).max(self.thr) {
-                return Some((pace, last.slope, last.x_start));
+                let half = stats::student_t_quantile(0.975, df) * se;
+                return Some(FloorEnd {
+                    fill: pace,
+                    end: EndRate::new(
+                        RateFrom::TroughEnd,
+                        last.slope,
+                        (last.slope - t * se, last.slope + half),
+                    ),
+                    stop_x: last.x_start,
+                });
             }
         }
         // Else the second half of a broken stick.
-        let h = halves(x, y)?;
-        let t = stats::student_t_quantile(1.0 - self.t.alpha, h.df);
-        (h.tail_slope + t * h.tail_slope_se < (0.5 * slope).max(self.thr)).then_some((
-            h.head_slope,
-            h.tail_slope,
-            h.knot,
-        ))
+        let h = halves(&x, &y)?;
+        let half = stats::student_t_quantile(0.975, h.df) * h.tail_slope_se;
+        (h.tail_slope < 0.5 * slope).then_some(FloorEnd {
+            fill: h.head_slope,
+            end: EndRate::new(
+                RateFrom::TroughEnd,
+                h.tail_slope,
+                (h.tail_slope - half, h.tail_slope + half),
+            ),
+            stop_x: h.knot,
+        })
     }
 
-    /// A saw-tooth whose teeth are too slow for the series: too few windows of two teeth each.
+    /// A saw-tooth whose teeth are too slow for the series (too few windows of two teeth):
+    /// the series' own line, its interval widened for its residuals' autocorrelation (teeth
+    /// are long runs of residuals of one sign); with too little left to estimate that, an
+    /// interval spanning 0 and twice the slope.
     fn few_teeth(&self, mut c: Classification, env: &Envelope) -> Classification {
-        let need = self.raw_n as f64 * envelope::MIN_WINDOWS as f64 / env.windows.max(1) as f64;
-        c.runs_needed = self.needed(need / self.per_point);
-        let reason = format!(
-            "saw-tooth with {} drops in {} samples: too few teeth to judge the troughs (needs {} windows of two teeth)",
-            env.drops,
-            self.raw_n,
-            envelope::MIN_WINDOWS
-        );
-        c.decide(Verdict::Inconclusive, reason)
+        c.decided_by = DecidedBy::Mean;
+        let slope = self.fit.slope;
+        let ci = stats::ols_ar1_ci95(self.x, self.y).unwrap_or((
+            self.ci.0.min(0.0) - slope.abs(),
+            self.ci.1.max(0.0) + slope.abs(),
+        ));
+        let end = EndRate::new(RateFrom::Line, slope, ci);
+        let slope_txt = self.slope_txt();
+        let (drops, n) = (env.drops, self.raw_n);
+        c = c.conclude(end, self.thr, false, |v| match v {
+            Verdict::Inconclusive => format!(
+                "saw-tooth with {drops} drops in {n} samples: too few teeth to judge the troughs (needs {} windows of two teeth), and its line {slope_txt} is too uncertain",
+                envelope::MIN_WINDOWS
+            ),
+            _ => format!(
+                "saw-tooth with {drops} drops in {n} samples, too few teeth to judge the troughs; its line {slope_txt} (95% CI widened for the teeth {} … {})",
+                self.per_x(ci.0),
+                self.per_x(ci.1)
+            ),
+        });
+        if c.verdict == Verdict::Inconclusive {
+            let need = self.raw_n as f64 * envelope::MIN_WINDOWS as f64 / env.windows.max(1) as f64;
+            c.runs_needed = self.needed(need / self.per_point);
+        }
+        c
     }
 }
 
@@ -222,10 +272,13 @@ mod tests {
 
     /// A floor that rises, then holds (a cache filling under churn): an
     /// hour at 0.5 s ± 30% under 30 MiB teeth, `keep` KiB/s kept for the
-    /// first 40 minutes — a plateau with its fill rate, never a leak. (The
-    /// straight line through the troughs called these leaks before.)
+    /// first 40 minutes — never a leak (the straight line through the troughs
+    /// called these leaks before). Twenty minutes of 30 MiB teeth pin the
+    /// floor's end to ± 1.6 MiB/h, not to the 0.2 MiB/h threshold: the
+    /// contract says inconclusive, with the end's interval around 0 and the
+    /// attach that would decide it, rather than a plateau it cannot show.
     #[test]
-    fn a_floor_that_stops_rising_is_a_plateau() {
+    fn a_floor_that_stops_rising_is_no_leak_and_its_end_is_measured() {
         let per_h = per_hour();
         for keep in [2.0, 5.0, 10.0, 20.0] {
             let mut rng = crate::fit::changepoint::tests::Rng::new(3);
@@ -238,16 +291,27 @@ mod tests {
                 y.push(floor + 30.0 * MIB_ * (t / 0.5).fract());
             }
             let c = classify(&x, &y, None, &per_h);
-            assert_eq!(c.verdict, Verdict::Plateau, "{keep} KiB/s: {c:#?}");
-            let p = c.plateau.unwrap();
-            // Stopped at 2,400 s, give or take a window (300 s).
-            assert!((2100.0..=2700.0).contains(&p.stop_x), "{keep} KiB/s: {p:?}");
+            let end = c.end_rate.unwrap();
+            assert_ne!(c.verdict, Verdict::Leak, "{keep} KiB/s: {c:#?}");
+            // The end's interval holds its true rate, 0, and is far below the fill.
+            assert!(
+                end.ci95.0 < 0.0 && 0.0 < end.ci95.1,
+                "{keep} KiB/s: {end:?}"
+            );
+            assert!(end.ci95.1 < 0.5 * keep * KIB, "{keep} KiB/s: {end:?}");
+            if c.verdict == Verdict::Inconclusive {
+                assert!(
+                    c.runs_needed.is_some_and(|m| m > 7200),
+                    "{keep} KiB/s: {c:#?}"
+                );
+            }
             if keep <= 10.0 {
-                // Small next to the teeth: the troughs decide.
+                // Small next to the teeth: the troughs decide, from where the floor stopped
+                // (2,400 s, give or take a window of 300 s).
                 assert_eq!(c.decided_by, DecidedBy::Troughs, "{keep} KiB/s");
-                assert_eq!(c.rate_from, Some(RateFrom::TroughFill), "{keep} KiB/s");
-                let fill = p.fill_rate.unwrap() / (keep * KIB);
-                assert!((fill - 1.0).abs() < 0.10, "{keep} KiB/s: fill {fill}");
+                assert_eq!(end.from, RateFrom::TroughEnd, "{keep} KiB/s");
+                let stop = c.end_start_x.unwrap();
+                assert!((2100.0..=2700.0).contains(&stop), "{keep} KiB/s: {stop}");
             }
         }
     }
