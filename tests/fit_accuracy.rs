@@ -2,9 +2,13 @@
 //!
 //! Series: x = 1..n runs, level 100 MiB at run 1, Gaussian noise with sd a fixed percentage of
 //! the level. Truths: stable; linear leaks of 0.05%, 0.2%, 1%, 4% of the level per run; and
-//! three plateaus that grow by 20% of the level — a ramp over the first 30% or 50% of the runs
-//! then flat, and a saturating curve 1 − e^(−(x−1)/τ) with τ = (n−1)/3, i.e. 95% of the way
-//! there at the last run (the hardest plateau: its second half still rises).
+//! four that grow by 20% of the level — a ramp over the first 30% or 50% of the runs then flat,
+//! and a saturating curve 1 − e^(−(x−1)/τ) with τ = (n−1)/3 (95% of the way there at the last
+//! run: at 10 and 20 runs it still rises faster than the threshold at its end, so by the
+//! contract a leak is no false alarm there) or τ = (n−1)/6.
+//!
+//! The contract's estimate: `end_rate_intervals_cover_the_truth` asserts that the 95% interval
+//! of the end rate holds the true end rate; `print_coverage_table` (ignored) prints the table.
 //!
 //! Shape families (issue 10): one-off steps, steady steps (a leak), a fill then a later step
 //! (plateau), a first fill followed by a small creep (redis: stable), and in attach mode
@@ -747,6 +751,165 @@ fn print_shape_table() {
                     pct2(cell.share(Verdict::Stable)),
                     pct2(cell.share(Verdict::Inconclusive)),
                     pct2(cell.troughs as f64 / cell.runs as f64),
+                );
+            }
+        }
+    }
+}
+
+/// The true end rate of a run-mode truth at n runs: what the series adds per run at its last
+/// point (bytes per run).
+fn truth_end_rate(truth: Truth, n: usize) -> f64 {
+    let span = (n - 1) as f64;
+    match truth {
+        Truth::Stable | Truth::PlateauRamp(_) => 0.0,
+        Truth::Leak(f) => f * LEVEL,
+        Truth::PlateauExp(k) => PLATEAU_GROWTH * LEVEL * k / span * (-k).exp(),
+    }
+}
+
+/// The true end rate of a shape at n points (bytes per x): the long-run rate of steps that
+/// keep coming, the end's slope otherwise.
+fn shape_end_rate(shape: Shape) -> f64 {
+    match shape {
+        Shape::SteadySteps(k) => MIB / k as f64,
+        Shape::FillThenLeak => 512.0 * KIB,
+        Shape::FirstFillCreep => 2.8 * KIB,
+        Shape::Sawtooth { pct_per_h, .. } => pct_per_h / 100.0 * LEVEL / 3600.0,
+        Shape::OneOffStep | Shape::FillThenStep | Shape::SawtoothFill { .. } => 0.0,
+    }
+}
+
+/// Share of series whose end-rate interval (`Classification::end_rate`) holds the true end
+/// rate, and the share with no interval at all.
+#[derive(Default)]
+struct Coverage {
+    runs: usize,
+    covered: usize,
+    missing: usize,
+}
+
+impl Coverage {
+    fn add(&mut self, c: &verdict::Classification, truth: f64) {
+        self.runs += 1;
+        match c.end_rate {
+            Some(e) if e.ci95.0 <= truth && truth <= e.ci95.1 => self.covered += 1,
+            Some(_) => {}
+            None => self.missing += 1,
+        }
+    }
+
+    fn share(&self) -> f64 {
+        self.covered as f64 / self.runs.max(1) as f64
+    }
+}
+
+fn rate_coverage(n: usize, noise_pct: f64, truth: Truth, seeds: u64) -> Coverage {
+    let x: Vec<f64> = (1..=n).map(|v| v as f64).collect();
+    let mut cov = Coverage::default();
+    for seed in 0..seeds {
+        let mut rng = Rng::new(seed ^ ((n as u64) << 40) ^ (noise_pct.to_bits() >> 3));
+        let y: Vec<f64> = x
+            .iter()
+            .map(|&xi| truth.mean_at(xi, n) + rng.normal() * noise_pct / 100.0 * LEVEL)
+            .collect();
+        cov.add(
+            &classify(&x, &y, None, &Thresholds::default()),
+            truth_end_rate(truth, n),
+        );
+    }
+    cov
+}
+
+fn shape_coverage(shape: Shape, n: usize, noise: f64, seeds: u64) -> Coverage {
+    let mut t = Thresholds::default();
+    if shape.is_attach() {
+        t.min_slope_fraction = 0.001 / 3600.0;
+        t.min_slope_abs = 64.0 * KIB / 3600.0;
+    } else {
+        t.min_slope_abs = 64.0 * KIB;
+    }
+    let mut cov = Coverage::default();
+    for seed in 0..seeds {
+        let mut rng = Rng::new(seed ^ ((n as u64) << 40) ^ (noise.to_bits() >> 5) ^ 0x5eed);
+        let (x, y) = shape.series(n, noise, &mut rng);
+        cov.add(&classify(&x, &y, None, &t), shape_end_rate(shape));
+    }
+    cov
+}
+
+#[test]
+#[ignore = "slow: prints the coverage of the end rate's interval (docs/accuracy.md)"]
+fn print_coverage_table() {
+    let seeds: u64 = std::env::var("COVERAGE_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1000);
+    println!("| family | n | noise sd | true end rate | covered | no interval |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    for (n, noise, truth) in grid() {
+        let cov = rate_coverage(n, noise, truth, seeds);
+        println!(
+            "| {} | {n} | {noise}% | {:.3}%/run | {} | {} |",
+            truth.label(),
+            truth_end_rate(truth, n) / LEVEL * 100.0,
+            pct(cov.share()),
+            pct(cov.missing as f64 / cov.runs as f64),
+        );
+    }
+    let seeds = seeds / 5;
+    for shape in SHAPES {
+        for &n in shape.lengths().iter().filter(|&&n| n <= 600) {
+            for &noise in shape.noises() {
+                let cov = shape_coverage(shape, n, noise, seeds);
+                println!(
+                    "| {} | {n} | {:.0} KiB | {:.1} KiB/x | {} | {} |",
+                    shape.label(),
+                    noise / KIB,
+                    shape_end_rate(shape) / KIB,
+                    pct(cov.share()),
+                    pct(cov.missing as f64 / cov.runs as f64),
+                );
+            }
+        }
+    }
+}
+
+/// The contract's estimate is honest: its 95% interval holds the true end rate in ≥ 93% of
+/// series (`print_coverage_table`, 1,000 seeds a row, docs/accuracy.md), asserted here at 90%
+/// on 200 seeds a row (a row at 95% falls under 93% by chance one time in eight). Rows kept
+/// out, below 93% in the table and said so in the docs: a saturating curve at 50 runs and
+/// 0.1% noise (the parabola's end slope is biased for an exponential: 85.5%); steps every 5
+/// runs seen over 10 runs (one step reads as a one-off: 81%); a 1 s saw-tooth over 120
+/// samples (91.5%).
+#[test]
+fn end_rate_intervals_cover_the_truth() {
+    const SEEDS: u64 = 200;
+    for (n, noise, truth) in grid() {
+        if matches!(truth, Truth::PlateauExp(k) if k == 3.0) && n == 50 && noise < 1.0 {
+            continue;
+        }
+        let cov = rate_coverage(n, noise, truth, SEEDS);
+        assert!(
+            cov.share() >= 0.9,
+            "{} n={n} noise={noise}%: {}",
+            truth.label(),
+            cov.share()
+        );
+    }
+    for shape in SHAPES {
+        for &n in shape.lengths().iter().filter(|&&n| n <= 50) {
+            if shape == Shape::SteadySteps(5) && n == 10 {
+                continue;
+            }
+            for &noise in shape.noises() {
+                let cov = shape_coverage(shape, n, noise, SEEDS);
+                assert!(
+                    cov.share() >= 0.9,
+                    "{} n={n} noise={:.0} KiB: {}",
+                    shape.label(),
+                    noise / KIB,
+                    cov.share()
                 );
             }
         }

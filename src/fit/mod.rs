@@ -138,6 +138,37 @@ pub struct SeriesFit {
 }
 
 impl SeriesFit {
+    /// The rerun that would decide an inconclusive series, as the flag to
+    /// type: `--repeat 34` for runs; `--duration 8m` for attach (the points
+    /// `runs_needed` asks for at this series' own sampling pace, rounded up
+    /// to a whole second under two minutes, else to a whole minute).
+    pub fn rerun_flag(&self) -> Option<String> {
+        let n = self.runs_needed?;
+        match self.x {
+            XAxis::Run => Some(format!("--repeat {n}")),
+            XAxis::Seconds => {
+                let fitted = self.n.saturating_sub(self.warmup).max(2);
+                let every = self.x_span / (fitted - 1) as f64;
+                let secs = n as f64 * every;
+                if !(secs.is_finite() && secs > 0.0) {
+                    return None;
+                }
+                Some(if secs < 120.0 {
+                    format!("--duration {}s", secs.ceil())
+                } else {
+                    format!("--duration {}m", (secs / 60.0).ceil())
+                })
+            }
+        }
+    }
+
+    /// "; `--repeat 34` would decide it" (empty when nothing would).
+    pub fn rerun_advice(&self) -> String {
+        self.rerun_flag()
+            .map(|flag| format!("; {flag} would decide it"))
+            .unwrap_or_default()
+    }
+
     /// The rate the verdict rests on at the end of the series, and its 95%
     /// CI: the verdict's own estimate (`end_rate`), what the gate judges
     /// against its limit. For a summary written before it: a leak's rate; a

@@ -463,9 +463,7 @@ fn check_growth(f: &SeriesFit, limit: &GrowthLimit, rule: Rule) -> Result<Check,
     } else {
         check.undecided(format!(
             "{message}: undecided, the interval contains the limit{}",
-            f.runs_needed
-                .map(|n| format!("; about {n} {} would decide it", f.x.points_name()))
-                .unwrap_or_default()
+            f.rerun_advice()
         ))
     })
 }

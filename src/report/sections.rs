@@ -739,33 +739,36 @@ fn how_to_read(doc: &mut Vec<Block>) {
         vec![
             strong("leak"),
             text(format!(
-                ": significant growth (Mann–Kendall trend test and the 95% CI above zero), large \
-                 enough to matter (more than {} or 0.1% of the level per run, or per hour over \
-                 time), and still going at the end. Memory moves in steps and saw-teeth, so a \
-                 series is first cut at its change points: a leak is a last segment that still \
-                 rises, or steps that keep coming at a steady average rate. A saw-tooth (a \
-                 garbage collector, per-request scratch) is judged on its troughs, what is left \
-                 after each collection. The rate shown is the one the verdict rests on.",
+                ": the growth rate at the end of the observation — what the same work would add \
+                 per run (per hour) from here on — is above the threshold ({} or 0.1% of the \
+                 level per run, or per hour over time) with 95% confidence: the lower end of its \
+                 interval is above it. Memory moves in steps and saw-teeth, so the rate is \
+                 estimated by the model of the series' shape: its straight line, the segment \
+                 after its last change point, steps at their long-run rate, or for a saw-tooth \
+                 (a garbage collector, per-request scratch) the troughs, what is left after \
+                 each collection. The rate shown is that estimate.",
                 format_bytes(MIN_SLOPE_BYTES)
             )),
         ],
         vec![
             strong("plateau"),
             text(
-                ": growth that stopped: a fill (a cache, an allocator's high-water mark) whose \
-                 last segment no longer rises, shown with its fill rate, where it stopped and the \
-                 level it holds; or a one-off step, which is not a rate.",
+                ": it grew, then stopped: the end rate's interval lies below the threshold after \
+                 growth above it (a cache, an allocator's high-water mark), shown with its fill \
+                 rate, where it stopped and the level it holds; or a one-off step, which is not \
+                 a rate.",
             ),
         ],
         vec![
             strong("stable"),
-            text(": no significant growth, or growth too small to matter."),
+            text(": it never grew by more than the threshold, and the end rate's interval lies below it."),
         ],
         vec![
             strong("inconclusive"),
             text(
-                ": too few points (fewer than 5 after warm-up) or too much noise to tell; the \
-                 verdict line says about how many more runs would decide it.",
+                ": the end rate's interval contains the threshold (too few points, or too much \
+                 noise, to tell); the verdict line says the rerun that would decide it, as the \
+                 flag to type.",
             ),
         ],
     ]));

@@ -103,12 +103,7 @@ pub fn verdict_line(a: &Analysis, f: &SeriesFit) -> String {
         }
         Verdict::Inconclusive => {
             line.push_str(&format!("; {}", f.reason));
-            if let Some(n) = f.runs_needed {
-                line.push_str(&format!(
-                    "; about {n} {} would decide it",
-                    f.x.points_name()
-                ));
-            }
+            line.push_str(&f.rerun_advice());
         }
         _ => {}
     }

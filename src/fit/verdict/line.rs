@@ -47,8 +47,14 @@ impl Ctx<'_> {
         // threshold: Mann–Kendall cannot reach p < 0.01 on 5 points (its least p is 0.017),
         // and a perfect 4 MiB/run line over 5 runs is growth, not "no significant trend".
         let rising = self.mk.s > 0.0 && self.mk.p_two_sided < self.t.alpha || self.ci.0 > self.thr;
+        let step = self.best_step();
+        // The line must beat the best single step by 8σ² (a step also chooses where it is);
+        // else one step (no rate at all) is as good an account of the points.
+        let line_rss = self.sd * self.sd * (n as f64 - 2.0);
+        let step_wins = step.is_some_and(|s| s.rss <= line_rss + 8.0 * self.sd * self.sd);
         if !(rising && self.ci.0 > 0.0) {
-            return self.not_significant(c, rising, f64::INFINITY);
+            let lower = if step_wins { 0.0 } else { f64::INFINITY };
+            return self.not_significant(c, rising, lower);
         }
         let slope_txt = self.slope_txt();
         let grew = self.ci.0 > self.thr;
@@ -79,10 +85,6 @@ impl Ctx<'_> {
         // NaN (no robust slope) counts as no support.
         let robust_ok = self.robust.is_some_and(|r| r > self.thr);
         let robust = self.robust.unwrap_or(0.0);
-        let step = self.best_step();
-        // The line must beat the best single step by 8σ² (a step also chooses where it is).
-        let line_rss = self.sd * self.sd * (n as f64 - 2.0);
-        let step_wins = step.is_some_and(|s| s.rss <= line_rss + 8.0 * self.sd * self.sd);
         let mut end = if keeps_pace {
             self.line_rate()
         } else {
