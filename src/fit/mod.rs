@@ -242,8 +242,14 @@ pub fn warmup_of(series: &Series, opts: &FitOptions) -> usize {
 /// Fits one series, leaving out `warmup` leading points (the same for every
 /// metric of a scope: see `analyse`).
 pub fn fit(series: &Series, warmup: usize) -> SeriesFit {
+    fit_as(series, warmup, None)
+}
+
+/// `fit`, on the path (troughs or mean, `verdict::classify_as`) the
+/// scope's primary metric took.
+fn fit_as(series: &Series, warmup: usize, saw_tooth: Option<bool>) -> SeriesFit {
     let (xs, ys): (Vec<f64>, Vec<f64>) = series.points.iter().copied().unzip();
-    let c = verdict::classify(&xs, &ys, Some(warmup), &thresholds(series));
+    let c = verdict::classify_as(&xs, &ys, Some(warmup), &thresholds(series), saw_tooth);
     // The verdict may stop before fitting (too few points); the slope and
     // its CI are still worth reporting.
     let warm = c.warmup.min(xs.len());
@@ -600,12 +606,30 @@ pub fn analyse(samples: Samples, opts: &FitOptions) -> Analysis {
             (scope, primary.map_or(0, |s| warmup_of(s, opts)))
         })
         .collect();
+    // The primary metric's own path (troughs or mean) for every byte metric
+    // of its scope: one series, one story.
+    let primaries: Vec<(Scope, bool)> = scopes
+        .iter()
+        .filter_map(|&scope| {
+            let metric = primary_series_metric(&samples.series, scope);
+            let s = samples
+                .series
+                .iter()
+                .find(|s| s.scope == scope && s.metric == metric)?;
+            let k = warmups.iter().find(|w| w.0 == scope).map_or(0, |w| w.1);
+            Some((scope, fit(s, k).decided_by == DecidedBy::Troughs))
+        })
+        .collect();
     let fits: Vec<SeriesFit> = samples
         .series
         .iter()
         .map(|s| {
             let k = warmups.iter().find(|w| w.0 == s.scope).map_or(0, |w| w.1);
-            fit(s, k)
+            let path = primaries
+                .iter()
+                .find(|p| p.0 == s.scope && s.metric.is_bytes())
+                .map(|p| p.1);
+            fit_as(s, k, path)
         })
         .collect();
     let headline = headlines(&fits, &scopes);

@@ -338,6 +338,19 @@ impl Classification {
 /// The practical threshold is `thr = max(min_slope_abs, min_slope_fraction · |mean level|)`
 /// bytes per x unit; see the module docs for the paths and rules.
 pub fn classify(x: &[f64], y: &[f64], warmup: Option<usize>, t: &Thresholds) -> Classification {
+    classify_as(x, y, warmup, t, None)
+}
+
+/// `classify`, on the path another metric of the same series took (`saw_tooth`: `Some(true)`
+/// for its troughs, `Some(false)` for its mean), so one series tells one story: the PSS of a
+/// process whose anon is a saw-tooth is judged on its troughs too. `None`: its own shape.
+pub fn classify_as(
+    x: &[f64],
+    y: &[f64],
+    warmup: Option<usize>,
+    t: &Thresholds,
+    saw_tooth: Option<bool>,
+) -> Classification {
     if let Err(reason) = validate(x, y, t) {
         return Classification::new(0).decide(Verdict::Inconclusive, reason.into());
     }
@@ -367,14 +380,16 @@ pub fn classify(x: &[f64], y: &[f64], warmup: Option<usize>, t: &Thresholds) -> 
     };
     c = ctx.describe(c);
     c.envelope = envelope::lower_envelope(x, y);
+    // A saw-tooth only when collections were seen: a hard floor *and* at least one drop per
+    // window. A ramp that curves has a hard lower edge of residuals too, but no drops (a
+    // PostgreSQL backend growing 2 GiB/h was judged on "0 drops" before).
+    let own = |env: &Envelope| {
+        env.sharpness < envelope::SAWTOOTH_SHARPNESS
+            && env.drops >= env.windows.max(envelope::MIN_WINDOWS)
+    };
     match c.envelope.clone() {
-        // A saw-tooth only when collections were seen: a hard floor *and* at least one drop
-        // per window. A ramp that curves has a hard lower edge of residuals too, but no drops
-        // (a PostgreSQL backend growing 2 GiB/h was judged on "0 drops" before).
-        Some(env)
-            if env.sharpness < envelope::SAWTOOTH_SHARPNESS
-                && env.drops >= env.windows.max(envelope::MIN_WINDOWS) =>
-        {
+        // Another metric's saw-tooth, where this one shows collections too.
+        Some(env) if saw_tooth.map_or_else(|| own(&env), |s| s && env.drops > 0) => {
             ctx.judge_troughs(c, &env)
         }
         _ => ctx.judge_mean(c),
