@@ -124,7 +124,9 @@ fn growth(a: &Analysis, doc: &mut Vec<Block>) {
     doc.push(heading(2, "Growth"));
     doc.push(para(vec![text(format!(
         "Least-squares slope per {} over the points after warm-up, with its 95% confidence \
-         interval; the growth in % is of the mean fitted level.",
+         interval; the growth in % is of the mean fitted level. The end rate is what the \
+         verdict was decided on: the growth at the end, by the model of the series' shape \
+         (line, end segment, staircase, troughs…), with its 95% interval.",
         if x == XAxis::Run { "run" } else { "hour" }
     ))]));
     let listed = [
@@ -158,6 +160,17 @@ fn growth(a: &Analysis, doc: &mut Vec<Block>) {
                 .growth_pct_per_x
                 .map(|p| crate::units::format_sig3(p * f.x.per_rate_unit()))
                 .unwrap_or_else(|| "–".to_string());
+            let end = f.end_rate.map_or_else(
+                || "–".to_string(),
+                |e| {
+                    format!(
+                        "{} ({} … {})",
+                        text::rate(f, e.rate),
+                        text::rate(f, e.ci95.0),
+                        text::rate(f, e.ci95.1)
+                    )
+                },
+            );
             rows.push(vec![
                 f.scope.to_string(),
                 f.metric.label().to_string(),
@@ -165,6 +178,7 @@ fn growth(a: &Analysis, doc: &mut Vec<Block>) {
                 slope,
                 ci,
                 pct,
+                end,
                 f.verdict.as_str().to_string(),
             ]);
         }
@@ -177,6 +191,7 @@ fn growth(a: &Analysis, doc: &mut Vec<Block>) {
             "slope",
             "95% CI",
             &format!("%/{}", x.rate_unit()),
+            "end rate (95% CI)",
             "verdict",
         ],
         rows,

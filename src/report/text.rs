@@ -72,6 +72,10 @@ fn headline_rate(f: &SeriesFit) -> Option<String> {
         }),
         (Verdict::Leak, _) if f.decided_by == DecidedBy::Troughs => with_ci(f, f.rate, f.rate_ci95)
             .map(|r| format!("{r} in its troughs (what is left after each collection)")),
+        // The estimate the verdict was decided on, and its interval.
+        _ if f.end_rate.is_some() => f
+            .end_rate
+            .and_then(|e| with_ci(f, Some(e.rate), Some(e.ci95))),
         (Verdict::Leak, _) => with_ci(f, f.rate.or(f.slope), f.rate_ci95.or(f.slope_ci95)),
         _ => f.slope.map(|_| rate_with_ci(f)),
     }
