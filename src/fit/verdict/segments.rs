@@ -1,28 +1,28 @@
-//! The segment path: steps, fills and ramps, judged by their change points (`changepoint`).
+//! The segment estimator: steps, fills and ramps, cut by their change points (`changepoint`,
+//! with a noise floor of a quarter of thr per x step).
 //!
-//! Rules of the segment path (two or more segments, `changepoint::segment` with a noise floor
-//! of a quarter of thr per x step):
+//! Which end rate (the contract: `super::decide` judges it):
 //! * segments that are one line in all but name (every slope within a quarter of the overall
-//!   one, no jump over two x steps of it) → the straight-piece path;
+//!   one, no jump over two x steps of it), or rises that keep the whole line's pace to the end
+//!   (a staircase: a GC heap or an allocator growing in chunks) → the straight-piece
+//!   estimator, steps included;
 //! * jumps count as steps when significant at two-sided α (≈ σ·√(4/m₁ + 4/m₂)) and over
 //!   thr·Δx; segments rise or fall when beyond ±thr at one-sided α;
-//! * nothing rises → stable or inconclusive by the line; it falls as much as it rises and the
-//!   line does not rise → the same; it rises and falls → inconclusive;
-//! * the last segment rises (one-sided α/10 — the search chose where it starts — above
-//!   max(thr, half the average rate before it), 5+ points and a fifth of the series, Theil–Sen
-//!   above thr) → leak at the last segment's slope;
-//! * a fill, then a slower leak: the last segment rises above thr (one-sided α/10, robustly),
-//!   spans 8+ points and a third of the series, keeps its pace inside (its second half's slope
-//!   above half of its own at α/10), and what came before did not slow down (its second half
-//!   not below ¾ of its first at α) → leak at the last segment's slope. A saturating curve
-//!   slows down all along, so it fails one of the last two;
-//! * the last segment is flat (its upper bound below that boundary): one step up and no ramp →
-//!   plateau, "one-off step", no rate; three or more steps with no gap (before, between, or
-//!   after them to the end) over twice their mean spacing, and the whole series rising
-//!   (Mann–Kendall, CI, Theil–Sen) → leak at the OLS slope; the end at least `ln(1/0.01)` ×
-//!   the expected spacing of steps at the average rate without one (ramps: at once) →
-//!   plateau with the average fill rate up to the last change; otherwise inconclusive, with
-//!   the runs until that end length would be reached.
+//! * nothing rises, or it falls as much as it rises → the line, its interval reaching down to
+//!   the end segment's lower bound (or 0) — the segments say the end may be flat;
+//! * else the end segment's line: the last change point's segment, merged back until it holds
+//!   `max(5, n/5)` points (`end_window`), its lower bound at one-sided α/10 (the search chose
+//!   where it starts) and its upper one at 95%, reaching down to its Theil–Sen slope and,
+//!   when it does not keep its pace inside, to a parabola's slope at the last point. A leak
+//!   when that lower bound clears the threshold (a leak that started part-way, a fill then a
+//!   slower leak);
+//! * otherwise what the steps say: one step up (or one that only climbs back from a dip) is
+//!   not a rate, so the end segment decides (a one-off step: plateau when it holds); three or
+//!   more steps with no gap over twice their mean spacing → their long-run line; no step for
+//!   `ln(1/0.01)` × the expected spacing of steps at the average rate → they stopped, the end
+//!   segment decides (plateau with the average fill); else too recent to tell → the
+//!   staircase's line, its interval from the end's own lower bound (widened for
+//!   autocorrelation) to the line's upper one.
 
 use super::{
     Classification, Ctx, EndRate, PlateauInfo, RateFrom, Step, Verdict, halves, segment_sigma,
