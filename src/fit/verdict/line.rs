@@ -7,8 +7,9 @@
 //! * else, while the series keeps its pace — a two-segment (broken-stick) fit with the knot at
 //!   the median x, whose second slope stays above half the line's at one-sided level α — the
 //!   line's slope and 95% CI: a straight leak's rate is best estimated from all its points;
-//! * else (a curve that slows down) the second half's slope and 95% CI, its lower end
-//!   reaching down to the 95% lower bound of a parabola's slope at the last point
+//! * else (a curve that slows down) the second half's slope, its interval's upper end at 95%
+//!   and its lower end at one-sided α (the data chose this estimator over the line), reaching
+//!   down to the same bound of a parabola's slope at the last point
 //!   (`stats::parabola_end_slope`): the second half averages the end with what came before.
 //!
 //! Shape knowledge that would put the end lower widens the interval down, never vetoes: a
@@ -73,11 +74,15 @@ impl Ctx<'_> {
         };
         let t_tail = stats::student_t_quantile(1.0 - self.t.alpha, seg.df);
         let t95 = stats::student_t_quantile(0.975, seg.df);
-        let half = t95 * seg.tail_slope_se;
+        // The second half is chosen when the data say the line does not keep its pace, so
+        // its lower bound is taken at one-sided α, as that test was.
         let tail = EndRate::new(
             RateFrom::SecondHalf,
             seg.tail_slope,
-            (seg.tail_slope - half, seg.tail_slope + half),
+            (
+                seg.tail_slope - t_tail * seg.tail_slope_se,
+                seg.tail_slope + t95 * seg.tail_slope_se,
+            ),
         );
         let keeps_pace = seg.tail_slope - t_tail * seg.tail_slope_se > self.fit.slope / 2.0;
         let last_residual = self.y[n - 1] - (self.fit.intercept + self.fit.slope * self.x[n - 1]);
@@ -92,7 +97,7 @@ impl Ctx<'_> {
             // before it; a parabola's slope at the last point does not, so its lower bound is
             // the interval's too.
             let low = stats::parabola_end_slope(self.x, self.y)
-                .map(|(b, se, df)| b - stats::student_t_quantile(0.975, df) * se);
+                .map(|(b, se, df)| b - stats::student_t_quantile(1.0 - self.t.alpha, df) * se);
             tail.lower_to(low.unwrap_or(0.0))
         };
         if step_wins || !last_ok {

@@ -189,10 +189,11 @@ impl Ctx<'_> {
         if !end_robust.is_some_and(|r| r > self.thr) {
             end = end.lower_to(end_robust.unwrap_or(0.0));
         }
-        if !self.keeps_pace(last.start, self.x.len()) {
+        let n = self.x.len();
+        if !self.keeps_pace(last.start, n) || self.slows_down(last.start, n) {
             let (x, y) = (&self.x[last.start..], &self.y[last.start..]);
             if let Some((b, se, df)) = stats::parabola_end_slope(x, y) {
-                end = end.lower_to(b - stats::student_t_quantile(0.975, df) * se);
+                end = end.lower_to(b - stats::student_t_quantile(1.0 - self.t.alpha, df) * se);
             }
         }
         if self.one_line(segs, &ev.steps, sigma) {
@@ -307,6 +308,15 @@ impl Ctx<'_> {
     fn keeps_pace(&self, a: usize, b: usize) -> bool {
         self.halves_of(a, b, self.t.alpha / 10.0)
             .is_some_and(|(h, slope, t)| h.tail_slope - t * h.tail_slope_se > 0.5 * slope)
+    }
+
+    /// Points `a..b` slow down: their second half's slope is below three
+    /// quarters of their first half's at one-sided α. A saturating fill
+    /// does; a fill at a steady pace does not (too few points to tell: no).
+    fn slows_down(&self, a: usize, b: usize) -> bool {
+        self.halves_of(a, b, self.t.alpha).is_some_and(|(h, _, t)| {
+            h.head_slope > 0.0 && h.tail_slope + t * h.tail_slope_se < 0.75 * h.head_slope
+        })
     }
 
     /// Every segment's slope agrees with the overall least-squares slope (at two-sided level α,
