@@ -21,6 +21,13 @@ static INTERVAL: AtomicU64 = AtomicU64::new(DEFAULT_INTERVAL);
 /// The shim's own text: frames in it are left off every stack.
 static OWN_START: AtomicUsize = AtomicUsize::new(0);
 static OWN_END: AtomicUsize = AtomicUsize::new(0);
+/// The dynamic loader's text: a sample taken inside it (its TLS setup in
+/// pthread_create, dlopen) must not start the answering thread.
+static LOADER_START: AtomicUsize = AtomicUsize::new(0);
+static LOADER_END: AtomicUsize = AtomicUsize::new(0);
+/// How far a sample that may start the answering thread unwinds to look for
+/// a signal frame beyond the frames it keeps.
+const MAX_CHECKED_FRAMES: usize = 1024;
 
 thread_local! {
     /// Bytes left until this thread's next sample.
@@ -71,9 +78,9 @@ pub fn init() {
             INTERVAL.store(n, Ordering::Relaxed);
         }
     }
-    find_own_text();
+    find_text_ranges();
     let mut frames = [0usize; MAX_FRAMES];
-    let _ = unwind(&mut frames);
+    let _ = unwind(&mut frames, false);
     // SAFETY: the handlers are plain functions that only touch atomics.
     unsafe {
         libc::pthread_atfork(
@@ -141,9 +148,19 @@ pub fn sample(addr: usize, size: usize, left: i64) {
         s / -(-s / mean).exp_m1()
     };
     let mut frames = [0usize; MAX_FRAMES];
-    let depth = unwind(&mut frames);
-    table::insert(addr, weight as u64, &frames[..depth]);
-    listen::ensure_started();
+    let starting = !listen::started();
+    let walk = unwind(&mut frames, starting);
+    table::insert(addr, weight as u64, &frames[..walk.depth]);
+    // pthread_create is not async-signal-safe: it allocates (the new
+    // thread's TLS, under the arena lock) and takes the loader's locks. A
+    // hook called from a signal handler that interrupted malloc, or from
+    // inside the loader, would wait forever for a lock its own thread holds
+    // (the stress test hung in tcache_init that way: SIGALRM's handler
+    // mapped memory while main's pthread_create held main_arena). Such a
+    // sample is kept; the thread starts at the next one from plain code.
+    if starting && walk.plain {
+        listen::ensure_started();
+    }
 }
 
 fn seed(addr: usize) {
@@ -186,7 +203,7 @@ fn draw(mean: f64) -> i64 {
 type TraceFn = extern "C" fn(ctx: *mut c_void, arg: *mut c_void) -> i32;
 unsafe extern "C" {
     fn _Unwind_Backtrace(trace: TraceFn, arg: *mut c_void) -> i32;
-    fn _Unwind_GetIP(ctx: *mut c_void) -> usize;
+    fn _Unwind_GetIPInfo(ctx: *mut c_void, ip_before_insn: *mut i32) -> usize;
 }
 const URC_NO_REASON: i32 = 0;
 const URC_END_OF_STACK: i32 = 5;
@@ -194,48 +211,92 @@ const URC_END_OF_STACK: i32 = 5;
 struct Walk<'a> {
     frames: &'a mut [usize; MAX_FRAMES],
     depth: usize,
+    /// Frames seen, kept or not.
+    seen: usize,
     own: (usize, usize),
+    loader: (usize, usize),
+    /// Looking for a signal frame or a loader frame (then the walk goes on
+    /// past the kept frames, up to MAX_CHECKED_FRAMES).
+    checking: bool,
+    /// A signal frame or a loader frame was seen.
+    unsafe_context: bool,
+}
+
+/// What [`unwind`] found.
+pub struct Unwound {
+    pub depth: usize,
+    /// Asked to check, and the stack has no signal frame, no loader frame,
+    /// and ended within MAX_CHECKED_FRAMES: the hook runs in plain code.
+    pub plain: bool,
 }
 
 extern "C" fn step(ctx: *mut c_void, arg: *mut c_void) -> i32 {
     // SAFETY: arg is the Walk passed to _Unwind_Backtrace below.
     let walk = unsafe { &mut *arg.cast::<Walk>() };
-    // SAFETY: ctx is the unwinder's current frame.
-    let ip = unsafe { _Unwind_GetIP(ctx) };
+    let mut signal_frame = 0;
+    // SAFETY: ctx is the unwinder's current frame. The frame a signal
+    // interrupted is marked as a signal frame (libgcc unwinds through the
+    // sigreturn trampoline by its CFI's 'S' augmentation).
+    let ip = unsafe { _Unwind_GetIPInfo(ctx, &raw mut signal_frame) };
     if ip == 0 {
         return URC_END_OF_STACK;
     }
-    if (walk.own.0..walk.own.1).contains(&ip) {
-        return URC_NO_REASON;
+    walk.seen += 1;
+    if walk.checking && (signal_frame != 0 || (walk.loader.0..walk.loader.1).contains(&ip)) {
+        walk.unsafe_context = true;
+        walk.checking = false;
     }
-    walk.frames[walk.depth] = ip;
-    walk.depth += 1;
-    if walk.depth == MAX_FRAMES {
-        URC_END_OF_STACK
+    let keeping = walk.depth < MAX_FRAMES;
+    if keeping && !(walk.own.0..walk.own.1).contains(&ip) {
+        walk.frames[walk.depth] = ip;
+        walk.depth += 1;
+    }
+    let more = if walk.checking {
+        walk.seen < MAX_CHECKED_FRAMES
     } else {
+        walk.depth < MAX_FRAMES
+    };
+    if more {
         URC_NO_REASON
+    } else {
+        URC_END_OF_STACK
     }
 }
 
-/// The calling thread's return addresses outside the shim, innermost first.
-fn unwind(frames: &mut [usize; MAX_FRAMES]) -> usize {
+/// The calling thread's return addresses outside the shim, innermost first;
+/// with `check`, also whether the call comes from plain code (no signal
+/// handler, not the loader) on the whole stack.
+fn unwind(frames: &mut [usize; MAX_FRAMES], check: bool) -> Unwound {
     let mut walk = Walk {
         frames,
         depth: 0,
+        seen: 0,
         own: (
             OWN_START.load(Ordering::Relaxed),
             OWN_END.load(Ordering::Relaxed),
         ),
+        loader: (
+            LOADER_START.load(Ordering::Relaxed),
+            LOADER_END.load(Ordering::Relaxed),
+        ),
+        checking: check,
+        unsafe_context: false,
     };
     // SAFETY: step only writes within walk, which outlives the call.
     unsafe { _Unwind_Backtrace(step, (&raw mut walk).cast()) };
-    walk.depth
+    Unwound {
+        depth: walk.depth,
+        plain: check && !walk.unsafe_context && walk.seen < MAX_CHECKED_FRAMES,
+    }
 }
 
-/// Records the address range of the shim's own loaded segments.
-fn find_own_text() {
+/// Records the address ranges of the shim's own loaded segments and of the
+/// dynamic loader's.
+fn find_text_ranges() {
     extern "C" fn each(info: *mut libc::dl_phdr_info, _size: usize, _arg: *mut c_void) -> i32 {
-        let me = find_own_text as *const () as usize;
+        let me = find_text_ranges as *const () as usize;
+        // SAFETY: no preconditions; 0 when there is no interpreter.
+        let loader_base = unsafe { libc::getauxval(libc::AT_BASE) } as usize;
         // SAFETY: the loader passes a valid info for the call's duration.
         let info = unsafe { &*info };
         let base = info.dlpi_addr as usize;
@@ -255,7 +316,9 @@ fn find_own_text() {
         if mine {
             OWN_START.store(lo, Ordering::Relaxed);
             OWN_END.store(hi, Ordering::Relaxed);
-            return 1;
+        } else if loader_base != 0 && base == loader_base {
+            LOADER_START.store(lo, Ordering::Relaxed);
+            LOADER_END.store(hi, Ordering::Relaxed);
         }
         0
     }

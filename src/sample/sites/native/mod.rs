@@ -21,7 +21,6 @@ use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::io::{self, Read, Write};
 use std::os::unix::fs::DirBuilderExt;
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -152,15 +151,30 @@ impl NativeSites {
     pub fn ask(&self, pid: u32, run: u32, timeout: Duration) -> Result<Snapshot, String> {
         let path = self.dir.join(format!("{pid}.sock"));
         let started = Instant::now();
-        let mut stream = UnixStream::connect(&path).map_err(|e| {
+        // Never a blocking connect: a process whose answering thread is stuck
+        // (or that is stopped) fills its accept queue, and the next connect
+        // would wait forever.
+        let mut stream = super::connect(&path).map_err(|e| {
             if !Path::new(&format!("/proc/{pid}")).exists() {
                 let _ = fs::remove_file(&path);
                 format!("process {pid} has exited")
+            } else if e.raw_os_error() == Some(libc::EAGAIN) {
+                format!(
+                    "process {pid} does not take connections on {} (its queue is full: stuck or \
+                     stopped)",
+                    path.display()
+                )
             } else {
                 format!("process {pid} does not answer on {}: {e}", path.display())
             }
         })?;
-        let io = |e: io::Error| format!("cannot talk to process {pid}: {e}");
+        // A read or write timeout shows as WouldBlock (EAGAIN) on a socket.
+        let io = |e: io::Error| match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
+                format!("process {pid} did not answer within {timeout:?}")
+            }
+            _ => format!("cannot talk to process {pid}: {e}"),
+        };
         stream.set_write_timeout(Some(timeout)).map_err(io)?;
         stream
             .write_all(format!("snapshot {run}\n").as_bytes())
