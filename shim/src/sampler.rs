@@ -3,7 +3,7 @@
 
 use std::cell::Cell;
 use std::ffi::{CStr, c_void};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicU64, AtomicUsize, Ordering};
 
 use crate::{listen, table};
 
@@ -29,6 +29,16 @@ static LOADER_END: AtomicUsize = AtomicUsize::new(0);
 /// a signal frame beyond the frames it keeps.
 const MAX_CHECKED_FRAMES: usize = 1024;
 
+/// COUNTDOWN's address minus the thread pointer, the same in every thread
+/// when the shim's TLS is in the static TLS block (always for an object
+/// loaded at startup, as a preloaded one is); 0 until known. Reading it
+/// through the thread pointer spares every malloc a call of
+/// `__tls_get_addr`, the general-dynamic access of a shared object's TLS.
+static COUNTDOWN_FROM_TP: AtomicIsize = AtomicIsize::new(0);
+/// How far below the thread pointer a static TLS block may lie (x86-64's
+/// TLS variant II; glibc's static block is a few KiB).
+const STATIC_TLS_MAX_BYTES: isize = 1 << 20;
+
 thread_local! {
     /// Bytes left until this thread's next sample.
     static COUNTDOWN: Cell<i64> = const { Cell::new(0) };
@@ -49,11 +59,51 @@ pub fn interval() -> u64 {
 /// when it crossed zero, `None` on the fast path.
 #[inline]
 pub fn count(size: usize) -> Option<i64> {
-    COUNTDOWN.with(|c| {
+    let take = |c: &Cell<i64>| {
         let left = c.get() - size.min(i64::MAX as usize) as i64;
         c.set(left);
         (left <= 0).then_some(left)
-    })
+    };
+    let from_tp = COUNTDOWN_FROM_TP.load(Ordering::Relaxed);
+    if from_tp == 0 {
+        return COUNTDOWN.with(take);
+    }
+    let addr = thread_pointer().wrapping_add_signed(from_tp);
+    // SAFETY: in the static TLS block COUNTDOWN lies at this fixed offset
+    // from every thread's pointer (checked in `init`); only this thread
+    // touches its own Cell.
+    take(unsafe { &*(addr as *const Cell<i64>) })
+}
+
+/// The calling thread's thread pointer (x86-64: its TCB's self pointer at
+/// %fs:0).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+fn thread_pointer() -> usize {
+    let tp: usize;
+    // SAFETY: %fs:0 holds the TCB's own address on x86-64 Linux (glibc).
+    unsafe {
+        std::arch::asm!("mov {}, fs:0", out(reg) tp, options(nostack, readonly, preserves_flags));
+    }
+    tp
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+#[inline]
+fn thread_pointer() -> usize {
+    0
+}
+
+/// Finds COUNTDOWN's offset from the thread pointer if its TLS is static.
+fn find_countdown_offset() {
+    if !cfg!(target_arch = "x86_64") {
+        return;
+    }
+    let addr = COUNTDOWN.with(|c| c.as_ptr() as usize);
+    let from_tp = (addr as isize).wrapping_sub(thread_pointer() as isize);
+    if (-STATIC_TLS_MAX_BYTES..0).contains(&from_tp) {
+        COUNTDOWN_FROM_TP.store(from_tp, Ordering::Relaxed);
+    }
 }
 
 /// Reads the environment, finds the shim's own text, warms the unwinder up
@@ -79,6 +129,7 @@ pub fn init() {
         }
     }
     find_text_ranges();
+    find_countdown_offset();
     let mut frames = [0usize; MAX_FRAMES];
     let _ = unwind(&mut frames, false);
     // SAFETY: the handlers are plain functions that only touch atomics.
