@@ -255,6 +255,7 @@ type TraceFn = extern "C" fn(ctx: *mut c_void, arg: *mut c_void) -> i32;
 unsafe extern "C" {
     fn _Unwind_Backtrace(trace: TraceFn, arg: *mut c_void) -> i32;
     fn _Unwind_GetIPInfo(ctx: *mut c_void, ip_before_insn: *mut i32) -> usize;
+    fn _Unwind_GetCFA(ctx: *mut c_void) -> usize;
 }
 const URC_NO_REASON: i32 = 0;
 const URC_END_OF_STACK: i32 = 5;
@@ -271,6 +272,9 @@ struct Walk<'a> {
     checking: bool,
     /// A signal frame or a loader frame was seen.
     unsafe_context: bool,
+    /// The fast unwinder does not know this thread's stack top yet: walk
+    /// to the end (up to MAX_CHECKED_FRAMES) and tell it each CFA.
+    learning: bool,
 }
 
 /// What [`unwind`] found.
@@ -293,6 +297,11 @@ extern "C" fn step(ctx: *mut c_void, arg: *mut c_void) -> i32 {
         return URC_END_OF_STACK;
     }
     walk.seen += 1;
+    #[cfg(target_arch = "x86_64")]
+    if walk.learning {
+        // SAFETY: ctx is the unwinder's current frame.
+        crate::cfi::saw_cfa(unsafe { _Unwind_GetCFA(ctx) });
+    }
     if walk.checking && (signal_frame != 0 || (walk.loader.0..walk.loader.1).contains(&ip)) {
         walk.unsafe_context = true;
         walk.checking = false;
@@ -302,7 +311,7 @@ extern "C" fn step(ctx: *mut c_void, arg: *mut c_void) -> i32 {
         walk.frames[walk.depth] = ip;
         walk.depth += 1;
     }
-    let more = if walk.checking {
+    let more = if walk.checking || walk.learning {
         walk.seen < MAX_CHECKED_FRAMES
     } else {
         walk.depth < MAX_FRAMES
@@ -316,8 +325,17 @@ extern "C" fn step(ctx: *mut c_void, arg: *mut c_void) -> i32 {
 
 /// The calling thread's return addresses outside the shim, innermost first;
 /// with `check`, also whether the call comes from plain code (no signal
-/// handler, not the loader) on the whole stack.
+/// handler, not the loader) on the whole stack. Without `check`, the fast
+/// unwinder first ([`crate::cfi`]), libgcc's when it gives up.
 fn unwind(frames: &mut [usize; MAX_FRAMES], check: bool) -> Unwound {
+    if !check {
+        if let Some(depth) = unwind_fast(frames) {
+            return Unwound {
+                depth,
+                plain: false,
+            };
+        }
+    }
     let mut walk = Walk {
         frames,
         depth: 0,
@@ -332,6 +350,7 @@ fn unwind(frames: &mut [usize; MAX_FRAMES], check: bool) -> Unwound {
         ),
         checking: check,
         unsafe_context: false,
+        learning: !top_known(),
     };
     // SAFETY: step only writes within walk, which outlives the call.
     unsafe { _Unwind_Backtrace(step, (&raw mut walk).cast()) };
@@ -339,6 +358,40 @@ fn unwind(frames: &mut [usize; MAX_FRAMES], check: bool) -> Unwound {
         depth: walk.depth,
         plain: check && !walk.unsafe_context && walk.seen < MAX_CHECKED_FRAMES,
     }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn top_known() -> bool {
+    crate::cfi::top_known()
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn top_known() -> bool {
+    true
+}
+
+/// [`unwind`] by the fast unwinder, the shim's own frames left off; `None`
+/// when it gave up.
+#[cfg(target_arch = "x86_64")]
+fn unwind_fast(frames: &mut [usize; MAX_FRAMES]) -> Option<usize> {
+    // Room for the shim's own frames, all innermost, besides the kept ones.
+    let mut raw = [0usize; MAX_FRAMES + 16];
+    let n = crate::cfi::walk(&mut raw)?;
+    let own = OWN_START.load(Ordering::Relaxed)..OWN_END.load(Ordering::Relaxed);
+    let mut depth = 0;
+    for &ip in raw[..n].iter().filter(|ip| !own.contains(ip)) {
+        if depth == MAX_FRAMES {
+            break;
+        }
+        frames[depth] = ip;
+        depth += 1;
+    }
+    Some(depth)
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn unwind_fast(_frames: &mut [usize; MAX_FRAMES]) -> Option<usize> {
+    None
 }
 
 /// Records the address ranges of the shim's own loaded segments and of the

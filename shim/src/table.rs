@@ -253,9 +253,12 @@ fn remove_block(t: &mut Locked, addr: usize) {
     }
 }
 
+/// Under the lock: every writer holds it, so a load and a store (no locked
+/// read-modify-write) keep the sums exact; the answering thread only reads.
 fn account(stack: u32, bytes: i64, blocks: i64) {
-    LIVE[stack as usize].fetch_add(bytes, Ordering::Relaxed);
-    BLOCKS_LIVE[stack as usize].fetch_add(blocks, Ordering::Relaxed);
+    let (live, count) = (&LIVE[stack as usize], &BLOCKS_LIVE[stack as usize]);
+    live.store(live.load(Ordering::Relaxed) + bytes, Ordering::Relaxed);
+    count.store(count.load(Ordering::Relaxed) + blocks, Ordering::Relaxed);
 }
 
 /// The slot of `frames`, added if new; `None` when the table is full.
