@@ -13,9 +13,10 @@
 //!   sampled with probability `1 - exp(-s/T)`, so weighting it by
 //!   `s / (1 - exp(-s/T))` makes the estimate of live bytes unbiased
 //!   (≈ T for small blocks, ≈ s for large ones).
-//! - A sampled block's call stack is unwound from `.eh_frame` by libgcc's
-//!   `_Unwind_Backtrace` (no frame pointers needed) and kept in fixed tables
-//!   ([`table`]); nothing in a hook allocates.
+//! - A sampled block's call stack is unwound from `.eh_frame` (no frame
+//!   pointers needed): by cached rules per return address ([`cfi`]), by
+//!   libgcc's `_Unwind_Backtrace` where they do not reach; it is kept in
+//!   fixed tables ([`table`]); nothing in a hook allocates.
 //! - A thread answers leakwatch on `D/<pid>.sock` with the live sampled bytes
 //!   by stack ([`listen`]); addresses only: leakwatch symbolises.
 
