@@ -81,8 +81,16 @@ fn on_alloc(p: *mut c_void, size: usize) {
         return;
     }
     if let Some(countdown) = sampler::count(size) {
-        guarded(|| sampler::sample(p as usize, size, countdown));
+        take_sample(p, size, countdown);
     }
+}
+
+/// The allocation that crossed the countdown, out of line: the hooks' fast
+/// path keeps no frame for it.
+#[cold]
+#[inline(never)]
+fn take_sample(p: *mut c_void, size: usize, countdown: i64) {
+    guarded(|| sampler::sample(p as usize, size, countdown));
 }
 
 #[inline]
