@@ -13,12 +13,15 @@
 //!   sampled with probability `1 - exp(-s/T)`, so weighting it by
 //!   `s / (1 - exp(-s/T))` makes the estimate of live bytes unbiased
 //!   (≈ T for small blocks, ≈ s for large ones).
-//! - A sampled block's call stack is unwound from `.eh_frame` by libgcc's
-//!   `_Unwind_Backtrace` (no frame pointers needed) and kept in fixed tables
-//!   ([`table`]); nothing in a hook allocates.
+//! - A sampled block's call stack is unwound from `.eh_frame` (no frame
+//!   pointers needed): by cached rules per return address ([`cfi`]), by
+//!   libgcc's `_Unwind_Backtrace` where they do not reach; it is kept in
+//!   fixed tables ([`table`]); nothing in a hook allocates.
 //! - A thread answers leakwatch on `D/<pid>.sock` with the live sampled bytes
 //!   by stack ([`listen`]); addresses only: leakwatch symbolises.
 
+#[cfg(target_arch = "x86_64")]
+mod cfi;
 mod glibc;
 mod listen;
 mod sampler;
@@ -78,15 +81,32 @@ fn on_alloc(p: *mut c_void, size: usize) {
         return;
     }
     if let Some(countdown) = sampler::count(size) {
-        guarded(|| sampler::sample(p as usize, size, countdown));
+        take_sample(p, size, countdown);
     }
+}
+
+/// The allocation that crossed the countdown, out of line: the hooks' fast
+/// path keeps no frame for it.
+#[cold]
+#[inline(never)]
+fn take_sample(p: *mut c_void, size: usize, countdown: i64) {
+    guarded(|| sampler::sample(p as usize, size, countdown));
 }
 
 #[inline]
 fn on_free(p: *mut c_void) {
-    if p.is_null() || !sampler::enabled() || !table::maybe_sampled(p as usize) {
+    // No `enabled()` check: while the shim is idle the filter is all zero.
+    if p.is_null() || !table::maybe_sampled(p as usize) {
         return;
     }
+    forget(p);
+}
+
+/// The rare free that passed the filter, out of line: the fast path of
+/// `free` stays a few instructions and a tail jump into glibc.
+#[cold]
+#[inline(never)]
+fn forget(p: *mut c_void) {
     guarded(|| table::remove(p as usize));
 }
 

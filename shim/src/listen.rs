@@ -12,8 +12,10 @@
 //! One `s` line per stack holding memory now, or having held some at an
 //! earlier answer (then at 0, so its series goes on); addresses innermost
 //! first, return addresses as the unwinder gave them. The thread starts at
-//! a process' first sample (a process that allocates little never gets
-//! one), and again in a forked child, which answers on its own endpoint.
+//! a process' first sample taken in plain code (a process that allocates
+//! little never gets one; a sample in a signal handler or in the loader
+//! waits for the next), and again in a forked child, which answers on its
+//! own endpoint.
 
 use std::cell::UnsafeCell;
 use std::fmt::Write as _;
@@ -55,7 +57,13 @@ pub fn forked() {
     STARTED.store(false, Ordering::Relaxed);
 }
 
-/// Starts the answering thread once per process. With pthread_create
+/// Whether this process' answering thread has been started.
+pub fn started() -> bool {
+    STARTED.load(Ordering::Relaxed)
+}
+
+/// Starts the answering thread once per process; only from plain code (the
+/// sampler checks the stack), never from a signal handler or the loader. With pthread_create
 /// directly, not std::thread: std looks weak symbols up with dlsym on its
 /// first spawn, and a dlsym inside a hook that ran inside dlopen's error
 /// path replaces the program's pending dlerror() result (bash crashed on

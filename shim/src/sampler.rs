@@ -3,7 +3,7 @@
 
 use std::cell::Cell;
 use std::ffi::{CStr, c_void};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicU64, AtomicUsize, Ordering};
 
 use crate::{listen, table};
 
@@ -21,6 +21,23 @@ static INTERVAL: AtomicU64 = AtomicU64::new(DEFAULT_INTERVAL);
 /// The shim's own text: frames in it are left off every stack.
 static OWN_START: AtomicUsize = AtomicUsize::new(0);
 static OWN_END: AtomicUsize = AtomicUsize::new(0);
+/// The dynamic loader's text: a sample taken inside it (its TLS setup in
+/// pthread_create, dlopen) must not start the answering thread.
+static LOADER_START: AtomicUsize = AtomicUsize::new(0);
+static LOADER_END: AtomicUsize = AtomicUsize::new(0);
+/// How far a sample that may start the answering thread unwinds to look for
+/// a signal frame beyond the frames it keeps.
+const MAX_CHECKED_FRAMES: usize = 1024;
+
+/// COUNTDOWN's address minus the thread pointer, the same in every thread
+/// when the shim's TLS is in the static TLS block (always for an object
+/// loaded at startup, as a preloaded one is); 0 until known. Reading it
+/// through the thread pointer spares every malloc a call of
+/// `__tls_get_addr`, the general-dynamic access of a shared object's TLS.
+static COUNTDOWN_FROM_TP: AtomicIsize = AtomicIsize::new(0);
+/// How far below the thread pointer a static TLS block may lie (x86-64's
+/// TLS variant II; glibc's static block is a few KiB).
+const STATIC_TLS_MAX_BYTES: isize = 1 << 20;
 
 thread_local! {
     /// Bytes left until this thread's next sample.
@@ -42,11 +59,51 @@ pub fn interval() -> u64 {
 /// when it crossed zero, `None` on the fast path.
 #[inline]
 pub fn count(size: usize) -> Option<i64> {
-    COUNTDOWN.with(|c| {
+    let take = |c: &Cell<i64>| {
         let left = c.get() - size.min(i64::MAX as usize) as i64;
         c.set(left);
         (left <= 0).then_some(left)
-    })
+    };
+    let from_tp = COUNTDOWN_FROM_TP.load(Ordering::Relaxed);
+    if from_tp == 0 {
+        return COUNTDOWN.with(take);
+    }
+    let addr = thread_pointer().wrapping_add_signed(from_tp);
+    // SAFETY: in the static TLS block COUNTDOWN lies at this fixed offset
+    // from every thread's pointer (checked in `init`); only this thread
+    // touches its own Cell.
+    take(unsafe { &*(addr as *const Cell<i64>) })
+}
+
+/// The calling thread's thread pointer (x86-64: its TCB's self pointer at
+/// %fs:0).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+fn thread_pointer() -> usize {
+    let tp: usize;
+    // SAFETY: %fs:0 holds the TCB's own address on x86-64 Linux (glibc).
+    unsafe {
+        std::arch::asm!("mov {}, fs:0", out(reg) tp, options(nostack, readonly, preserves_flags));
+    }
+    tp
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+#[inline]
+fn thread_pointer() -> usize {
+    0
+}
+
+/// Finds COUNTDOWN's offset from the thread pointer if its TLS is static.
+fn find_countdown_offset() {
+    if !cfg!(target_arch = "x86_64") {
+        return;
+    }
+    let addr = COUNTDOWN.with(|c| c.as_ptr() as usize);
+    let from_tp = (addr as isize).wrapping_sub(thread_pointer() as isize);
+    if (-STATIC_TLS_MAX_BYTES..0).contains(&from_tp) {
+        COUNTDOWN_FROM_TP.store(from_tp, Ordering::Relaxed);
+    }
 }
 
 /// Reads the environment, finds the shim's own text, warms the unwinder up
@@ -71,9 +128,10 @@ pub fn init() {
             INTERVAL.store(n, Ordering::Relaxed);
         }
     }
-    find_own_text();
+    find_text_ranges();
+    find_countdown_offset();
     let mut frames = [0usize; MAX_FRAMES];
-    let _ = unwind(&mut frames);
+    let _ = unwind(&mut frames, false);
     // SAFETY: the handlers are plain functions that only touch atomics.
     unsafe {
         libc::pthread_atfork(
@@ -141,9 +199,19 @@ pub fn sample(addr: usize, size: usize, left: i64) {
         s / -(-s / mean).exp_m1()
     };
     let mut frames = [0usize; MAX_FRAMES];
-    let depth = unwind(&mut frames);
-    table::insert(addr, weight as u64, &frames[..depth]);
-    listen::ensure_started();
+    let starting = !listen::started();
+    let walk = unwind(&mut frames, starting);
+    table::insert(addr, weight as u64, &frames[..walk.depth]);
+    // pthread_create is not async-signal-safe: it allocates (the new
+    // thread's TLS, under the arena lock) and takes the loader's locks. A
+    // hook called from a signal handler that interrupted malloc, or from
+    // inside the loader, would wait forever for a lock its own thread holds
+    // (the stress test hung in tcache_init that way: SIGALRM's handler
+    // mapped memory while main's pthread_create held main_arena). Such a
+    // sample is kept; the thread starts at the next one from plain code.
+    if starting && walk.plain {
+        listen::ensure_started();
+    }
 }
 
 fn seed(addr: usize) {
@@ -186,7 +254,8 @@ fn draw(mean: f64) -> i64 {
 type TraceFn = extern "C" fn(ctx: *mut c_void, arg: *mut c_void) -> i32;
 unsafe extern "C" {
     fn _Unwind_Backtrace(trace: TraceFn, arg: *mut c_void) -> i32;
-    fn _Unwind_GetIP(ctx: *mut c_void) -> usize;
+    fn _Unwind_GetIPInfo(ctx: *mut c_void, ip_before_insn: *mut i32) -> usize;
+    fn _Unwind_GetCFA(ctx: *mut c_void) -> usize;
 }
 const URC_NO_REASON: i32 = 0;
 const URC_END_OF_STACK: i32 = 5;
@@ -194,48 +263,144 @@ const URC_END_OF_STACK: i32 = 5;
 struct Walk<'a> {
     frames: &'a mut [usize; MAX_FRAMES],
     depth: usize,
+    /// Frames seen, kept or not.
+    seen: usize,
     own: (usize, usize),
+    loader: (usize, usize),
+    /// Looking for a signal frame or a loader frame (then the walk goes on
+    /// past the kept frames, up to MAX_CHECKED_FRAMES).
+    checking: bool,
+    /// A signal frame or a loader frame was seen.
+    unsafe_context: bool,
+    /// The fast unwinder does not know this thread's stack top yet: walk
+    /// to the end (up to MAX_CHECKED_FRAMES) and tell it each CFA.
+    learning: bool,
+}
+
+/// What [`unwind`] found.
+pub struct Unwound {
+    pub depth: usize,
+    /// Asked to check, and the stack has no signal frame, no loader frame,
+    /// and ended within MAX_CHECKED_FRAMES: the hook runs in plain code.
+    pub plain: bool,
 }
 
 extern "C" fn step(ctx: *mut c_void, arg: *mut c_void) -> i32 {
     // SAFETY: arg is the Walk passed to _Unwind_Backtrace below.
     let walk = unsafe { &mut *arg.cast::<Walk>() };
-    // SAFETY: ctx is the unwinder's current frame.
-    let ip = unsafe { _Unwind_GetIP(ctx) };
+    let mut signal_frame = 0;
+    // SAFETY: ctx is the unwinder's current frame. The frame a signal
+    // interrupted is marked as a signal frame (libgcc unwinds through the
+    // sigreturn trampoline by its CFI's 'S' augmentation).
+    let ip = unsafe { _Unwind_GetIPInfo(ctx, &raw mut signal_frame) };
     if ip == 0 {
         return URC_END_OF_STACK;
     }
-    if (walk.own.0..walk.own.1).contains(&ip) {
-        return URC_NO_REASON;
+    walk.seen += 1;
+    #[cfg(target_arch = "x86_64")]
+    if walk.learning {
+        // SAFETY: ctx is the unwinder's current frame.
+        crate::cfi::saw_cfa(unsafe { _Unwind_GetCFA(ctx) });
     }
-    walk.frames[walk.depth] = ip;
-    walk.depth += 1;
-    if walk.depth == MAX_FRAMES {
-        URC_END_OF_STACK
+    if walk.checking && (signal_frame != 0 || (walk.loader.0..walk.loader.1).contains(&ip)) {
+        walk.unsafe_context = true;
+        walk.checking = false;
+    }
+    let keeping = walk.depth < MAX_FRAMES;
+    if keeping && !(walk.own.0..walk.own.1).contains(&ip) {
+        walk.frames[walk.depth] = ip;
+        walk.depth += 1;
+    }
+    let more = if walk.checking || walk.learning {
+        walk.seen < MAX_CHECKED_FRAMES
     } else {
+        walk.depth < MAX_FRAMES
+    };
+    if more {
         URC_NO_REASON
+    } else {
+        URC_END_OF_STACK
     }
 }
 
-/// The calling thread's return addresses outside the shim, innermost first.
-fn unwind(frames: &mut [usize; MAX_FRAMES]) -> usize {
+/// The calling thread's return addresses outside the shim, innermost first;
+/// with `check`, also whether the call comes from plain code (no signal
+/// handler, not the loader) on the whole stack. Without `check`, the fast
+/// unwinder first ([`crate::cfi`]), libgcc's when it gives up.
+fn unwind(frames: &mut [usize; MAX_FRAMES], check: bool) -> Unwound {
+    if !check {
+        if let Some(depth) = unwind_fast(frames) {
+            return Unwound {
+                depth,
+                plain: false,
+            };
+        }
+    }
     let mut walk = Walk {
         frames,
         depth: 0,
+        seen: 0,
         own: (
             OWN_START.load(Ordering::Relaxed),
             OWN_END.load(Ordering::Relaxed),
         ),
+        loader: (
+            LOADER_START.load(Ordering::Relaxed),
+            LOADER_END.load(Ordering::Relaxed),
+        ),
+        checking: check,
+        unsafe_context: false,
+        learning: !top_known(),
     };
     // SAFETY: step only writes within walk, which outlives the call.
     unsafe { _Unwind_Backtrace(step, (&raw mut walk).cast()) };
-    walk.depth
+    Unwound {
+        depth: walk.depth,
+        plain: check && !walk.unsafe_context && walk.seen < MAX_CHECKED_FRAMES,
+    }
 }
 
-/// Records the address range of the shim's own loaded segments.
-fn find_own_text() {
+#[cfg(target_arch = "x86_64")]
+fn top_known() -> bool {
+    crate::cfi::top_known()
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn top_known() -> bool {
+    true
+}
+
+/// [`unwind`] by the fast unwinder, the shim's own frames left off; `None`
+/// when it gave up.
+#[cfg(target_arch = "x86_64")]
+fn unwind_fast(frames: &mut [usize; MAX_FRAMES]) -> Option<usize> {
+    // Room for the shim's own frames, all innermost, besides the kept ones.
+    let mut raw = [0usize; MAX_FRAMES + 16];
+    let n = crate::cfi::walk(&mut raw)?;
+    let own = OWN_START.load(Ordering::Relaxed)..OWN_END.load(Ordering::Relaxed);
+    let mut depth = 0;
+    for &ip in raw[..n].iter().filter(|ip| !own.contains(ip)) {
+        if depth == MAX_FRAMES {
+            break;
+        }
+        frames[depth] = ip;
+        depth += 1;
+    }
+    Some(depth)
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn unwind_fast(_frames: &mut [usize; MAX_FRAMES]) -> Option<usize> {
+    None
+}
+
+/// Records the address ranges of the shim's own loaded segments and of the
+/// dynamic loader's.
+fn find_text_ranges() {
     extern "C" fn each(info: *mut libc::dl_phdr_info, _size: usize, _arg: *mut c_void) -> i32 {
-        let me = find_own_text as *const () as usize;
+        let me = find_text_ranges as *const () as usize;
+        // SAFETY: no preconditions; 0 when there is no interpreter.
+        let loader_base = unsafe { libc::getauxval(libc::AT_BASE) } as usize;
         // SAFETY: the loader passes a valid info for the call's duration.
         let info = unsafe { &*info };
         let base = info.dlpi_addr as usize;
@@ -255,7 +420,9 @@ fn find_own_text() {
         if mine {
             OWN_START.store(lo, Ordering::Relaxed);
             OWN_END.store(hi, Ordering::Relaxed);
-            return 1;
+        } else if loader_base != 0 && base == loader_base {
+            LOADER_START.store(lo, Ordering::Relaxed);
+            LOADER_END.store(hi, Ordering::Relaxed);
         }
         0
     }

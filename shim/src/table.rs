@@ -1,7 +1,7 @@
 //! Fixed-size tables, allocated once in `.bss` (untouched pages cost
 //! nothing): the sampled blocks by address, the call stacks they came from
-//! with their live bytes, and a counting filter that lets `free` of an
-//! unsampled block (nearly all of them) return after one load.
+//! with their live bytes, and a filter that lets `free` of an unsampled
+//! block (nearly all of them) return after one load of one bit.
 //!
 //! The block and stack tables are written under one spin lock, taken only
 //! by a sample (one per interval of bytes) and by a free that passes the
@@ -10,7 +10,7 @@
 //! without the lock.
 
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
 
 use crate::sampler::{MAX_FRAMES, mix};
 
@@ -19,9 +19,15 @@ use crate::sampler::{MAX_FRAMES, mix};
 const BLOCKS: usize = 1 << 17;
 /// Distinct call stacks.
 pub const STACKS: usize = 1 << 13;
-/// Counters of the filter; a free of an unsampled block takes the lock
-/// only on a collision, with probability (live samples) / FILTER.
-const FILTER: usize = 1 << 18;
+/// Granules of the filter, one bit each (128 KiB of bits). A granule is
+/// 16 bytes of address (malloc's alignment), taken straight from the
+/// address, not hashed: the frees of a heap's neighbouring blocks read
+/// neighbouring bits, so the part of the filter a program's heap uses stays
+/// in cache (a hashed index put every free's load on a cache miss: 65% of
+/// the shim's free). A free of an unsampled block takes the lock only on a
+/// collision: a live sampled block in the same granule of another 16 MiB
+/// window, probability (live samples) / FILTER at most.
+const FILTER: usize = 1 << 20;
 /// Linear probing looks this far for a stack before giving up.
 const MAX_PROBE: usize = 64;
 
@@ -44,6 +50,9 @@ struct Locked {
     blocks: [Block; BLOCKS],
     used: usize,
     stack_hash: [u64; STACKS],
+    /// Live sampled blocks per filter granule (255: saturated, kept for
+    /// good); the bit in FILTER_BITS is set while it is not 0.
+    filter_counts: [u8; FILTER],
 }
 
 struct Shared<T>(UnsafeCell<T>);
@@ -56,6 +65,7 @@ static LOCKED: Shared<Locked> = Shared(UnsafeCell::new(Locked {
     blocks: [EMPTY; BLOCKS],
     used: 0,
     stack_hash: [0; STACKS],
+    filter_counts: [0; FILTER],
 }));
 static FRAMES: Shared<[[usize; MAX_FRAMES]; STACKS]> =
     Shared(UnsafeCell::new([[0; MAX_FRAMES]; STACKS]));
@@ -65,7 +75,7 @@ static DEPTH: [AtomicU32; STACKS] = [const { AtomicU32::new(0) }; STACKS];
 static LIVE: [AtomicI64; STACKS] = [const { AtomicI64::new(0) }; STACKS];
 /// Live sampled blocks of each stack.
 static BLOCKS_LIVE: [AtomicI64; STACKS] = [const { AtomicI64::new(0) }; STACKS];
-static FILTER_COUNTS: [AtomicU8; FILTER] = [const { AtomicU8::new(0) }; FILTER];
+static FILTER_BITS: [AtomicU64; FILTER / 64] = [const { AtomicU64::new(0) }; FILTER / 64];
 pub static SAMPLES: AtomicU64 = AtomicU64::new(0);
 /// Samples not kept (a table full, or taken while a fork held the table).
 pub static DROPPED: AtomicU64 = AtomicU64::new(0);
@@ -117,15 +127,24 @@ pub fn unlock_after_fork() {
     unlock();
 }
 
-fn home(addr: usize) -> (usize, usize) {
-    let h = mix(addr as u64);
-    (h as usize & (BLOCKS - 1), (h >> 40) as usize & (FILTER - 1))
+/// The slot where the probe for `addr` in the block table starts.
+fn home(addr: usize) -> usize {
+    mix(addr as u64) as usize & (BLOCKS - 1)
+}
+
+/// `addr`'s granule in the filter: its 16-byte granule in a 16 MiB window,
+/// xor the window's number (so that page-aligned blocks of different
+/// windows spread too).
+#[inline]
+fn granule(addr: usize) -> usize {
+    ((addr >> 4) ^ (addr >> 24)) & (FILTER - 1)
 }
 
 /// False when `addr` is certainly not a live sampled block.
 #[inline]
 pub fn maybe_sampled(addr: usize) -> bool {
-    FILTER_COUNTS[home(addr).1].load(Ordering::Relaxed) != 0
+    let g = granule(addr);
+    FILTER_BITS[g / 64].load(Ordering::Relaxed) & (1 << (g % 64)) != 0
 }
 
 /// Records a sampled block of `weight` estimated bytes allocated from
@@ -163,7 +182,7 @@ fn insert_block(t: &mut Locked, addr: usize, weight: u64, stack: u32) -> bool {
     if t.used >= BLOCKS / 4 * 3 {
         return false;
     }
-    let (mut i, filter) = home(addr);
+    let mut i = home(addr);
     while t.blocks[i].addr != 0 && t.blocks[i].addr != addr {
         i = (i + 1) & (BLOCKS - 1);
     }
@@ -174,8 +193,12 @@ fn insert_block(t: &mut Locked, addr: usize, weight: u64, stack: u32) -> bool {
         account(old.stack, -(old.weight as i64), -1);
     } else {
         t.used += 1;
-        let _ = FILTER_COUNTS[filter]
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| c.checked_add(1));
+        let g = granule(addr);
+        let count = &mut t.filter_counts[g];
+        if *count == 0 {
+            FILTER_BITS[g / 64].fetch_or(1 << (g % 64), Ordering::Relaxed);
+        }
+        *count = count.saturating_add(1);
     }
     t.blocks[i] = Block {
         addr,
@@ -187,7 +210,7 @@ fn insert_block(t: &mut Locked, addr: usize, weight: u64, stack: u32) -> bool {
 }
 
 fn remove_block(t: &mut Locked, addr: usize) {
-    let (mut i, filter) = home(addr);
+    let mut i = home(addr);
     loop {
         match t.blocks[i].addr {
             0 => return,
@@ -199,9 +222,14 @@ fn remove_block(t: &mut Locked, addr: usize) {
     account(b.stack, -(b.weight as i64), -1);
     t.used -= 1;
     // A saturated counter stays: it no longer knows how many it counts.
-    let _ = FILTER_COUNTS[filter].fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| {
-        (c != u8::MAX).then(|| c.saturating_sub(1))
-    });
+    let g = granule(addr);
+    let count = &mut t.filter_counts[g];
+    if *count != u8::MAX {
+        *count = count.saturating_sub(1);
+        if *count == 0 {
+            FILTER_BITS[g / 64].fetch_and(!(1 << (g % 64)), Ordering::Relaxed);
+        }
+    }
     // Backward-shift deletion keeps every probe chain unbroken without
     // tombstones (Knuth, TAOCP vol. 3, 6.4, algorithm R).
     let mut j = i;
@@ -212,7 +240,7 @@ fn remove_block(t: &mut Locked, addr: usize) {
             t.blocks[i] = EMPTY;
             return;
         }
-        let k = home(next.addr).0;
+        let k = home(next.addr);
         let stays = if i <= j {
             i < k && k <= j
         } else {
@@ -225,9 +253,12 @@ fn remove_block(t: &mut Locked, addr: usize) {
     }
 }
 
+/// Under the lock: every writer holds it, so a load and a store (no locked
+/// read-modify-write) keep the sums exact; the answering thread only reads.
 fn account(stack: u32, bytes: i64, blocks: i64) {
-    LIVE[stack as usize].fetch_add(bytes, Ordering::Relaxed);
-    BLOCKS_LIVE[stack as usize].fetch_add(blocks, Ordering::Relaxed);
+    let (live, count) = (&LIVE[stack as usize], &BLOCKS_LIVE[stack as usize]);
+    live.store(live.load(Ordering::Relaxed) + bytes, Ordering::Relaxed);
+    count.store(count.load(Ordering::Relaxed) + blocks, Ordering::Relaxed);
 }
 
 /// The slot of `frames`, added if new; `None` when the table is full.

@@ -21,7 +21,6 @@ use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::io::{self, Read, Write};
 use std::os::unix::fs::DirBuilderExt;
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -44,9 +43,11 @@ pub const ENV_INTERVAL: &str = "LEAKWATCH_NATIVE_INTERVAL";
 /// At 64 KiB a stack growing 1 MiB per run is sampled 16 times per run,
 /// 160 times over 10 runs (≈ 8% standard error on the total); at 512 KiB
 /// (tcmalloc's and jemalloc's range) it would be 20 times (≈ 22%), too
-/// coarse for the issue's 1 MiB/run within 25%. The cost stays small: one
-/// unwind (a few µs) per 64 KiB allocated; `benches/harness/native_shim.py`
-/// measures it.
+/// coarse for the issue's 1 MiB/run within 25%. The cost: one unwind per
+/// 64 KiB allocated (a cached rule per return address: ≈ 0.3 µs a sample
+/// with its table insert, where libgcc's unwinder alone took ≈ 1.5 µs) and
+/// the hooks' own few instructions on every call;
+/// `benches/harness/native_shim.py` measures it.
 pub const DEFAULT_INTERVAL_BYTES: u64 = 64 * 1024;
 /// Longest socket path: `sun_path` holds 108 bytes with the final NUL.
 const MAX_SOCKET_PATH: usize = 107;
@@ -152,15 +153,30 @@ impl NativeSites {
     pub fn ask(&self, pid: u32, run: u32, timeout: Duration) -> Result<Snapshot, String> {
         let path = self.dir.join(format!("{pid}.sock"));
         let started = Instant::now();
-        let mut stream = UnixStream::connect(&path).map_err(|e| {
+        // Never a blocking connect: a process whose answering thread is stuck
+        // (or that is stopped) fills its accept queue, and the next connect
+        // would wait forever.
+        let mut stream = super::connect(&path).map_err(|e| {
             if !Path::new(&format!("/proc/{pid}")).exists() {
                 let _ = fs::remove_file(&path);
                 format!("process {pid} has exited")
+            } else if e.raw_os_error() == Some(libc::EAGAIN) {
+                format!(
+                    "process {pid} does not take connections on {} (its queue is full: stuck or \
+                     stopped)",
+                    path.display()
+                )
             } else {
                 format!("process {pid} does not answer on {}: {e}", path.display())
             }
         })?;
-        let io = |e: io::Error| format!("cannot talk to process {pid}: {e}");
+        // A read or write timeout shows as WouldBlock (EAGAIN) on a socket.
+        let io = |e: io::Error| match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
+                format!("process {pid} did not answer within {timeout:?}")
+            }
+            _ => format!("cannot talk to process {pid}: {e}"),
+        };
         stream.set_write_timeout(Some(timeout)).map_err(io)?;
         stream
             .write_all(format!("snapshot {run}\n").as_bytes())

@@ -37,10 +37,8 @@ pub mod wire;
 use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -466,7 +464,7 @@ impl PySites {
             path: path.to_path_buf(),
             source,
         };
-        let mut stream = connect(path).map_err(|e| connect_error(pid, path, e))?;
+        let mut stream = super::connect(path).map_err(|e| connect_error(pid, path, e))?;
         let timed_out = || AnswerError::Timeout {
             pid,
             path: path.to_path_buf(),
@@ -558,48 +556,6 @@ fn connect_error(pid: u32, path: &Path, e: io::Error) -> AnswerError {
             source: e,
         },
     }
-}
-
-/// Connects without blocking: a Unix socket whose accept queue is full
-/// (a process whose answering thread hangs) fails with EAGAIN at once
-/// instead of blocking leakwatch; std's connect would wait.
-fn connect(path: &Path) -> io::Result<UnixStream> {
-    let bytes = path.as_os_str().as_bytes();
-    // SAFETY: sockaddr_un is plain data; all-zero is a valid value.
-    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-    if bytes.len() >= addr.sun_path.len() || bytes.contains(&0) {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "socket path too long",
-        ));
-    }
-    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
-    for (dst, &src) in addr.sun_path.iter_mut().zip(bytes) {
-        *dst = src as libc::c_char;
-    }
-    let len = std::mem::offset_of!(libc::sockaddr_un, sun_path) + bytes.len() + 1;
-    let flags = libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC;
-    // SAFETY: plain syscall; the result is checked before use.
-    let raw = unsafe { libc::socket(libc::AF_UNIX, flags, 0) };
-    if raw < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: raw is a fresh descriptor owned by nobody else.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    // SAFETY: addr is initialised and len covers sun_family, the path and its NUL.
-    let rc = unsafe {
-        libc::connect(
-            fd.as_raw_fd(),
-            (&raw const addr).cast::<libc::sockaddr>(),
-            len as libc::socklen_t,
-        )
-    };
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let stream = UnixStream::from(fd);
-    stream.set_nonblocking(false)?;
-    Ok(stream)
 }
 
 /// Creates a fresh directory `leakwatch-py-<pid>-<random>` in `parent`,
