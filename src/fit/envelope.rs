@@ -72,20 +72,20 @@ pub struct Envelope {
 pub const SAWTOOTH_SHARPNESS: f64 = 0.45;
 
 impl Envelope {
-    /// The floor's least-squares line from `from_x` on: through the minima of about `WINDOWS`
+    /// The floor's least-squares line from `from_x` on, and its minima: through the minima of
+    /// about `WINDOWS`
     /// windows of that part (each the lowest of consecutive `fine` minima; a longer window's
     /// minimum lies nearer the floor, so fewer, longer windows fit it better, down to the t
     /// quantile's cost); `None` with fewer than `MIN_WINDOWS` fine minima there.
-    pub fn floor_from(&self, from_x: f64) -> Option<LinearFit> {
+    pub fn floor_from(&self, from_x: f64) -> Option<(LinearFit, Vec<(f64, f64)>)> {
         let (fx, fy): (Vec<f64>, Vec<f64>) =
             self.fine.iter().filter(|p| p.0 >= from_x).copied().unzip();
         if fx.len() < MIN_WINDOWS {
             return None;
         }
-        let (x, y): (Vec<f64>, Vec<f64>) = window_minima(&fx, &fy, WINDOWS.min(fx.len()))
-            .into_iter()
-            .unzip();
-        stats::ols(&x, &y)
+        let points = window_minima(&fx, &fy, WINDOWS.min(fx.len()));
+        let (x, y): (Vec<f64>, Vec<f64>) = points.iter().copied().unzip();
+        Some((stats::ols(&x, &y)?, points))
     }
 
     /// Floor level at `x`, bytes (`None` without a fit).

@@ -9,7 +9,7 @@
 //! * jumps count as steps when significant at two-sided α (≈ σ·√(4/m₁ + 4/m₂)) and over
 //!   thr·Δx; segments rise or fall when beyond ±thr at one-sided α;
 //! * nothing rises, or it falls as much as it rises → the line, its interval reaching down to
-//!   the end segment's lower bound (or 0) — the segments say the end may be flat;
+//!   0 — the segments say the end may be flat;
 //! * else the end segment's line: the last change point's segment, merged back until it holds
 //!   `max(5, n/5)` points (`end_window`), its lower bound at one-sided α/10 (the search chose
 //!   where it starts) and its upper one at 95%, reaching down to its Theil–Sen slope and,
@@ -203,7 +203,7 @@ impl Ctx<'_> {
             return self.judge_line(c);
         }
         if ev.up_x.is_empty() && ev.ramps == 0 {
-            return self.no_growth_events(c, &end_txt, end.ci95.0);
+            return self.no_growth_events(c, &end_txt);
         }
         let z1 = stats::normal_quantile(1.0 - self.t.alpha);
         let all_rise = ev.ramps + 1 == segs.len() && end_slope - z1 * end_se > self.thr;
@@ -336,8 +336,9 @@ impl Ctx<'_> {
 
     /// No step up and no rising segment: stable or inconclusive by the line, never a leak or a
     /// plateau (whatever moved was a drop or too small to matter).
-    fn no_growth_events(&self, c: Classification, end_txt: &str, end_low: f64) -> Classification {
-        let c = self.not_significant(c, false, end_low);
+    fn no_growth_events(&self, c: Classification, end_txt: &str) -> Classification {
+        // The segments show no rise: the line, down to no rate at all.
+        let c = self.not_significant(c, false, 0.0);
         if c.verdict == Verdict::Stable {
             let reason = format!("no step or rise that matters; {end_txt}");
             return c.decide(Verdict::Stable, reason);

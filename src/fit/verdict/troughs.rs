@@ -80,11 +80,17 @@ impl Ctx<'_> {
         // Where it slowed, the end's rate from the fine minima when there are enough of them:
         // a dozen windows leave three or four troughs to the end, too few for its rate.
         let stopped = stopped.map(|mut s| {
-            if let Some((f, ci)) = env
+            if let Some((f, ci, pts)) = env
                 .floor_from(s.stop_x)
-                .and_then(|f| Some((f, f.slope_ci95?)))
+                .and_then(|(f, pts)| Some((f, f.slope_ci95?, pts)))
             {
                 s.end = EndRate::new(RateFrom::TroughEnd, f.slope, ci);
+                // As for the whole floor: skewed minima rise only by the rank test.
+                let (_, py): (Vec<f64>, Vec<f64>) = pts.into_iter().unzip();
+                let ranks = stats::mann_kendall(&py);
+                if !ranks.is_some_and(|m| m.s > 0.0 && m.p_two_sided < self.t.alpha / 10.0) {
+                    s.end = s.end.lower_to(0.0);
+                }
             }
             s
         });
@@ -196,8 +202,9 @@ impl Ctx<'_> {
 
     /// A saw-tooth whose teeth are too slow for the series (too few windows of two teeth):
     /// the series' own line, its interval widened for its residuals' autocorrelation (teeth
-    /// are long runs of residuals of one sign); with too little left to estimate that, an
-    /// interval spanning 0 and twice the slope.
+    /// are long runs of residuals of one sign; with too little left to estimate that, an
+    /// interval spanning 0 and twice the slope) and by a tooth's height over the span (the
+    /// phase of the first and last teeth).
     fn few_teeth(&self, mut c: Classification, env: &Envelope) -> Classification {
         c.decided_by = DecidedBy::Mean;
         let slope = self.fit.slope;
@@ -205,6 +212,11 @@ impl Ctx<'_> {
             self.ci.0.min(0.0) - slope.abs(),
             self.ci.1.max(0.0) + slope.abs(),
         ));
+        // Where the first and the last tooth happened to be sampled moves the line by up to a
+        // tooth over the whole span, whatever the noise says.
+        let span = (self.x[self.x.len() - 1] - self.x[0]).max(f64::MIN_POSITIVE);
+        let phase = 2.0 * env.mean_height / span;
+        let ci = (ci.0 - phase, ci.1 + phase);
         let end = EndRate::new(RateFrom::Line, slope, ci);
         let slope_txt = self.slope_txt();
         let (drops, n) = (env.drops, self.raw_n);
