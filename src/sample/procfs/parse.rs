@@ -135,20 +135,6 @@ pub fn parse_status(text: &str) -> Result<Status, ParseError> {
     Ok(status)
 }
 
-/// The `status` keys leakwatch keeps.
-const STATUS_KEYS: [&[u8]; 10] = [
-    b"Name",
-    b"State",
-    b"PPid",
-    b"VmRSS",
-    b"RssAnon",
-    b"RssFile",
-    b"RssShmem",
-    b"VmSwap",
-    b"VmHWM",
-    b"Threads",
-];
-
 /// Parses `/proc/PID/status` into `out` (every field replaced; the name's
 /// allocation reused).
 pub fn parse_status_into(text: &[u8], out: &mut Status) -> Result<(), ParseError> {
@@ -158,7 +144,7 @@ pub fn parse_status_into(text: &[u8], out: &mut Status) -> Result<(), ParseError
     let mut saw_name = false;
     // The keys kept, counted down: the kernel writes them all before
     // `Threads`, so the signal masks and CPU lists after it are not read.
-    let mut wanted = 10;
+    let mut wanted = 10; // the arms of the match below
     for line in text.split(|&b| b == b'\n') {
         if wanted == 0 {
             break;
@@ -167,7 +153,6 @@ pub fn parse_status_into(text: &[u8], out: &mut Status) -> Result<(), ParseError
             continue;
         };
         let (key, rest) = (&line[..colon], &line[colon + 1..]);
-        wanted -= usize::from(STATUS_KEYS.contains(&key));
         match key {
             b"Name" => {
                 unescape_name(rest.strip_prefix(b"\t").unwrap_or(rest), &mut name);
@@ -186,8 +171,10 @@ pub fn parse_status_into(text: &[u8], out: &mut Status) -> Result<(), ParseError
             b"VmSwap" => out.swap_bytes = kb_bytes(rest),
             b"VmHWM" => out.hwm_bytes = kb_bytes(rest),
             b"Threads" => out.threads = kb_bytes(rest),
-            _ => {}
+            _ => continue,
         }
+        // One of the keys kept (the match above is their list).
+        wanted -= 1;
     }
     out.name = name;
     if saw_name {
