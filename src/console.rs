@@ -94,6 +94,11 @@ impl Progress {
         self.bar.is_some()
     }
 
+    /// Neither a bar nor log lines (`--quiet` without a terminal).
+    pub fn is_silent(&self) -> bool {
+        self.quiet && self.bar.is_none()
+    }
+
     /// A completed step (a run): the bar moves, or a log line is printed.
     pub fn step(&self, pos: u64, text: &str) {
         match &self.bar {

@@ -10,6 +10,8 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+mod columns;
+
 /// Which processes a row (and a series) belongs to. Ordered as reports list
 /// them: survivors, watched pids, the attach target, the command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -341,12 +343,24 @@ mod cell {
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
         let text = String::deserialize(d)?;
-        let text = match text.strip_prefix('\'') {
-            Some(rest) => rest.to_string(),
-            None => text,
-        };
+        Ok(from_file(&text))
+    }
+
+    /// A cell's text as written (into `out`): made inert, a `'` before a
+    /// formula's first character.
+    pub fn to_file(text: &str, out: &mut String) {
+        let text = crate::escape::inert_lines(text);
+        if needs_quote(&text) {
+            out.push('\'');
+        }
+        out.push_str(&text);
+    }
+
+    /// A cell's text as read: one leading `'` off, made inert.
+    pub fn from_file(text: &str) -> String {
+        let text = text.strip_prefix('\'').unwrap_or(text);
         // A planted file is inert too; what leakwatch wrote is unchanged.
-        Ok(crate::escape::inert_lines(&text).into_owned())
+        crate::escape::inert_lines(text).into_owned()
     }
 }
 
@@ -459,7 +473,12 @@ pub enum StoreError {
 /// leakwatch loses at most the batch in flight.
 pub struct SampleWriter {
     path: PathBuf,
-    writer: csv::Writer<File>,
+    file: File,
+    /// The header goes before the first row (none in a file without rows).
+    header_due: bool,
+    /// A batch's lines, written with one call (`columns::write_row`).
+    line_buf: Vec<u8>,
+    scratch: String,
     rows: u64,
     /// Rows in the file now: `rows` less those `retain` dropped.
     in_file: u64,
@@ -476,7 +495,10 @@ impl SampleWriter {
         let file = crate::output::create_new(path)?;
         Ok(SampleWriter {
             path: path.to_path_buf(),
-            writer: csv::Writer::from_writer(file),
+            file,
+            header_due: true,
+            line_buf: Vec::new(),
+            scratch: String::new(),
             rows: 0,
             in_file: 0,
             tap: None,
@@ -511,7 +533,6 @@ impl SampleWriter {
             path: self.path.clone(),
             error,
         };
-        self.writer.flush().map_err(write_error)?;
         let dir = match self.path.parent() {
             Some(d) if !d.as_os_str().is_empty() => d,
             _ => Path::new("."),
@@ -544,28 +565,38 @@ impl SampleWriter {
             .append(true)
             .open(&self.path)
             .map_err(write_error)?;
-        self.writer = csv::WriterBuilder::new()
-            .has_headers(false)
-            .from_writer(file);
+        self.file = file;
+        self.header_due = false;
         self.in_file = kept;
         Ok(kept)
     }
 
-    /// Writes a batch and flushes it to the file.
+    /// Writes a batch to the file: the rows reach the kernel now.
     pub fn write_batch(&mut self, rows: &[Row]) -> Result<(), StoreError> {
-        for row in rows {
-            self.writer.serialize(row).map_err(|e| StoreError::Write {
-                path: self.path.clone(),
-                error: io::Error::other(e),
-            })?;
-            self.rows += 1;
-            self.in_file += 1;
+        use std::io::Write;
+        if !rows.is_empty() {
+            self.line_buf.clear();
+            if self.header_due {
+                columns::write_header(&mut self.line_buf);
+            }
+            for row in rows {
+                columns::write_row(&mut self.line_buf, row, &mut self.scratch);
+            }
+            self.file
+                .write_all(&self.line_buf)
+                .map_err(|error| StoreError::Write {
+                    path: self.path.clone(),
+                    error,
+                })?;
+            self.header_due = false;
+            self.rows += rows.len() as u64;
+            self.in_file += rows.len() as u64;
+            // A batch of a huge tree's first deep pass is not held for the
+            // session.
+            if self.line_buf.capacity() > 1 << 20 {
+                self.line_buf = Vec::new();
+            }
         }
-        // csv's flush also flushes the file: the rows reach the kernel now.
-        self.writer.flush().map_err(|error| StoreError::Write {
-            path: self.path.clone(),
-            error,
-        })?;
         if let Some(tap) = &mut self.tap {
             tap(rows);
         }
@@ -685,6 +716,8 @@ pub fn scan(path: &Path, mut each: impl FnMut(Row)) -> Result<ScanReport, StoreE
     let mut keys = SampleKeys::default();
     let mut record = csv::StringRecord::new();
     let headers = reader.headers().cloned().unwrap_or_default();
+    // Rows by column position; serde for a file or a record it cannot take.
+    let columns = columns::Columns::new(&headers);
     // The last line read, held back until the next one shows it was whole:
     // a last line without its newline was cut short, even if it parses.
     let mut held: Option<(u64, Result<Row, String>)> = None;
@@ -693,13 +726,16 @@ pub fn scan(path: &Path, mut each: impl FnMut(Row)) -> Result<ScanReport, StoreE
         let next = match reader.read_record(&mut record) {
             Ok(false) => None,
             Ok(true) => Some(
-                record
-                    .deserialize::<Row>(Some(&headers))
-                    .map_err(|e| e.to_string())
-                    .and_then(|row| match invalid(&row) {
-                        Some(why) => Err(why.to_string()),
-                        None => Ok(upgraded(row)),
-                    }),
+                match columns.as_ref().and_then(|c| c.row(&record)) {
+                    Some(row) => Ok(row),
+                    None => record
+                        .deserialize::<Row>(Some(&headers))
+                        .map_err(|e| e.to_string()),
+                }
+                .and_then(|row| match invalid(&row) {
+                    Some(why) => Err(why.to_string()),
+                    None => Ok(upgraded(row)),
+                }),
             ),
             Err(e) => Some(Err(e.to_string())),
         };

@@ -16,6 +16,8 @@
  *            opened beforehand, read to the end, close) and fstatat(fd)
  *   children the same for a small tree, with task/PID/children read per
  *            process instead of the listing
+ *   status   status alone per process, through the held directory (no
+ *            fd count, no discovery): the reads of the memory figures
  *   statm    what psutil's memory_info reads: /proc/PID/statm by path
  *   rollup   /proc/PID/smaps_rollup by path (one page walk)
  *   smaps    /proc/PID/smaps by path (one page walk and every mapping)
@@ -49,7 +51,8 @@ static void drain(int fd) {
 
 int main(int argc, char **argv) {
     if (argc < 4) {
-        fprintf(stderr, "usage: %s listing|children|statm|rollup|smaps|deep:M REPS PID...\n",
+        fprintf(stderr,
+                "usage: %s listing|children|status|statm|rollup|smaps|deep:M REPS PID...\n",
                 argv[0]);
         return 2;
     }
@@ -67,6 +70,7 @@ int main(int argc, char **argv) {
                                                      : "smaps";
     int mapped = strncmp(mode, "deep:", 5) == 0 ? atoi(mode + 5) : -1;
     int listing = strcmp(mode, "listing") == 0, children = strcmp(mode, "children") == 0;
+    int status_only = strcmp(mode, "status") == 0;
     const char *sleep_env = getenv("FLOOR_SLEEP_MS");
     long sleep_ns = sleep_env ? (long)(atof(sleep_env) * 1e6) : 0;
     double spent = 0;
@@ -76,7 +80,7 @@ int main(int argc, char **argv) {
             nanosleep(&d, NULL);
         }
         double t0 = cpu();
-        if (listing || children) {
+        if (listing || children || status_only) {
             if (listing) {
                 DIR *proc = opendir("/proc");
                 while (readdir(proc))
@@ -86,6 +90,8 @@ int main(int argc, char **argv) {
             struct stat st;
             for (int i = 0; i < n; i++) {
                 drain(openat(dirs[i], "status", O_RDONLY | O_CLOEXEC));
+                if (status_only)
+                    continue;
                 fstatat(dirs[i], "fd", &st, 0);
                 if (children) {
                     snprintf(path, sizeof path, "task/%s/children", argv[3 + i]);

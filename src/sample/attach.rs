@@ -693,6 +693,14 @@ impl Session<'_> {
             self.start_said = true;
             self.progress.line(&self.start_line(processes));
         }
+        // Nothing to show this tick (no bar, no log line due): no text made.
+        let interactive = self.progress.is_interactive();
+        let log_due = !interactive
+            && !self.progress.is_silent()
+            && self.last_progress.elapsed() >= Duration::from_secs(10);
+        if !interactive && !log_due {
+            return;
+        }
         let rss: u64 = rows
             .iter()
             .filter(|r| r.is_process_sample())
@@ -709,9 +717,7 @@ impl Session<'_> {
             ),
             None => format!("until it exits or Ctrl-C: {now}"),
         });
-        if !self.progress.is_interactive()
-            && self.last_progress.elapsed() >= Duration::from_secs(10)
-        {
+        if log_due {
             self.last_progress = Instant::now();
             let of = self
                 .plan

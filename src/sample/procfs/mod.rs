@@ -146,7 +146,7 @@ impl ProcRoot {
     fn read(&self, pid: u32, file: &str, buf: &mut Vec<u8>) -> Result<usize, ProcError> {
         let path = self.path(pid, file);
         fs::File::open(&path)
-            .and_then(|f| read_all(f, buf))
+            .and_then(|f| read_all(f, buf, Reads::ToEnd))
             .map_err(|e| ProcError::from_io(pid, path, e))
     }
 
@@ -308,18 +308,26 @@ impl ProcDir {
     /// the file is `buf[..n]`.
     pub fn read(&self, name: &str, buf: &mut Vec<u8>) -> Result<usize, ProcError> {
         self.open(name, OFlag::O_RDONLY)
-            .and_then(|fd| read_all(fs::File::from(fd), buf))
+            .and_then(|fd| read_all(fs::File::from(fd), buf, Reads::ToEnd))
+            .map_err(|e| self.error(name, e))
+    }
+
+    /// As `read`, for a file the kernel writes in one piece (`status`,
+    /// `stat`, `smaps_rollup`): a read short of the buffer is its end.
+    fn read_single(&self, name: &str, buf: &mut Vec<u8>) -> Result<usize, ProcError> {
+        self.open(name, OFlag::O_RDONLY)
+            .and_then(|fd| read_all(fs::File::from(fd), buf, Reads::Single))
             .map_err(|e| self.error(name, e))
     }
 
     /// `status` into `out`, reusing its name's allocation.
     pub fn status(&self, buf: &mut Vec<u8>, out: &mut Status) -> Result<(), ProcError> {
-        let n = self.read("status", buf)?;
+        let n = self.read_single("status", buf)?;
         parse_status_into(&buf[..n], out).map_err(|what| self.parse_error("status", what))
     }
 
     pub fn stat(&self, buf: &mut Vec<u8>) -> Result<Stat, ProcError> {
-        let n = self.read("stat", buf)?;
+        let n = self.read_single("stat", buf)?;
         parse_stat_bytes(&buf[..n]).map_err(|what| self.parse_error("stat", what))
     }
 
@@ -389,7 +397,7 @@ impl ProcDir {
     /// `smaps_rollup`: one walk of the process's page tables.
     pub fn smaps_rollup(&self, buf: &mut Vec<u8>) -> Result<Rollup, ProcError> {
         const NAME: &str = "smaps_rollup";
-        let n = self.read(NAME, buf)?;
+        let n = self.read_single(NAME, buf)?;
         let text = &buf[..n];
         // A process that has exited but not yet been reaped has no mm: the
         // file is empty. That is "gone" as far as memory goes.
@@ -415,11 +423,25 @@ impl ProcDir {
     }
 }
 
+/// How a file's end is found.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Reads {
+    /// A read that returns 0: a file of records (`children`, `smaps`)
+    /// comes a buffer of the kernel's at a time, so a short read is not
+    /// its end.
+    ToEnd,
+    /// A read short of the buffer: a file the kernel renders whole before
+    /// the first read (`single_open`: `status`, `stat`, `smaps_rollup`)
+    /// hands out all of it to a buffer large enough, and the read that
+    /// would return 0 is one system call per file for nothing.
+    Single,
+}
+
 /// Reads `file` to its end into `buf`, a work area reused between calls
 /// (grown, never shrunk); returns the length read. Plain `read` calls:
 /// `read_to_end` on a `File` first asks its size and position (statx and
 /// lseek), two system calls more per /proc file, which are empty there.
-fn read_all(mut file: fs::File, buf: &mut Vec<u8>) -> io::Result<usize> {
+fn read_all(mut file: fs::File, buf: &mut Vec<u8>, reads: Reads) -> io::Result<usize> {
     if buf.len() < SMALL_FILE {
         buf.resize(SMALL_FILE, 0);
     }
@@ -430,6 +452,7 @@ fn read_all(mut file: fs::File, buf: &mut Vec<u8>) -> io::Result<usize> {
         }
         match file.read(&mut buf[filled..]) {
             Ok(0) => return Ok(filled),
+            Ok(n) if reads == Reads::Single && filled + n < buf.len() => return Ok(filled + n),
             Ok(n) => filled += n,
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
             Err(e) => return Err(e),

@@ -135,20 +135,6 @@ pub fn parse_status(text: &str) -> Result<Status, ParseError> {
     Ok(status)
 }
 
-/// The `status` keys leakwatch keeps.
-const STATUS_KEYS: [&[u8]; 10] = [
-    b"Name",
-    b"State",
-    b"PPid",
-    b"VmRSS",
-    b"RssAnon",
-    b"RssFile",
-    b"RssShmem",
-    b"VmSwap",
-    b"VmHWM",
-    b"Threads",
-];
-
 /// Parses `/proc/PID/status` into `out` (every field replaced; the name's
 /// allocation reused).
 pub fn parse_status_into(text: &[u8], out: &mut Status) -> Result<(), ParseError> {
@@ -158,16 +144,15 @@ pub fn parse_status_into(text: &[u8], out: &mut Status) -> Result<(), ParseError
     let mut saw_name = false;
     // The keys kept, counted down: the kernel writes them all before
     // `Threads`, so the signal masks and CPU lists after it are not read.
-    let mut wanted = 10;
-    for line in text.split(|&b| b == b'\n') {
+    let mut wanted = 10; // the arms of the match below
+    for line in lines(text) {
         if wanted == 0 {
             break;
         }
-        let Some(colon) = line.iter().position(|&b| b == b':') else {
+        let Some(colon) = memchr::memchr(b':', line) else {
             continue;
         };
         let (key, rest) = (&line[..colon], &line[colon + 1..]);
-        wanted -= usize::from(STATUS_KEYS.contains(&key));
         match key {
             b"Name" => {
                 unescape_name(rest.strip_prefix(b"\t").unwrap_or(rest), &mut name);
@@ -186,8 +171,10 @@ pub fn parse_status_into(text: &[u8], out: &mut Status) -> Result<(), ParseError
             b"VmSwap" => out.swap_bytes = kb_bytes(rest),
             b"VmHWM" => out.hwm_bytes = kb_bytes(rest),
             b"Threads" => out.threads = kb_bytes(rest),
-            _ => {}
+            _ => continue,
         }
+        // One of the keys kept (the match above is their list).
+        wanted -= 1;
     }
     out.name = name;
     if saw_name {
@@ -195,6 +182,30 @@ pub fn parse_status_into(text: &[u8], out: &mut Status) -> Result<(), ParseError
     } else {
         Err(ParseError::NoLine("Name"))
     }
+}
+
+/// `text`'s lines as `split(|&b| b == b'\n')` gives them (a last piece
+/// after the last newline too), found with `memchr`: a byte-at-a-time
+/// search was half of parsing `status`, itself the largest part of a tick
+/// that is not the kernel's.
+fn lines(mut text: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut done = false;
+    std::iter::from_fn(move || {
+        if done {
+            return None;
+        }
+        match memchr::memchr(b'\n', text) {
+            Some(at) => {
+                let line = &text[..at];
+                text = &text[at + 1..];
+                Some(line)
+            }
+            None => {
+                done = true;
+                Some(text)
+            }
+        }
+    })
 }
 
 /// `status` writes the command name with `\n` as `\n` and `\` as `\\`
@@ -307,6 +318,23 @@ pub(super) fn parse_stat_bytes(text: &[u8]) -> Result<Stat, ParseError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lines_are_what_split_gives() {
+        for text in [
+            "",
+            "\n",
+            "a",
+            "a\n",
+            "a\nb",
+            "a\n\nb\n",
+            "Name:\tx\nState:\tS\n",
+        ] {
+            let ours: Vec<&[u8]> = lines(text.as_bytes()).collect();
+            let split: Vec<&[u8]> = text.as_bytes().split(|&b| b == b'\n').collect();
+            assert_eq!(ours, split, "{text:?}");
+        }
+    }
 
     use super::super::fake::{ROLLUP, STATUS};
 
