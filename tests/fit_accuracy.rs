@@ -116,18 +116,21 @@ impl Truth {
         }
     }
 
+    /// Memory at runs `x` (1..=n) with Gaussian noise of `noise_pct`% of the level: a
+    /// distinct, reproducible stream per cell and seed.
+    fn series(self, x: &[f64], noise_pct: f64, seed: u64) -> Vec<f64> {
+        let n = x.len();
+        let mut rng = Rng::new(seed ^ ((n as u64) << 40) ^ (noise_pct.to_bits() >> 3));
+        x.iter()
+            .map(|&xi| self.mean_at(xi, n) + rng.normal() * noise_pct / 100.0 * LEVEL)
+            .collect()
+    }
+
     /// Whether the series still rises faster than the default threshold (0.1% of its mean
     /// level per run) at its last point: what the verdict judges (the contract's end rate).
     fn rises_at_end(self, n: usize) -> bool {
-        let span = (n - 1) as f64;
-        let x: Vec<f64> = (1..=n).map(|v| v as f64).collect();
-        let mean = x.iter().map(|&v| self.mean_at(v, n)).sum::<f64>() / n as f64;
-        let end_rate = match self {
-            Truth::Stable | Truth::PlateauRamp(_) => 0.0,
-            Truth::Leak(f) => f * LEVEL,
-            Truth::PlateauExp(k) => PLATEAU_GROWTH * LEVEL * k / span * (-k).exp(),
-        };
-        end_rate > 0.001 * mean
+        let mean = (1..=n).map(|v| self.mean_at(v as f64, n)).sum::<f64>() / n as f64;
+        truth_end_rate(self, n) > 0.001 * mean
     }
 }
 
@@ -159,12 +162,7 @@ fn simulate(n: usize, noise_pct: f64, truth: Truth, seeds: u64) -> Cell {
     let x: Vec<f64> = (1..=n).map(|v| v as f64).collect();
     let mut cell = Cell::default();
     for seed in 0..seeds {
-        // Distinct, reproducible stream per cell and seed.
-        let mut rng = Rng::new(seed ^ ((n as u64) << 40) ^ (noise_pct.to_bits() >> 3));
-        let y: Vec<f64> = x
-            .iter()
-            .map(|&xi| truth.mean_at(xi, n) + rng.normal() * noise_pct / 100.0 * LEVEL)
-            .collect();
+        let y = truth.series(&x, noise_pct, seed);
         let c = classify(&x, &y, None, &thresholds);
         cell.runs += 1;
         match c.verdict {
@@ -617,19 +615,30 @@ impl ShapeCell {
     }
 }
 
-fn simulate_shape(shape: Shape, n: usize, noise: f64, seeds: u64) -> ShapeCell {
+/// Thresholds as `fit::thresholds` sets them for the shape's x: 64 KiB or 0.1% of the level
+/// per run, or per hour for x = seconds.
+fn shape_thresholds(shape: Shape) -> Thresholds {
     let mut t = Thresholds::default();
     if shape.is_attach() {
-        // As fit::thresholds does for x = seconds: 0.1% of the level or 64 KiB per hour.
         t.min_slope_fraction = 0.001 / 3600.0;
         t.min_slope_abs = 64.0 * KIB / 3600.0;
     } else {
         t.min_slope_abs = 64.0 * KIB;
     }
+    t
+}
+
+/// The shape's series for one seed (a distinct, reproducible stream per row and seed).
+fn shape_series(shape: Shape, n: usize, noise: f64, seed: u64) -> (Vec<f64>, Vec<f64>) {
+    let mut rng = Rng::new(seed ^ ((n as u64) << 40) ^ (noise.to_bits() >> 5) ^ 0x5eed);
+    shape.series(n, noise, &mut rng)
+}
+
+fn simulate_shape(shape: Shape, n: usize, noise: f64, seeds: u64) -> ShapeCell {
+    let t = shape_thresholds(shape);
     let mut cell = ShapeCell::default();
     for seed in 0..seeds {
-        let mut rng = Rng::new(seed ^ ((n as u64) << 40) ^ (noise.to_bits() >> 5) ^ 0x5eed);
-        let (x, y) = shape.series(n, noise, &mut rng);
+        let (x, y) = shape_series(shape, n, noise, seed);
         let c = classify(&x, &y, None, &t);
         cell.runs += 1;
         cell.counts[c.verdict as usize] += 1;
@@ -808,11 +817,7 @@ fn rate_coverage(n: usize, noise_pct: f64, truth: Truth, seeds: u64) -> Coverage
     let x: Vec<f64> = (1..=n).map(|v| v as f64).collect();
     let mut cov = Coverage::default();
     for seed in 0..seeds {
-        let mut rng = Rng::new(seed ^ ((n as u64) << 40) ^ (noise_pct.to_bits() >> 3));
-        let y: Vec<f64> = x
-            .iter()
-            .map(|&xi| truth.mean_at(xi, n) + rng.normal() * noise_pct / 100.0 * LEVEL)
-            .collect();
+        let y = truth.series(&x, noise_pct, seed);
         cov.add(
             &classify(&x, &y, None, &Thresholds::default()),
             truth_end_rate(truth, n),
@@ -822,17 +827,10 @@ fn rate_coverage(n: usize, noise_pct: f64, truth: Truth, seeds: u64) -> Coverage
 }
 
 fn shape_coverage(shape: Shape, n: usize, noise: f64, seeds: u64) -> Coverage {
-    let mut t = Thresholds::default();
-    if shape.is_attach() {
-        t.min_slope_fraction = 0.001 / 3600.0;
-        t.min_slope_abs = 64.0 * KIB / 3600.0;
-    } else {
-        t.min_slope_abs = 64.0 * KIB;
-    }
+    let t = shape_thresholds(shape);
     let mut cov = Coverage::default();
     for seed in 0..seeds {
-        let mut rng = Rng::new(seed ^ ((n as u64) << 40) ^ (noise.to_bits() >> 5) ^ 0x5eed);
-        let (x, y) = shape.series(n, noise, &mut rng);
+        let (x, y) = shape_series(shape, n, noise, seed);
         cov.add(&classify(&x, &y, None, &t), shape_end_rate(shape));
     }
     cov

@@ -608,7 +608,7 @@ pub fn analyse(samples: Samples, opts: &FitOptions) -> Analysis {
         .collect();
     // The primary metric's own path (troughs or mean) for every byte metric
     // of its scope: one series, one story.
-    let primaries: Vec<(Scope, bool)> = scopes
+    let primaries: Vec<(Scope, Metric, SeriesFit)> = scopes
         .iter()
         .filter_map(|&scope| {
             let metric = primary_series_metric(&samples.series, scope);
@@ -617,18 +617,22 @@ pub fn analyse(samples: Samples, opts: &FitOptions) -> Analysis {
                 .iter()
                 .find(|s| s.scope == scope && s.metric == metric)?;
             let k = warmups.iter().find(|w| w.0 == scope).map_or(0, |w| w.1);
-            Some((scope, fit(s, k).decided_by == DecidedBy::Troughs))
+            Some((scope, metric, fit(s, k)))
         })
         .collect();
     let fits: Vec<SeriesFit> = samples
         .series
         .iter()
         .map(|s| {
+            let primary = primaries.iter().find(|p| p.0 == s.scope);
+            if let Some(p) = primary.filter(|p| p.1 == s.metric) {
+                // Fitted once, above.
+                return p.2.clone();
+            }
             let k = warmups.iter().find(|w| w.0 == s.scope).map_or(0, |w| w.1);
-            let path = primaries
-                .iter()
-                .find(|p| p.0 == s.scope && s.metric.is_bytes())
-                .map(|p| p.1);
+            let path = primary
+                .filter(|_| s.metric.is_bytes())
+                .map(|p| p.2.decided_by == DecidedBy::Troughs);
             fit_as(s, k, path)
         })
         .collect();
