@@ -336,7 +336,7 @@ fn rate_ci(c: &verdict::Classification, xs: &[f64], ys: &[f64]) -> Option<(f64, 
         }
         RateFrom::FirstHalf | RateFrom::AverageFill => None,
         // End estimates, answered above.
-        RateFrom::SecondHalf | RateFrom::TroughEnd => None,
+        RateFrom::SecondHalf | RateFrom::TroughEnd | RateFrom::CurveEnd => None,
         // Only when troughs decided, answered above.
         RateFrom::Troughs | RateFrom::TroughFill => None,
     }

@@ -59,14 +59,26 @@ pub fn ols_ar1_ci95(x: &[f64], y: &[f64]) -> Option<(f64, f64)> {
     Some((f.slope - half, f.slope + half))
 }
 
-/// The slope at the last point of a least-squares parabola through `(x, y)`, with its
-/// standard error and degrees of freedom (n − 3): the end rate of a curve that slows down,
-/// unbiased when the curve is a parabola, less biased than a line through its second half
-/// when it levels off like `1 − e^(−x/τ)` (which overstates the end by averaging it with what
-/// came before). The parabola is fitted about the last x, so its linear coefficient is the
-/// slope there; its error is that coefficient's from `(XᵀX)⁻¹σ²`. `None` with fewer than five
-/// points, fewer than three distinct x, or non-finite values.
-pub fn parabola_end_slope(x: &[f64], y: &[f64]) -> Option<(f64, f64, f64)> {
+/// A least-squares parabola through `(x, y)`, fitted about the last x: its slope there and
+/// its curvature, each with its standard error (from `(XᵀX)⁻¹σ²`), on n − 3 degrees of
+/// freedom.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ParabolaEnd {
+    /// Slope at the last point, y per x unit: the end rate of a curve that slows down (or
+    /// speeds up), unbiased when the curve is a parabola, less biased than a line through its
+    /// second half when it levels off like `1 − e^(−x/τ)` (which overstates the end by
+    /// averaging it with what came before).
+    pub slope: f64,
+    pub slope_se: f64,
+    /// The coefficient of u² (u = x − last x): negative when the curve slows down.
+    pub curvature: f64,
+    pub curvature_se: f64,
+    pub df: f64,
+}
+
+/// The parabola of `ParabolaEnd`. `None` with fewer than five points, fewer than three
+/// distinct x, or non-finite values.
+pub fn parabola_end(x: &[f64], y: &[f64]) -> Option<ParabolaEnd> {
     let n = x.len();
     if n < 5 || y.len() != n || !all_finite(x) || !all_finite(y) {
         return None;
@@ -105,8 +117,15 @@ pub fn parabola_end_slope(x: &[f64], y: &[f64]) -> Option<(f64, f64, f64)> {
         })
         .sum();
     let df = n as f64 - 3.0;
-    let se = (ssr / df * inv[1][1]).sqrt();
-    (coef[1].is_finite() && se.is_finite()).then_some((coef[1], se, df))
+    let p = ParabolaEnd {
+        slope: coef[1],
+        slope_se: (ssr / df * inv[1][1]).sqrt(),
+        curvature: coef[2],
+        curvature_se: (ssr / df * inv[2][2]).sqrt(),
+        df,
+    };
+    let finite = [p.slope, p.slope_se, p.curvature, p.curvature_se];
+    finite.iter().all(|v| v.is_finite()).then_some(p)
 }
 
 /// Inverse of a symmetric 3×3 matrix by cofactors; `None` when singular.
@@ -729,19 +748,27 @@ mod tests {
     fn a_parabolas_end_slope_is_its_derivative_at_the_last_point() {
         let x: Vec<f64> = (0..12).map(f64::from).collect();
         let y: Vec<f64> = x.iter().map(|&v| 5.0 + 3.0 * v - 0.1 * v * v).collect();
-        let (slope, se, df) = parabola_end_slope(&x, &y).unwrap();
-        assert!((slope - (3.0 - 0.2 * 11.0)).abs() < 1e-9, "{slope}");
-        assert!(se < 1e-6 && df == 9.0, "{se} {df}");
+        let p = parabola_end(&x, &y).unwrap();
+        assert!((p.slope - (3.0 - 0.2 * 11.0)).abs() < 1e-9, "{p:?}");
+        assert!((p.curvature + 0.1).abs() < 1e-9, "{p:?}");
+        assert!(
+            p.slope_se < 1e-6 && p.curvature_se < 1e-6 && p.df == 9.0,
+            "{p:?}"
+        );
         // A line has its own slope at the end, with noise an error of the right size.
         let noisy: Vec<f64> = x
             .iter()
             .enumerate()
             .map(|(i, &v)| 2.0 * v + [0.3, -0.3][i % 2])
             .collect();
-        let (slope, se, _) = parabola_end_slope(&x, &noisy).unwrap();
-        assert!((slope - 2.0).abs() < 3.0 * se && se > 0.0, "{slope} {se}");
-        assert!(parabola_end_slope(&x[..4], &y[..4]).is_none());
-        assert!(parabola_end_slope(&[1.0; 6], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).is_none());
+        let p = parabola_end(&x, &noisy).unwrap();
+        assert!(
+            (p.slope - 2.0).abs() < 3.0 * p.slope_se && p.slope_se > 0.0,
+            "{p:?}"
+        );
+        assert!(p.curvature.abs() < 3.0 * p.curvature_se, "{p:?}");
+        assert!(parabola_end(&x[..4], &y[..4]).is_none());
+        assert!(parabola_end(&[1.0; 6], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).is_none());
     }
 
     #[test]

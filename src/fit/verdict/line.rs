@@ -85,20 +85,41 @@ impl Ctx<'_> {
             ),
         );
         let keeps_pace = seg.tail_slope - t_tail * seg.tail_slope_se > self.fit.slope / 2.0;
+        // A stop later than the median: a knot whose tail is below half the pace at one-sided
+        // α. Where a curve that does not keep its pace stopped is not known, so the lowest of
+        // the later tails' lower bounds is the interval's.
+        let later = self.later_knots(knot, t_tail);
+        let keeps_pace = keeps_pace && !later.is_some_and(|(slowed, _)| slowed);
+        // A leak that speeds up: a parabola bending upwards at one-sided α.
+        let para = stats::parabola_end(self.x, self.y);
+        let speeds = para.filter(|p| {
+            p.curvature > stats::student_t_quantile(1.0 - self.t.alpha, p.df) * p.curvature_se
+        });
         let last_residual = self.y[n - 1] - (self.fit.intercept + self.fit.slope * self.x[n - 1]);
         let last_ok = last_residual >= -3.0 * self.sd;
         // NaN (no robust slope) counts as no support.
         let robust_ok = self.robust.is_some_and(|r| r > self.thr);
         let robust = self.robust.unwrap_or(0.0);
-        let mut end = if keeps_pace {
-            self.line_rate()
-        } else {
+        let mut end = if !keeps_pace {
             // A curve that slows down: its second half's line averages the end with what came
             // before it; a parabola's slope at the last point does not, so its lower bound is
-            // the interval's too.
-            let low = stats::parabola_end_slope(self.x, self.y)
-                .map(|(b, se, df)| b - stats::student_t_quantile(1.0 - self.t.alpha, df) * se);
+            // the interval's too, as is that of a tail after a later stop.
+            let low = para.map(|p| {
+                p.slope - stats::student_t_quantile(1.0 - self.t.alpha, p.df) * p.slope_se
+            });
             tail.lower_to(low.unwrap_or(0.0))
+                .lower_to(later.map_or(f64::INFINITY, |(_, lo)| lo))
+        } else if let Some(p) = speeds {
+            // The end is faster than the line's average: the parabola's slope at the last
+            // point, its interval from the line's lower end up to the parabola's upper one.
+            let t = stats::student_t_quantile(0.975, p.df);
+            EndRate::new(
+                RateFrom::CurveEnd,
+                p.slope.max(self.fit.slope),
+                (self.ci.0, (p.slope + t * p.slope_se).max(self.ci.1)),
+            )
+        } else {
+            self.line_rate()
         };
         if step_wins || !last_ok {
             end = end.lower_to(0.0);
@@ -224,6 +245,37 @@ impl Ctx<'_> {
         c
     }
 }
+
+impl Ctx<'_> {
+    /// Stops after the median `knot`: over up to `LATER_KNOTS` knots between it and the
+    /// fourth point from the end, whether any tail is below half the line's slope at the
+    /// quantile `t_tail`, and the lowest tail lower bound at one-sided α/10 (the lowest of
+    /// many was chosen, as the change-point search's end is). The median's
+    /// broken stick half-averages a stop at 70% of the span with the rise before it; a knot
+    /// at the stop does not. `None` without later knots.
+    fn later_knots(&self, knot: f64, t_tail: f64) -> Option<(bool, f64)> {
+        let n = self.x.len();
+        let first = self.x.partition_point(|&v| v <= knot);
+        let last = n.checked_sub(4)?;
+        if last <= first {
+            return None;
+        }
+        let step = ((last - first) / LATER_KNOTS).max(1);
+        (first..=last)
+            .step_by(step)
+            .filter_map(|k| stats::segmented_fit(self.x, self.y, self.x[k]))
+            .map(|s| {
+                let slowed = s.tail_slope + t_tail * s.tail_slope_se < self.fit.slope / 2.0;
+                let t_low = stats::student_t_quantile(1.0 - self.t.alpha / 10.0, s.df);
+                (slowed, s.tail_slope - t_low * s.tail_slope_se)
+            })
+            .reduce(|a, b| (a.0 || b.0, a.1.min(b.1)))
+    }
+}
+
+/// Later knots `later_knots` tries: enough to land near any stop (a 20th of the second
+/// half), few enough to keep an hour of samples linear.
+const LATER_KNOTS: usize = 20;
 
 /// The best single step: two flat pieces split between points k−1 and k.
 #[derive(Clone, Copy, Debug)]

@@ -110,6 +110,9 @@ pub enum RateFrom {
     /// to tell whether they stopped but whose end rises above the threshold on its own; its CI
     /// (`Classification::rate_ci95`) runs from the end's lower bound to the line's upper one.
     Staircase,
+    /// The slope at the last point of a least-squares parabola through the points: a leak
+    /// that speeds up.
+    CurveEnd,
 }
 
 /// Decision thresholds.

@@ -192,8 +192,9 @@ impl Ctx<'_> {
         let n = self.x.len();
         if !self.keeps_pace(last.start, n) || self.slows_down(last.start, n) {
             let (x, y) = (&self.x[last.start..], &self.y[last.start..]);
-            if let Some((b, se, df)) = stats::parabola_end_slope(x, y) {
-                end = end.lower_to(b - stats::student_t_quantile(1.0 - self.t.alpha, df) * se);
+            if let Some(p) = stats::parabola_end(x, y) {
+                let t = stats::student_t_quantile(1.0 - self.t.alpha, p.df);
+                end = end.lower_to(p.slope - t * p.slope_se);
             }
         }
         if self.one_line(segs, &ev.steps, sigma) {
