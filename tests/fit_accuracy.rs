@@ -1207,6 +1207,8 @@ fn print_coverage_misses() {
                 let (t, truth) = (shape_thresholds(shape), shape_end_rate(shape, n));
                 let (mut cov, mut misses) = (Coverage::default(), Vec::new());
                 let mut from = std::collections::BTreeMap::<String, usize>::new();
+                // Misses by estimator and side: the interval wholly above or below the truth.
+                let mut missed = std::collections::BTreeMap::<String, usize>::new();
                 for seed in 0..seeds {
                     let (x, y) = shape_series(shape, n, noise, seed);
                     let c = classify(&x, &y, None, &t);
@@ -1216,6 +1218,10 @@ fn print_coverage_misses() {
                         .end_rate
                         .map_or("none".into(), |e| format!("{:?}", e.from));
                     *from.entry(name).or_default() += 1;
+                    if let Some(e) = c.end_rate.filter(|_| cov.covered == before) {
+                        let side = if e.ci95.0 > truth { "high" } else { "low" };
+                        *missed.entry(format!("{:?} {side}", e.from)).or_default() += 1;
+                    }
                     if cov.covered == before && (misses.len() as u64) < shown {
                         // As multiples of the truth, or of the threshold for a zero truth.
                         let unit = if truth > 0.0 {
@@ -1234,7 +1240,7 @@ fn print_coverage_misses() {
                     }
                 }
                 println!(
-                    "{} n={n} noise={:.0} KiB: covered {} estimators {from:?}",
+                    "{} n={n} noise={:.0} KiB: covered {} estimators {from:?} misses {missed:?}",
                     shape.label(),
                     noise / KIB,
                     pct(cov.share())
