@@ -14,6 +14,15 @@
 //! (plateau), a first fill followed by a small creep (redis: stable), and in attach mode
 //! saw-teeth sampled at jittered times, with and without growth of their troughs; see `Shape`.
 //!
+//! Issue 19 added (`SHAPES_19`): geometric staircases (a heap whose chunks grow ×1.5 or ×2),
+//! accelerating ramps (x² and exponential), held-value staircases from 1 s scrapes of a gauge
+//! refreshed every 15 s, a warm-up then a straight leak (runs and attach), and straight lines
+//! in attach mode (steady or leaking); `print_power_table` (ignored) prints how often a leak of
+//! twice the threshold is found at 20 runs and at 60 s of attach, beside a plain least-squares
+//! line's CI as the yardstick; `print_coverage_misses` (ignored) prints which estimator a
+//! missed interval came from and why. `STUDY_SHAPES=19` limits the shape and coverage tables to
+//! these families.
+//!
 //! `rates_at_{10,20,50}_points`, `shapes_in_run_mode` and `sawteeth_at_120_and_600_samples`
 //! assert the claims (about 13 s of CPU in debug on 2 cores, run
 //! in parallel); `print_accuracy_table` and `print_shape_table` (ignored) print the markdown
@@ -378,6 +387,28 @@ enum Shape {
     /// The same, whose floor grows `pct_per_h`% per hour for the first 40% of the samples,
     /// then holds (a cache filling under churn): a plateau.
     SawtoothFill { period: f64, pct_per_h: f64 },
+    /// Issue 19. A heap growing in chunks that grow by `ratio` (V8, a doubling arena): its
+    /// content grows 1 MiB/run; memory is the capacity, a new chunk taking it to `ratio` times
+    /// itself each time the content would not fit. Steps grow ×`ratio` and so do the gaps
+    /// between them; see `geometric_steps` for the true end rate.
+    GeometricSteps(f64),
+    /// Issue 19. A leak whose rate rises: `LEVEL + a·(x−1)²` (power 2) or
+    /// `LEVEL + A·(e^((x−1)/τ) − 1)` with τ = (n−1)/3 (power 0: exponential), either rising
+    /// 0.4% of the level per run at the last run; the true end rate is that derivative.
+    Accelerating { power: u32 },
+    /// Issue 19. A Prometheus scrape every 1 s of a gauge the exporter refreshes every
+    /// `every` seconds (random phase): the series holds each value, its reading noise
+    /// included, then jumps. Underneath, memory grows `pct_per_h`% of the level per hour; the
+    /// true end rate is that rate. x = scrape times, no jitter.
+    HeldScrape { every: f64, pct_per_h: f64 },
+    /// Issue 19. A warm-up, then a straight leak: +8 MiB rising as 1 − e^(−(x−1)/τ) (τ = 1
+    /// run: most of it in the first three runs), on top of a leak of 256 KiB/run from run 1.
+    WarmupThenLeak,
+    /// Issue 19. The same in attach mode: +20 MiB with τ = 5 s, on top of +30%/h of the level.
+    WarmupThenLeakAttach,
+    /// Issue 19. A straight line in attach mode (jittered 1 s sampling): `pct_per_h`% of the
+    /// level per hour, 0 for a steady process.
+    AttachLine(f64),
 }
 
 impl Shape {
@@ -403,11 +434,28 @@ impl Shape {
             Shape::SawtoothFill { period, pct_per_h } => {
                 format!("saw-tooth {period:.0} s, troughs +{pct_per_h}%/h for 40%, then flat")
             }
+            Shape::GeometricSteps(r) => format!("geometric steps ×{r}, content +1 MiB/run"),
+            Shape::Accelerating { power: 0 } => "accelerating exp, end +0.4%/run".into(),
+            Shape::Accelerating { power } => format!("accelerating x^{power}, end +0.4%/run"),
+            Shape::HeldScrape { every, pct_per_h } => {
+                format!("scrape 1 s of a gauge held {every:.0} s, +{pct_per_h}%/h")
+            }
+            Shape::WarmupThenLeak => "warm-up +8 MiB, then +256 KiB/run".into(),
+            Shape::WarmupThenLeakAttach => "warm-up +20 MiB (τ 5 s), then +30%/h".into(),
+            Shape::AttachLine(0.0) => "attach, steady".into(),
+            Shape::AttachLine(p) => format!("attach, straight leak +{p}%/h"),
         }
     }
 
     fn is_attach(self) -> bool {
-        matches!(self, Shape::Sawtooth { .. } | Shape::SawtoothFill { .. })
+        matches!(
+            self,
+            Shape::Sawtooth { .. }
+                | Shape::SawtoothFill { .. }
+                | Shape::HeldScrape { .. }
+                | Shape::WarmupThenLeakAttach
+                | Shape::AttachLine(_)
+        )
     }
 
     /// The verdict that is right.
@@ -416,9 +464,16 @@ impl Shape {
             Shape::OneOffStep | Shape::FillThenStep | Shape::SawtoothFill { .. } => {
                 Verdict::Plateau
             }
-            Shape::SteadySteps(_) | Shape::FillThenLeak => Verdict::Leak,
+            Shape::SteadySteps(_)
+            | Shape::FillThenLeak
+            | Shape::GeometricSteps(_)
+            | Shape::Accelerating { .. }
+            | Shape::WarmupThenLeak
+            | Shape::WarmupThenLeakAttach => Verdict::Leak,
             Shape::FirstFillCreep => Verdict::Stable,
-            Shape::Sawtooth { pct_per_h, .. } => {
+            Shape::Sawtooth { pct_per_h, .. }
+            | Shape::HeldScrape { pct_per_h, .. }
+            | Shape::AttachLine(pct_per_h) => {
                 if pct_per_h > 0.0 {
                     Verdict::Leak
                 } else {
@@ -442,6 +497,12 @@ impl Shape {
             {
                 Some(pct_per_h / 100.0 * LEVEL / 3600.0)
             }
+            Shape::GeometricSteps(_)
+            | Shape::Accelerating { .. }
+            | Shape::HeldScrape { .. }
+            | Shape::WarmupThenLeak
+            | Shape::WarmupThenLeakAttach
+            | Shape::AttachLine(_) => Some(shape_end_rate(self, n)).filter(|&r| r > 0.0),
             _ => None,
         }
     }
@@ -450,7 +511,11 @@ impl Shape {
     fn noises(self) -> &'static [f64] {
         match self {
             Shape::FirstFillCreep => &[2.0 * KIB, 4.0 * KIB, 8.0 * KIB],
-            Shape::Sawtooth { .. } | Shape::SawtoothFill { .. } => &[64.0 * KIB],
+            Shape::Sawtooth { .. }
+            | Shape::SawtoothFill { .. }
+            | Shape::HeldScrape { .. }
+            | Shape::WarmupThenLeakAttach => &[64.0 * KIB],
+            Shape::AttachLine(_) => &[4.0 * KIB, 64.0 * KIB],
             _ => &[64.0 * KIB, 256.0 * KIB, 1024.0 * KIB],
         }
     }
@@ -459,6 +524,9 @@ impl Shape {
     fn lengths(self) -> &'static [usize] {
         match self {
             Shape::Sawtooth { .. } | Shape::SawtoothFill { .. } => &[120, 600, 3600],
+            Shape::HeldScrape { .. } | Shape::WarmupThenLeakAttach => &[60, 120, 600],
+            Shape::AttachLine(_) => &[30, 60, 120, 600],
+            Shape::GeometricSteps(_) => &[20, 50],
             Shape::FillThenStep => &[10, 20, 24, 50],
             Shape::FillThenLeak => &[20, 30, 50],
             _ => &[10, 20, 50],
@@ -471,6 +539,17 @@ impl Shape {
         }
         if let Shape::SawtoothFill { period, pct_per_h } = self {
             return sawtooth(n, period, pct_per_h, 0.4 * n as f64, noise, rng);
+        }
+        match self {
+            Shape::GeometricSteps(ratio) => return geometric_steps(n, ratio, noise, rng),
+            Shape::Accelerating { power } => return accelerating(n, power, noise, rng),
+            Shape::HeldScrape { every, pct_per_h } => {
+                return held_scrape(n, every, pct_per_h, noise, rng);
+            }
+            Shape::WarmupThenLeak => return warmup_then_leak(n, noise, rng),
+            Shape::WarmupThenLeakAttach => return warmup_then_leak_attach(n, noise, rng),
+            Shape::AttachLine(pct_per_h) => return attach_line(n, pct_per_h, noise, rng),
+            _ => {}
         }
         let x: Vec<f64> = (1..=n).map(|v| v as f64).collect();
         let phase = rng.uniform();
@@ -499,7 +578,7 @@ impl Shape {
                         let fill = if r >= 2.0 { 4.1 * MIB } else { 0.0 };
                         12.0 * MIB + fill + 2.8 * KIB * (r - 1.0)
                     }
-                    Shape::Sawtooth { .. } | Shape::SawtoothFill { .. } => LEVEL,
+                    _ => LEVEL,
                 };
                 mean + noise * rng.normal()
             })
@@ -537,6 +616,189 @@ fn sawtooth(
         y.push(floor + heights[cycle] * (t / period).fract() + noise * rng.normal());
     }
     (x, y)
+}
+
+/// Jittered sample times of attach mode: every 1 s ± 30% (uniform), from about 1 s.
+fn jittered_times(n: usize, rng: &mut Rng) -> Vec<f64> {
+    let mut t = 0.0;
+    (0..n)
+        .map(|_| {
+            t += 0.7 + 0.6 * rng.uniform();
+            t
+        })
+        .collect()
+}
+
+/// `Shape::GeometricSteps`: the content is `x` MiB at run x; the capacity starts at one chunk
+/// of `c0 = ratio^u / (ratio − 1)` MiB (u uniform in [0, 1): a random phase of the steps on a
+/// log scale) and is multiplied by `ratio` whenever the content would not fit; memory is
+/// `LEVEL` + the capacity + noise. With ratio 2: steps at about runs 1–2, 2–4, 4–8, 8–16,
+/// 16–32 of 1–2, 2–4, … MiB.
+///
+/// The true end rate (`geometric_rate`) is the memory's long-run rate, steps included (the
+/// contract's staircase): the capacity C(x) is the content times a factor that runs from 1
+/// (just before a step) to `ratio` (just after) once per step on a log scale of x, so C(x)/x
+/// never settles; its mean over that phase, the rate from here on of a future whose phase is
+/// unknown, is 1 MiB/run · (ratio − 1)/ln(ratio): 1.233 MiB/run at ×1.5, 1.443 at ×2. The
+/// content's own 1 MiB/run is the floor of it (the slope through the points just before the
+/// steps), `ratio` MiB/run the ceiling (just after).
+fn geometric_steps(n: usize, ratio: f64, noise: f64, rng: &mut Rng) -> (Vec<f64>, Vec<f64>) {
+    let first = ratio.powf(rng.uniform()) / (ratio - 1.0) * MIB;
+    let x: Vec<f64> = (1..=n).map(|v| v as f64).collect();
+    let mut capacity = first;
+    let y = x
+        .iter()
+        .map(|&r| {
+            while capacity < r * MIB {
+                capacity *= ratio;
+            }
+            LEVEL + capacity + noise * rng.normal()
+        })
+        .collect();
+    (x, y)
+}
+
+/// `Shape::GeometricSteps`' true end rate, bytes per run (see `geometric_steps`).
+fn geometric_rate(ratio: f64) -> f64 {
+    MIB * (ratio - 1.0) / ratio.ln()
+}
+
+/// `Shape::Accelerating`: the rate at the last run, fraction of the level per run.
+const ACCELERATING_END: f64 = 0.004;
+
+/// `Shape::Accelerating`: a parabola `a·(x−1)²` (power 2) or an exponential
+/// `A·(e^((x−1)/τ) − 1)` with τ = (n−1)/3 (power 0, its rate rising 20-fold over the series),
+/// each with the slope `ACCELERATING_END · LEVEL` at run n.
+fn accelerating(n: usize, power: u32, noise: f64, rng: &mut Rng) -> (Vec<f64>, Vec<f64>) {
+    let span = (n - 1) as f64;
+    let end = ACCELERATING_END * LEVEL;
+    let x: Vec<f64> = (1..=n).map(|v| v as f64).collect();
+    let y = x
+        .iter()
+        .map(|&r| {
+            let rise = if power == 0 {
+                let tau = span / 3.0;
+                end * tau / 3.0_f64.exp() * (((r - 1.0) / tau).exp() - 1.0)
+            } else {
+                let p = f64::from(power);
+                end / (p * span.powf(p - 1.0)) * (r - 1.0).powf(p)
+            };
+            LEVEL + rise + noise * rng.normal()
+        })
+        .collect();
+    (x, y)
+}
+
+/// `Shape::HeldScrape`: scrapes at x = 1, 2, …, n s of a gauge refreshed every `every` s from
+/// a random phase; each refresh reads `LEVEL·(1 + pct_per_h/100 · t/3600)` at its own time t
+/// plus its own noise, which the gauge then holds until the next refresh.
+fn held_scrape(
+    n: usize,
+    every: f64,
+    pct_per_h: f64,
+    noise: f64,
+    rng: &mut Rng,
+) -> (Vec<f64>, Vec<f64>) {
+    let phase = every * rng.uniform();
+    let x: Vec<f64> = (1..=n).map(|v| v as f64).collect();
+    let mut held: Option<(f64, f64)> = None;
+    let y = x
+        .iter()
+        .map(|&t| {
+            let refreshed = phase + ((t - phase) / every).floor() * every;
+            let (at, value) = match held {
+                Some((at, value)) if at == refreshed => (at, value),
+                _ => {
+                    let value = LEVEL * (1.0 + pct_per_h / 100.0 * refreshed / 3600.0)
+                        + noise * rng.normal();
+                    (refreshed, value)
+                }
+            };
+            held = Some((at, value));
+            value
+        })
+        .collect();
+    (x, y)
+}
+
+/// `Shape::WarmupThenLeak`: `8 MiB·(1 − e^(−(x−1)))` + 256 KiB/run from run 1.
+fn warmup_then_leak(n: usize, noise: f64, rng: &mut Rng) -> (Vec<f64>, Vec<f64>) {
+    let x: Vec<f64> = (1..=n).map(|v| v as f64).collect();
+    let y = x
+        .iter()
+        .map(|&r| {
+            LEVEL
+                + 8.0 * MIB * (1.0 - (-(r - 1.0)).exp())
+                + 256.0 * KIB * (r - 1.0)
+                + noise * rng.normal()
+        })
+        .collect();
+    (x, y)
+}
+
+/// `Shape::WarmupThenLeakAttach`: `20 MiB·(1 − e^(−t/5 s))` + 30%/h of the level, sampled
+/// at jittered times.
+fn warmup_then_leak_attach(n: usize, noise: f64, rng: &mut Rng) -> (Vec<f64>, Vec<f64>) {
+    let x = jittered_times(n, rng);
+    let y = x
+        .iter()
+        .map(|&t| {
+            LEVEL
+                + 20.0 * MIB * (1.0 - (-t / 5.0).exp())
+                + 0.3 * LEVEL * t / 3600.0
+                + noise * rng.normal()
+        })
+        .collect();
+    (x, y)
+}
+
+/// `Shape::AttachLine`: `LEVEL·(1 + pct_per_h/100 · t/3600)` at jittered times.
+fn attach_line(n: usize, pct_per_h: f64, noise: f64, rng: &mut Rng) -> (Vec<f64>, Vec<f64>) {
+    let x = jittered_times(n, rng);
+    let y = x
+        .iter()
+        .map(|&t| LEVEL * (1.0 + pct_per_h / 100.0 * t / 3600.0) + noise * rng.normal())
+        .collect();
+    (x, y)
+}
+
+/// The families issue 19 added to the study (`SHAPES` are issue 10's).
+const SHAPES_19: [Shape; 13] = [
+    Shape::GeometricSteps(1.5),
+    Shape::GeometricSteps(2.0),
+    Shape::Accelerating { power: 2 },
+    Shape::Accelerating { power: 0 },
+    Shape::HeldScrape {
+        every: 15.0,
+        pct_per_h: 0.0,
+    },
+    Shape::HeldScrape {
+        every: 15.0,
+        pct_per_h: 3.0,
+    },
+    Shape::HeldScrape {
+        every: 15.0,
+        pct_per_h: 30.0,
+    },
+    Shape::HeldScrape {
+        every: 15.0,
+        pct_per_h: 1800.0,
+    },
+    Shape::WarmupThenLeak,
+    Shape::WarmupThenLeakAttach,
+    Shape::AttachLine(0.0),
+    Shape::AttachLine(3.0),
+    Shape::AttachLine(30.0),
+];
+
+/// Every shape of the study, issue 10's first; only issue 19's with `STUDY_SHAPES=19` (a
+/// quick look at the new families).
+fn all_shapes() -> impl Iterator<Item = Shape> {
+    let only_19 = std::env::var("STUDY_SHAPES").is_ok_and(|v| v == "19");
+    SHAPES
+        .into_iter()
+        .filter(move |_| !only_19)
+        .chain(SHAPES_19)
 }
 
 const SHAPES: [Shape; 18] = [
@@ -734,7 +996,7 @@ fn print_shape_table() {
         "| shape | n | noise sd | truth | leak | plateau | stable | inconclusive | by troughs | \\|rate err\\| |"
     );
     println!("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|");
-    for shape in SHAPES {
+    for shape in all_shapes() {
         for &n in shape.lengths() {
             for &noise in shape.noises() {
                 let cell = simulate_shape(shape, n, noise, seeds);
@@ -779,13 +1041,24 @@ fn truth_end_rate(truth: Truth, n: usize) -> f64 {
 
 /// The true end rate of a shape at n points (bytes per x): the long-run rate of steps that
 /// keep coming, the end's slope otherwise.
-fn shape_end_rate(shape: Shape) -> f64 {
+fn shape_end_rate(shape: Shape, n: usize) -> f64 {
     match shape {
         Shape::SteadySteps(k) => MIB / k as f64,
         Shape::FillThenLeak => 512.0 * KIB,
         Shape::FirstFillCreep => 2.8 * KIB,
         Shape::Sawtooth { pct_per_h, .. } => pct_per_h / 100.0 * LEVEL / 3600.0,
         Shape::OneOffStep | Shape::FillThenStep | Shape::SawtoothFill { .. } => 0.0,
+        Shape::GeometricSteps(ratio) => geometric_rate(ratio),
+        Shape::Accelerating { .. } => ACCELERATING_END * LEVEL,
+        Shape::HeldScrape { pct_per_h, .. } | Shape::AttachLine(pct_per_h) => {
+            pct_per_h / 100.0 * LEVEL / 3600.0
+        }
+        Shape::WarmupThenLeak => 256.0 * KIB + 8.0 * MIB * (-((n - 1) as f64)).exp(),
+        // The warm-up's own slope at t = n s (the last sample's mean time): under 0.3% of the
+        // leak from 60 samples on.
+        Shape::WarmupThenLeakAttach => {
+            0.3 * LEVEL / 3600.0 + 20.0 * MIB / 5.0 * (-(n as f64) / 5.0).exp()
+        }
     }
 }
 
@@ -831,7 +1104,7 @@ fn shape_coverage(shape: Shape, n: usize, noise: f64, seeds: u64) -> Coverage {
     let mut cov = Coverage::default();
     for seed in 0..seeds {
         let (x, y) = shape_series(shape, n, noise, seed);
-        cov.add(&classify(&x, &y, None, &t), shape_end_rate(shape));
+        cov.add(&classify(&x, &y, None, &t), shape_end_rate(shape, n));
     }
     cov
 }
@@ -856,7 +1129,7 @@ fn print_coverage_table() {
         );
     }
     let seeds = seeds / 5;
-    for shape in SHAPES {
+    for shape in all_shapes() {
         for &n in shape.lengths().iter().filter(|&&n| n <= 600) {
             for &noise in shape.noises() {
                 let cov = shape_coverage(shape, n, noise, seeds);
@@ -864,7 +1137,7 @@ fn print_coverage_table() {
                     "| {} | {n} | {:.0} KiB | {:.1} KiB/x | {} | {} |",
                     shape.label(),
                     noise / KIB,
-                    shape_end_rate(shape) / KIB,
+                    shape_end_rate(shape, n) / KIB,
                     pct(cov.share()),
                     pct(cov.missing as f64 / cov.runs as f64),
                 );
@@ -911,5 +1184,258 @@ fn end_rate_intervals_cover_the_truth() {
                 );
             }
         }
+    }
+}
+
+/// Why intervals miss: for each row of issue 19's families, the share covered and the first
+/// `MISSES_SHOWN` (default 3) seeds whose end-rate interval misses the truth, with the
+/// estimator (`end_rate.from`), the interval and the reason. `MISSES_SEEDS` series a row
+/// (default 200).
+#[test]
+#[ignore = "slow: prints the misses of the end rate's interval on issue 19's families"]
+fn print_coverage_misses() {
+    let env = |name: &str, default: u64| {
+        std::env::var(name)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(default)
+    };
+    let (seeds, shown) = (env("MISSES_SEEDS", 200), env("MISSES_SHOWN", 3));
+    for shape in SHAPES_19 {
+        for &n in shape.lengths() {
+            for &noise in shape.noises() {
+                let (t, truth) = (shape_thresholds(shape), shape_end_rate(shape, n));
+                let (mut cov, mut misses) = (Coverage::default(), Vec::new());
+                let mut from = std::collections::BTreeMap::<String, usize>::new();
+                // Misses by estimator and side: the interval wholly above or below the truth.
+                let mut missed = std::collections::BTreeMap::<String, usize>::new();
+                for seed in 0..seeds {
+                    let (x, y) = shape_series(shape, n, noise, seed);
+                    let c = classify(&x, &y, None, &t);
+                    let before = cov.covered;
+                    cov.add(&c, truth);
+                    let name = c
+                        .end_rate
+                        .map_or("none".into(), |e| format!("{:?}", e.from));
+                    *from.entry(name).or_default() += 1;
+                    if let Some(e) = c.end_rate.filter(|_| cov.covered == before) {
+                        let side = if e.ci95.0 > truth { "high" } else { "low" };
+                        *missed.entry(format!("{:?} {side}", e.from)).or_default() += 1;
+                    }
+                    if cov.covered == before && (misses.len() as u64) < shown {
+                        // As multiples of the truth, or of the threshold for a zero truth.
+                        let unit = if truth > 0.0 {
+                            truth
+                        } else {
+                            threshold_of(&t, &y)
+                        };
+                        let ci = c.end_rate.map(|e| (e.ci95.0 / unit, e.ci95.1 / unit));
+                        let per = if truth > 0.0 { "truth" } else { "threshold" };
+                        misses.push(format!(
+                            "  seed {seed}: {} from {:?} CI/{per} {ci:.2?}: {}",
+                            c.verdict.as_str(),
+                            c.end_rate.map(|e| e.from),
+                            c.reason
+                        ));
+                    }
+                }
+                println!(
+                    "{} n={n} noise={:.0} KiB: covered {} estimators {from:?} misses {missed:?}",
+                    shape.label(),
+                    noise / KIB,
+                    pct(cov.share())
+                );
+                for m in misses {
+                    println!("{m}");
+                }
+            }
+        }
+    }
+}
+
+/// The practical threshold of a series as `verdict` takes it, bytes per x unit:
+/// `max(min_slope_abs, min_slope_fraction · |mean level|)` (the mean of all its points here;
+/// the verdict's is after warm-up).
+fn threshold_of(t: &Thresholds, y: &[f64]) -> f64 {
+    let level = stats::mean(y).unwrap_or(LEVEL).abs();
+    t.min_slope_abs.max(t.min_slope_fraction * level)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Power (issue 19): leaks of twice the threshold.
+
+/// One power row: a straight leak of exactly twice the threshold (0.2% of its mean level,
+/// `LEVEL`, per run, or per hour in attach mode) under Gaussian noise of `noise_pct`% of the
+/// level; and the same series without the leak (a steady process).
+#[derive(Default)]
+struct PowerCell {
+    runs: usize,
+    /// The verdict found the leak.
+    found: usize,
+    /// A plain least-squares line's 95% CI lies wholly above the threshold: the yardstick.
+    ols_found: usize,
+    /// The steady series was called a leak.
+    false_leaks: usize,
+    /// The first leaks the verdict missed that the yardstick found: seed, estimator, reason.
+    misses: Vec<String>,
+}
+
+/// x: runs 1..=n, or `n` jittered samples (1 s ± 30%) in attach mode; y centred on `LEVEL` at
+/// the mean x, so the threshold (0.1% of the mean level) is exactly half the leak.
+fn power_cell(attach: bool, n: usize, noise_pct: f64, seeds: u64) -> PowerCell {
+    let t = if attach {
+        shape_thresholds(Shape::AttachLine(0.0))
+    } else {
+        shape_thresholds(Shape::WarmupThenLeak)
+    };
+    let per_x = if attach { 3600.0 } else { 1.0 };
+    let slope = 0.002 * LEVEL / per_x;
+    let mut cell = PowerCell::default();
+    for seed in 0..seeds {
+        let mut rng = Rng::new(seed ^ ((n as u64) << 40) ^ (noise_pct.to_bits() >> 7) ^ 0x90e);
+        let x: Vec<f64> = if attach {
+            jittered_times(n, &mut rng)
+        } else {
+            (1..=n).map(|v| v as f64).collect()
+        };
+        let xm = stats::mean(&x).unwrap_or(0.0);
+        let noise: Vec<f64> = x
+            .iter()
+            .map(|_| noise_pct / 100.0 * LEVEL * rng.normal())
+            .collect();
+        let leak: Vec<f64> = x
+            .iter()
+            .zip(&noise)
+            .map(|(&xi, e)| LEVEL + slope * (xi - xm) + e)
+            .collect();
+        let steady: Vec<f64> = noise.iter().map(|e| LEVEL + e).collect();
+        cell.runs += 1;
+        let c = classify(&x, &leak, None, &t);
+        let found = c.verdict == Verdict::Leak;
+        cell.found += usize::from(found);
+        let thr = threshold_of(&t, &leak);
+        let ols_found = stats::ols(&x, &leak)
+            .and_then(|f| f.slope_ci95)
+            .is_some_and(|ci| ci.0 > thr);
+        cell.ols_found += usize::from(ols_found);
+        if ols_found && !found && cell.misses.len() < 3 {
+            let ci = c.end_rate.map(|e| (e.ci95.0 / thr, e.ci95.1 / thr));
+            cell.misses.push(format!(
+                "seed {seed}: {} from {:?}, CI/threshold {ci:.2?}: {}",
+                c.verdict.as_str(),
+                c.end_rate.map(|e| e.from),
+                c.reason
+            ));
+        }
+        if classify(&x, &steady, None, &t).verdict == Verdict::Leak {
+            cell.false_leaks += 1;
+        }
+    }
+    cell
+}
+
+/// Noise sd (% of the level) of the power rows: the issue's four, and in attach mode three
+/// quieter ones where 60 samples can resolve 0.2%/h at all (a steady process's anon moves by
+/// a few pages: 4 KiB is 0.004% of 100 MiB).
+const POWER_NOISE_PCT: [f64; 4] = [0.1, 0.25, 0.5, 1.0];
+const POWER_QUIET_PCT: [f64; 3] = [0.0005, 0.001, 0.002];
+
+#[test]
+#[ignore = "prints the power table (docs/accuracy.md)"]
+fn print_power_table() {
+    let seeds: u64 = std::env::var("POWER_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2000);
+    println!(
+        "| mode | points | noise sd | leak 2× threshold found | OLS 95% CI above threshold | steady called leak |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|");
+    let rows = POWER_NOISE_PCT
+        .iter()
+        .map(|&p| (false, p))
+        .chain(POWER_QUIET_PCT.iter().map(|&p| (true, p)))
+        .chain(POWER_NOISE_PCT.iter().map(|&p| (true, p)));
+    for (attach, noise) in rows {
+        let (mode, n) = if attach {
+            ("attach 60 s at 1 s", 60)
+        } else {
+            ("run", 20)
+        };
+        let c = power_cell(attach, n, noise, seeds);
+        println!(
+            "| {mode} | {n} | {noise}% | {} | {} | {} |",
+            pct(c.found as f64 / c.runs as f64),
+            pct(c.ols_found as f64 / c.runs as f64),
+            pct2(c.false_leaks as f64 / c.runs as f64),
+        );
+        if std::env::var("POWER_WHY").is_ok() {
+            for m in &c.misses {
+                eprintln!("MISSED {mode} {noise}%: {m}");
+            }
+        }
+    }
+}
+
+/// Issue 19's families where the current estimators already meet the contract (the rest are
+/// below its targets in docs/accuracy.md, with why): a steady attached process is never a
+/// leak (≤ 0.1%: none of 200 per row here, none of 2,000 in the table), and the end rate's
+/// interval holds the truth in ≥ 90% of 200 series (as `end_rate_intervals_cover_the_truth`)
+/// on the rows at ≥ 93% in the table.
+#[test]
+fn issue_19_families_that_meet_the_contract() {
+    const SEEDS: u64 = 200;
+    for n in [30, 60, 120] {
+        for &noise in Shape::AttachLine(0.0).noises() {
+            let cell = simulate_shape(Shape::AttachLine(0.0), n, noise, SEEDS);
+            assert_eq!(
+                cell.counts[Verdict::Leak as usize],
+                0,
+                "steady attach n={n} noise={:.0} KiB: {:?}",
+                noise / KIB,
+                cell.false_leak
+            );
+        }
+    }
+    let covered: [(Shape, &[usize]); 7] = [
+        (Shape::GeometricSteps(1.5), &[20]),
+        (Shape::WarmupThenLeak, &[10, 20]),
+        (Shape::WarmupThenLeakAttach, &[60]),
+        (
+            Shape::HeldScrape {
+                every: 15.0,
+                pct_per_h: 1800.0,
+            },
+            &[60, 120],
+        ),
+        (Shape::AttachLine(0.0), &[30, 60, 120]),
+        (Shape::AttachLine(3.0), &[30, 60, 120]),
+        (Shape::AttachLine(30.0), &[30, 60, 120]),
+    ];
+    for (shape, lengths) in covered {
+        for &n in lengths {
+            for &noise in shape.noises() {
+                let cov = shape_coverage(shape, n, noise, SEEDS);
+                assert!(
+                    cov.share() >= 0.9,
+                    "{} n={n} noise={:.0} KiB: {}",
+                    shape.label(),
+                    noise / KIB,
+                    cov.share()
+                );
+            }
+        }
+    }
+}
+
+/// A leak of twice the threshold over 20 runs is found ≥ 90% of the time where a plain line's
+/// CI could (noise sd 0.1% and 0.25% of the level; at 0.5% it is not yet: docs/accuracy.md).
+#[test]
+fn leaks_of_twice_the_threshold_over_20_runs() {
+    for noise in [0.1, 0.25] {
+        let c = power_cell(false, 20, noise, 500);
+        let found = c.found as f64 / c.runs as f64;
+        assert!(found >= 0.9, "noise {noise}%: found {found}");
+        assert_eq!(c.false_leaks, 0, "noise {noise}%: steady called leak");
     }
 }
