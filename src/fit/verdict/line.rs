@@ -53,7 +53,26 @@ impl Ctx<'_> {
         // else one step (no rate at all) is as good an account of the points.
         let line_rss = self.sd * self.sd * (n as f64 - 2.0);
         let step_wins = step.is_some_and(|s| s.rss <= line_rss + 8.0 * self.sd * self.sd);
-        if !(rising && self.ci.0 > 0.0) {
+        // A leak that speeds up: a parabola through all points bending upwards at one-sided
+        // α. It lags a curve steeper than x², so the end is read from a parabola through the
+        // second half as well (when that has five points), the higher of the two.
+        let para = stats::parabola_end(self.x, self.y);
+        let speeds = para.filter(|p| {
+            p.curvature > stats::student_t_quantile(1.0 - self.t.alpha, p.df) * p.curvature_se
+        });
+        let speeds = speeds.map(|p| {
+            let upper = |p: &stats::ParabolaEnd| {
+                p.slope + stats::student_t_quantile(0.975, p.df) * p.slope_se
+            };
+            let half = self.x.partition_point(|&v| v <= knot);
+            match stats::parabola_end(&self.x[half..], &self.y[half..]) {
+                Some(h) => (h.slope.max(p.slope), upper(&h).max(upper(&p))),
+                None => (p.slope, upper(&p)),
+            }
+        });
+        // A curve that bends upwards rises even when its residuals' autocorrelation widens
+        // the line's interval past 0.
+        if !(rising && (self.ci.0 > 0.0 || speeds.is_some())) {
             let lower = if step_wins { 0.0 } else { f64::INFINITY };
             return self.not_significant(c, rising, lower);
         }
@@ -86,15 +105,10 @@ impl Ctx<'_> {
         );
         let keeps_pace = seg.tail_slope - t_tail * seg.tail_slope_se > self.fit.slope / 2.0;
         // A stop later than the median: a knot whose tail is below half the pace at one-sided
-        // α. Where a curve that does not keep its pace stopped is not known, so the lowest of
-        // the later tails' lower bounds is the interval's.
+        // α. Where it stopped is not known (nor whether the steps of a staircase go on), so
+        // the lowest of the later tails' lower bounds is the interval's.
         let later = self.later_knots(knot, t_tail);
-        let keeps_pace = keeps_pace && !later.is_some_and(|(slowed, _)| slowed);
-        // A leak that speeds up: a parabola bending upwards at one-sided α.
-        let para = stats::parabola_end(self.x, self.y);
-        let speeds = para.filter(|p| {
-            p.curvature > stats::student_t_quantile(1.0 - self.t.alpha, p.df) * p.curvature_se
-        });
+        let stopped_later = later.filter(|&(slowed, _)| slowed).map(|(_, lo)| lo);
         let last_residual = self.y[n - 1] - (self.fit.intercept + self.fit.slope * self.x[n - 1]);
         let last_ok = last_residual >= -3.0 * self.sd;
         // NaN (no robust slope) counts as no support.
@@ -109,18 +123,20 @@ impl Ctx<'_> {
             });
             tail.lower_to(low.unwrap_or(0.0))
                 .lower_to(later.map_or(f64::INFINITY, |(_, lo)| lo))
-        } else if let Some(p) = speeds {
-            // The end is faster than the line's average: the parabola's slope at the last
-            // point, its interval from the line's lower end up to the parabola's upper one.
-            let t = stats::student_t_quantile(0.975, p.df);
+        } else if let Some(lo) = stopped_later {
+            self.line_rate().lower_to(lo)
+        } else if let Some((rate, upper)) = speeds {
+            // The end is faster than the line's average: the parabolas' slope at the last
+            // point, its interval from the line's lower end up to their upper one.
             EndRate::new(
                 RateFrom::CurveEnd,
-                p.slope.max(self.fit.slope),
-                (self.ci.0, (p.slope + t * p.slope_se).max(self.ci.1)),
+                rate.max(self.fit.slope),
+                (self.ci.0, upper.max(self.ci.1)),
             )
         } else {
             self.line_rate()
         };
+        let keeps_pace = keeps_pace && stopped_later.is_none();
         if step_wins || !last_ok {
             end = end.lower_to(0.0);
         }

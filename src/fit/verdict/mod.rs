@@ -176,6 +176,15 @@ impl EndRate {
         }
         self
     }
+
+    /// The interval widened up to `hi` (shape knowledge: a model of the same points that puts
+    /// the end higher, a curve that speeds up).
+    fn upper_to(mut self, hi: f64) -> EndRate {
+        if hi.is_finite() {
+            self.ci95.1 = self.ci95.1.max(hi);
+        }
+        self
+    }
 }
 
 /// The verdict contract: the end rate's interval against the threshold `thr`, and nothing

@@ -190,11 +190,18 @@ impl Ctx<'_> {
             end = end.lower_to(end_robust.unwrap_or(0.0));
         }
         let n = self.x.len();
+        let para = stats::parabola_end(&self.x[last.start..], &self.y[last.start..]);
         if !self.keeps_pace(last.start, n) || self.slows_down(last.start, n) {
-            let (x, y) = (&self.x[last.start..], &self.y[last.start..]);
-            if let Some(p) = stats::parabola_end(x, y) {
+            if let Some(p) = para {
                 let t = stats::student_t_quantile(1.0 - self.t.alpha, p.df);
                 end = end.lower_to(p.slope - t * p.slope_se);
+            }
+        } else if let Some(p) = para {
+            // An end that speeds up (bends upwards at one-sided α): up to its parabola's
+            // slope at the last point.
+            let t = stats::student_t_quantile(1.0 - self.t.alpha, p.df);
+            if p.curvature > t * p.curvature_se {
+                end = end.upper_to(p.slope + stats::student_t_quantile(0.975, p.df) * p.slope_se);
             }
         }
         if self.one_line(segs, &ev.steps, sigma) {
@@ -203,11 +210,14 @@ impl Ctx<'_> {
             // slope, even when its noise is regular enough to cut).
             return self.judge_line(c);
         }
-        if ev.up_x.is_empty() && ev.ramps == 0 {
+        let z1 = stats::normal_quantile(1.0 - self.t.alpha);
+        // The end segment is not counted among the ramps: a leak that starts (or speeds up)
+        // part-way, without a step, rises only there.
+        let end_rises = end_slope - z1 * end_se > self.thr;
+        if ev.up_x.is_empty() && ev.ramps == 0 && !end_rises {
             return self.no_growth_events(c, &end_txt);
         }
-        let z1 = stats::normal_quantile(1.0 - self.t.alpha);
-        let all_rise = ev.ramps + 1 == segs.len() && end_slope - z1 * end_se > self.thr;
+        let all_rise = ev.ramps + 1 == segs.len() && end_rises;
         if self.staircase(&ev, all_rise) {
             // Rises that keep coming — a GC heap or an allocator growing in chunks — at the
             // same long-run pace to the end: their line, steps included, is the end's rate.
