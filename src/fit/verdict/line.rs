@@ -35,7 +35,20 @@ impl Ctx<'_> {
         EndRate::new(RateFrom::Line, self.fit.slope, self.ci)
     }
 
-    pub(super) fn judge_line(&self, mut c: Classification) -> Classification {
+    pub(super) fn judge_line(&self, c: Classification) -> Classification {
+        self.judge_line_within(c, None, false)
+    }
+
+    /// The line, its interval reaching to `hull` where another estimate of the same end
+    /// holds it (the end segment of rises that may be a warm-up before a slower leak).
+    /// `recurring`: the change-point search saw steps that keep coming, so a flat end is the
+    /// wait for the next one, not a stop (no later knot is tried).
+    pub(super) fn judge_line_within(
+        &self,
+        mut c: Classification,
+        hull: Option<(f64, f64)>,
+        recurring: bool,
+    ) -> Classification {
         let n = self.x.len();
         let mut sorted = self.x.to_vec();
         let knot = stats::median(&mut sorted).unwrap_or(0.0);
@@ -107,7 +120,9 @@ impl Ctx<'_> {
         // A stop later than the median: a knot whose tail is below half the pace at one-sided
         // α. Where it stopped is not known (nor whether the steps of a staircase go on), so
         // the lowest of the later tails' lower bounds is the interval's.
-        let later = self.later_knots(knot, t_tail);
+        let later = (!recurring)
+            .then(|| self.later_knots(knot, t_tail))
+            .flatten();
         let stopped_later = later.filter(|&(slowed, _)| slowed).map(|(_, lo)| lo);
         let last_residual = self.y[n - 1] - (self.fit.intercept + self.fit.slope * self.x[n - 1]);
         let last_ok = last_residual >= -3.0 * self.sd;
@@ -117,12 +132,13 @@ impl Ctx<'_> {
         let mut end = if !keeps_pace {
             // A curve that slows down: its second half's line averages the end with what came
             // before it; a parabola's slope at the last point does not, so its lower bound is
-            // the interval's too, as is that of a tail after a later stop.
+            // the interval's too, as is that of a tail after a later stop (a knot that slowed;
+            // every later knot's would cost straight leaks the power the median's test left).
             let low = para.map(|p| {
                 p.slope - stats::student_t_quantile(1.0 - self.t.alpha, p.df) * p.slope_se
             });
             tail.lower_to(low.unwrap_or(0.0))
-                .lower_to(later.map_or(f64::INFINITY, |(_, lo)| lo))
+                .lower_to(stopped_later.unwrap_or(f64::INFINITY))
         } else if let Some(lo) = stopped_later {
             self.line_rate().lower_to(lo)
         } else if let Some((rate, upper)) = speeds {
@@ -137,6 +153,9 @@ impl Ctx<'_> {
             self.line_rate()
         };
         let keeps_pace = keeps_pace && stopped_later.is_none();
+        if let Some((lo, hi)) = hull {
+            end = end.lower_to(lo).upper_to(hi);
+        }
         if step_wins || !last_ok {
             end = end.lower_to(0.0);
         }
@@ -265,8 +284,7 @@ impl Ctx<'_> {
 impl Ctx<'_> {
     /// Stops after the median `knot`: over up to `LATER_KNOTS` knots between it and the
     /// fourth point from the end, whether any tail is below half the line's slope at the
-    /// quantile `t_tail`, and the lowest tail lower bound at one-sided α/10 (the lowest of
-    /// many was chosen, as the change-point search's end is). The median's
+    /// quantile `t_tail`, and the lowest tail lower bound at that quantile. The median's
     /// broken stick half-averages a stop at 70% of the span with the rise before it; a knot
     /// at the stop does not. `None` without later knots.
     fn later_knots(&self, knot: f64, t_tail: f64) -> Option<(bool, f64)> {
@@ -282,8 +300,7 @@ impl Ctx<'_> {
             .filter_map(|k| stats::segmented_fit(self.x, self.y, self.x[k]))
             .map(|s| {
                 let slowed = s.tail_slope + t_tail * s.tail_slope_se < self.fit.slope / 2.0;
-                let t_low = stats::student_t_quantile(1.0 - self.t.alpha / 10.0, s.df);
-                (slowed, s.tail_slope - t_low * s.tail_slope_se)
+                (slowed, s.tail_slope - t_tail * s.tail_slope_se)
             })
             .reduce(|a, b| (a.0 || b.0, a.1.min(b.1)))
     }

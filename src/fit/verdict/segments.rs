@@ -221,7 +221,10 @@ impl Ctx<'_> {
         if self.staircase(&ev, all_rise) {
             // Rises that keep coming — a GC heap or an allocator growing in chunks — at the
             // same long-run pace to the end: their line, steps included, is the end's rate.
-            return self.judge_line(c);
+            // Two rises without a step, the end's wholly slower than the line, may also be a
+            // warm-up then a leak at the end's own pace: the interval holds the end's too.
+            let warmup = ev.up_x.is_empty() && ev.ramps < 2 && end.ci95.1 < self.fit.slope;
+            return self.judge_line_within(c, warmup.then_some(end.ci95), !warmup);
         }
         if ev.down_total > 0.5 * ev.up_total {
             let rising = self.mk.s > 0.0 && self.mk.p_two_sided < self.t.alpha && self.ci.0 > 0.0;
