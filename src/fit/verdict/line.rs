@@ -2,15 +2,24 @@
 //!
 //! The end rate (the contract: `super::decide` judges it):
 //! * no significant growth (neither Mann–Kendall p < α with S > 0 nor the line's 95% CI wholly
-//!   above thr; or the CI includes 0): the line's slope and 95% CI — stable when its upper end
-//!   is within thr, else inconclusive;
+//!   above thr; or the CI includes 0, unless the points bend upwards): the line's slope and
+//!   95% CI — stable when its upper end is within thr, else inconclusive;
 //! * else, while the series keeps its pace — a two-segment (broken-stick) fit with the knot at
-//!   the median x, whose second slope stays above half the line's at one-sided level α — the
-//!   line's slope and 95% CI: a straight leak's rate is best estimated from all its points;
+//!   the median x, whose second slope stays above half the line's at one-sided level α, and
+//!   no later knot (up to 20, to the fourth point from the end) whose tail is below half the
+//!   line's at that level — the line's slope and 95% CI: a straight leak's rate is best
+//!   estimated from all its points;
+//! * a later knot that slowed (a fill that stopped at 70% of the span, which the median's
+//!   stick half-averages with the rise before it): the line, down to the lowest later tail's
+//!   lower bound; not tried for steps that keep coming (`judge_line_within`'s `recurring`);
 //! * else (a curve that slows down) the second half's slope, its interval's upper end at 95%
 //!   and its lower end at one-sided α (the data chose this estimator over the line), reaching
-//!   down to the same bound of a parabola's slope at the last point
-//!   (`stats::parabola_end_slope`): the second half averages the end with what came before.
+//!   down to the same bound of a parabola's slope at the last point (`stats::parabola_end`):
+//!   the second half averages the end with what came before;
+//! * a leak that speeds up (a parabola through all points bending upwards at one-sided α):
+//!   the slope at the last point of that parabola or of one through the second half,
+//!   whichever is higher (`RateFrom::CurveEnd`), its interval from the line's lower end up to
+//!   their 95% upper ends: the line averages the end with the slower start.
 //!
 //! Shape knowledge that would put the end lower widens the interval down, never vetoes: a
 //! single step that fits as well as the line (by 8σ², `best_step`: a step the change-point
