@@ -418,8 +418,15 @@ fn patch_object(
             if now == h.hook || !(now == h.real || lazy) {
                 continue;
             }
-            let ok = write_slot(slot, h.hook, o.relro);
-            if ok {
+            let relro = o
+                .relro
+                .filter(|&(a, b)| (a..b).contains(&(slot & !(page_size() - 1))));
+            // Neither RELRO (made writable for the store) nor writable now:
+            // never written (a store there would fault).
+            if relro.is_none() && !writable.contains(slot) {
+                continue;
+            }
+            if write_slot(slot, h.hook, relro.is_some()) {
                 patched += 1;
             }
         }
@@ -429,10 +436,9 @@ fn patch_object(
 
 /// Writes one GOT entry (an aligned word: one store, atomic for the
 /// threads that call through it), its page made writable meanwhile if it
-/// is a RELRO page.
-fn write_slot(slot: usize, value: usize, relro: Option<(usize, usize)>) -> bool {
+/// is a RELRO page (`protected`).
+fn write_slot(slot: usize, value: usize, protected: bool) -> bool {
     let page = slot & !(page_size() - 1);
-    let protected = relro.is_some_and(|(a, b)| (a..b).contains(&page));
     let len = page_size();
     // SAFETY: mprotect of one page of a loaded object's RELRO, restored
     // to read-only (what the loader made it) right after the store.

@@ -264,6 +264,28 @@ mod tests {
     }
 
     #[test]
+    fn over_time_a_sites_points_are_its_answers_in_hours() {
+        const M: u64 = 1 << 20;
+        let mut sites = Sites::default();
+        for (sample, t, bytes) in [(3, 0.0, 5 * M), (7, 1800.0, 6 * M), (11, 3600.0, 7 * M)] {
+            sites.push(&Row {
+                run: None,
+                sample,
+                t_seconds: t,
+                ..site(0, 10, "leak (a.c:3)", bytes)
+            });
+        }
+        let (series, _, _) = sites.finish();
+        let points: Vec<(f64, f64)> = series[0]
+            .points
+            .iter()
+            .map(|&(x, y)| (x, y / M as f64))
+            .collect();
+        // Growth from the first answer (the attach), per hour.
+        assert_eq!(points, [(0.0, 0.0), (0.5, 1.0), (1.0, 2.0)]);
+    }
+
+    #[test]
     fn type_rows_become_a_count_and_a_bytes_series() {
         let kind = |run: u32, pid: u32, objects: u64| Row {
             tier: Tier::Type,

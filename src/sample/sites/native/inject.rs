@@ -613,13 +613,14 @@ fn first_line(text: &str, containing: &str) -> String {
         .to_string()
 }
 
-/// `* 1    Thread 0x7f… (LWP 4242) "name" 0x… in …` → (1, 4242).
+/// `* 1    Thread 0x7f… (LWP 4242) "name" 0x… in …` → (1, 4242); without
+/// libthread_db gdb writes `1    LWP 4242 "name" …`.
 fn thread_line(line: &str) -> Option<(u32, u32)> {
     let line = line.trim_start().trim_start_matches('*').trim_start();
     let number = line.split_ascii_whitespace().next()?.parse().ok()?;
-    let lwp = line.split_once("(LWP ")?.1;
-    let lwp = lwp[..lwp.find(')')?].trim().parse().ok()?;
-    Some((number, lwp))
+    let lwp = line.split_once("LWP ")?.1;
+    let digits = lwp.find(|c: char| !c.is_ascii_digit()).unwrap_or(lwp.len());
+    Some((number, lwp[..digits].parse().ok()?))
 }
 
 fn hex_after(line: &str, after: &str) -> Option<u64> {
@@ -691,8 +692,8 @@ mod tests {
         let line = "* 1    Thread 0x7f54c8c2a740 (LWP 21760) \"attach_leaker\" 0x00007f in clock_nanosleep ()";
         assert_eq!(thread_line(line), Some((1, 21760)));
         assert_eq!(
-            thread_line("  12   LWP 99 \"x\" 0x1 in f ()").map(|t| t.1),
-            None
+            thread_line("  12   LWP 99 \"x\" 0x1 in f ()"),
+            Some((12, 99))
         );
         assert_eq!(thread_line("  Id   Target Id   Frame"), None);
     }
