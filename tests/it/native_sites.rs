@@ -791,26 +791,27 @@ fn attach_native_sites_follows_a_library_dlopened_after_the_attach() {
         return;
     }
     let per_second: u64 = 2 << 20;
-    // Loaded 4 s after "ready" (80 ticks of 50 ms by the clock).
+    // Loaded 2 s after "ready" (40 ticks of 50 ms by the clock); the sites
+    // are asked every 2 s: 6 points of its own.
     let daemon = Daemon::start_with(
         &binary,
         per_second,
         &[
             ("ATTACH_LEAKER_PLUGIN", plugin.as_os_str()),
-            ("ATTACH_LEAKER_PLUGIN_AT", OsStr::new("80")),
+            ("ATTACH_LEAKER_PLUGIN_AT", OsStr::new("40")),
         ],
     );
     let ready = std::time::Instant::now();
     let out = tmp.path().join("out");
     let output = leakwatch()
         .env("LEAKWATCH_SHIM", shim())
-        .args(["attach", "--native-sites", "--duration", "11s"])
+        .args(["attach", "--native-sites", "--duration", "14s"])
         .args(["--interval", "500ms", "--out"])
         .arg(&out)
         .arg(daemon.pid().to_string())
         .output()
         .unwrap();
-    let lived = ready.elapsed().as_secs_f64() - 4.0;
+    let lived = ready.elapsed().as_secs_f64() - 2.0;
     let stderr = String::from_utf8_lossy(&output.stderr);
     crate::common::assert_exit_matches_verdict(output.status, &out);
     let s = summary(&out);
@@ -825,8 +826,8 @@ fn attach_native_sites_follows_a_library_dlopened_after_the_attach() {
         .unwrap_or_else(|| panic!("the plugin's leak is named: {sites:#?}\n{stderr}"));
     assert_eq!(plugin_site["verdict"], "leak", "{plugin_site:#}");
     // What it kept by the last answer (≈ 1 s before leakwatch exits, after
-    // its reports): ≈ 110 samples of 64 KiB, ≈ 10%; the end is known to
-    // ≈ 1 s of ≈ 8.
+    // its reports): ≈ 200 samples of 64 KiB, ≈ 7%; the end is known to
+    // ≈ 1 s of ≈ 13.
     let held = plugin_site["held_bytes"].as_f64().unwrap();
     eprintln!(
         "plugin_leak holds {:.1} MiB, ≈ {:.1} MiB leaked",

@@ -125,6 +125,9 @@ pub fn inject(
         Ok(text.into_owned())
     };
     let (shim, dir) = (quoted(shim)?, quoted(dir)?);
+    // Ctrl-C, TERM or HUP while gdb holds the process wait until it has
+    // detached (they are then delivered, and leakwatch stops as usual).
+    let _deferred = DeferSignals::new();
     let mut last = String::new();
     for _ in 0..ATTEMPTS {
         let mut session = Gdb::start(&gdb, pid)?;
@@ -146,6 +149,40 @@ pub fn inject(
              handlers; nothing was done to it; try again when it is idle"
         ),
     })
+}
+
+/// Blocks the signals that stop leakwatch until dropped (threads started
+/// meanwhile, gdb's reader, inherit the mask).
+struct DeferSignals(Option<nix::sys::signal::SigSet>);
+
+impl DeferSignals {
+    fn new() -> DeferSignals {
+        use nix::sys::signal::{SigSet, SigmaskHow, Signal, pthread_sigmask};
+        let mut set = SigSet::empty();
+        for s in [
+            Signal::SIGINT,
+            Signal::SIGTERM,
+            Signal::SIGHUP,
+            Signal::SIGQUIT,
+        ] {
+            set.add(s);
+        }
+        let mut old = SigSet::empty();
+        let blocked = pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&set), Some(&mut old));
+        DeferSignals(blocked.is_ok().then_some(old))
+    }
+}
+
+impl Drop for DeferSignals {
+    fn drop(&mut self) {
+        if let Some(old) = self.0 {
+            let _ = nix::sys::signal::pthread_sigmask(
+                nix::sys::signal::SigmaskHow::SIG_SETMASK,
+                Some(&old),
+                None,
+            );
+        }
+    }
 }
 
 fn comm(pid: u32) -> String {
@@ -332,7 +369,8 @@ impl Gdb {
         };
         let (read, write) = nix::unistd::pipe().map_err(|e| fail(e.into()))?;
         let write2: OwnedFd = write.try_clone().map_err(fail)?;
-        let mut child = Command::new(gdb)
+        let mut command = Command::new(gdb);
+        command
             .args(["-nx", "-nh", "-q"])
             .stdin(Stdio::piped())
             .stdout(Stdio::from(write))
@@ -340,9 +378,17 @@ impl Gdb {
             .env("TERM", "dumb")
             // Its own process group: a Ctrl-C meant for leakwatch must not
             // interrupt a call inside the target.
-            .process_group(0)
-            .spawn()
-            .map_err(fail)?;
+            .process_group(0);
+        // SAFETY: only signal(2), async-signal-safe, between fork and exec.
+        // If leakwatch dies, gdb's writes fail with EPIPE instead of
+        // killing it mid-call; its input at EOF, it detaches and quits.
+        unsafe {
+            command.pre_exec(|| {
+                libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+                Ok(())
+            });
+        }
+        let mut child = command.spawn().map_err(fail)?;
         let stdin = child.stdin.take();
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
@@ -371,6 +417,12 @@ impl Gdb {
             "set auto-solib-add off",
             "set unwindonsignal on",
             "set debuginfod enabled off",
+            // The program's own signals (a timer, SIGUSR1, SIGCHLD) pass
+            // through as they come, never stopping it: a stop inside the
+            // call would abandon dlopen half done. A fault stops it, and
+            // the call is unwound; a fault elsewhere recurs once resumed.
+            "handle all nostop noprint pass",
+            "handle SIGSEGV SIGBUS SIGILL SIGFPE SIGABRT stop print nopass",
         ] {
             g.run(setting)?;
         }
