@@ -922,3 +922,23 @@ fn attach_native_sites_refuses_without_ptrace_permission_a_static_binary_and_no_
         );
     }
 }
+
+/// `attach --native-sites` takes one PID: a name, cgroup or unit is refused
+/// before anything is touched, in one line that says what to give.
+#[test]
+fn attach_native_sites_takes_one_pid_not_a_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let output = leakwatch()
+        .args(["attach", "--native-sites", "--name", "sshd", "--out"])
+        .arg(tmp.path().join("out"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("give its PID (`leakwatch attach --native-sites 4242`)")
+            && stderr.lines().count() == 1,
+        "{stderr}"
+    );
+    assert!(!tmp.path().join("out").exists());
+}
