@@ -942,3 +942,42 @@ fn attach_native_sites_takes_one_pid_not_a_name() {
     );
     assert!(!tmp.path().join("out").exists());
 }
+
+/// A process whose only thread never idles in a system call (it computes)
+/// has no safe point for the call: after its tries leakwatch refuses with
+/// the reason, and the process runs on, neither traced nor stopped, without
+/// the shim.
+#[test]
+fn attach_native_sites_refuses_a_process_never_at_a_safe_point() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(binary) = compile(
+        "gcc",
+        "fixtures/native/busy_loop.c",
+        &tmp.path().join("busy_loop"),
+        &[],
+    ) else {
+        return;
+    };
+    if !have_gdb() {
+        return;
+    }
+    let daemon = Daemon::start(&binary, 0);
+    let output = leakwatch()
+        .env("LEAKWATCH_SHIM", shim())
+        .args(["attach", "--native-sites", "--duration", "1s", "--out"])
+        .arg(tmp.path().join("out"))
+        .arg(daemon.pid().to_string())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("no thread stopped at a safe point in 10 tries")
+            && stderr.contains("running or in system call -1")
+            && stderr.lines().count() == 1,
+        "{stderr}"
+    );
+    let (state, tracer, shimmed) = daemon.state();
+    assert!(state.starts_with('R'), "{state}");
+    assert_eq!((tracer.as_str(), shimmed), ("0", false));
+}
