@@ -342,18 +342,28 @@ fn where_in_the_code(a: &Analysis, doc: &mut Vec<Block>) {
         return;
     }
     doc.push(heading(2, "Where in the code"));
-    doc.push(para(vec![text(
-        "Python allocation sites (tracemalloc, innermost frame of your code), their growth per \
-         run pooled over the processes that hold them (a recycled worker's growth counts while \
-         it lived), judged like every other series. tracemalloc sees Python's allocators only: \
-         memory C extensions allocate themselves is not in these lines.",
-    )]));
+    let attached = a.mode() != "run";
+    if !attached {
+        doc.push(para(vec![text(
+            "Python allocation sites (tracemalloc, innermost frame of your code), their growth \
+             per run pooled over the processes that hold them (a recycled worker's growth counts \
+             while it lived), judged like every other series. tracemalloc sees Python's \
+             allocators only: memory C extensions allocate themselves is not in these lines.",
+        )]));
+    }
     if a.sites.iter().any(|s| s.source == SiteSource::Native) {
         doc.push(para(vec![text(
             "Native sites (--native-sites) are C, C++ and Rust call stacks sampled by the \
              allocator shim (by bytes, each sample weighed so the estimate is unbiased) and \
              named by leakwatch, each by its first frame outside the allocator and the \
              runtimes. Their 95% CI counts the sampling error as well as the fit's.",
+        )]));
+    }
+    if attached {
+        doc.push(para(vec![text(
+            "Attached (attach --native-sites): each site's growth is per hour from the moment \
+             the shim went in, one point per answer (every 2 s); its share of the anon growth \
+             is not shown.",
         )]));
     }
     let rate = |v: Option<f64>| v.map(|r| site_rate(a, r)).unwrap_or_else(|| "–".into());
