@@ -199,6 +199,26 @@ pub struct AttachArgs {
     )]
     pub deep_budget: String,
 
+    /// Find the C, C++ and Rust call stacks whose memory grows while
+    /// attached: gdb loads leakwatch's sampling allocator shim into the
+    /// process (as `heaptrack -p` does) and it redirects the allocation
+    /// functions of every loaded object; growth counts from the attach.
+    /// One PID only (not --name, --cgroup or --unit); needs gdb and ptrace
+    /// permission (the process' user or root).
+    #[arg(long, help_heading = "Sampling")]
+    pub native_sites: bool,
+
+    /// Mean bytes allocated between two samples with --native-sites
+    /// (smaller: more accurate, slower).
+    #[arg(
+        long,
+        value_name = "SIZE",
+        requires = "native_sites",
+        default_value = "64KiB",
+        help_heading = "Sampling"
+    )]
+    pub native_interval: String,
+
     /// Hold samples.csv to this many rows: when it fills, every other older
     /// cheap sample is dropped (first, last and deep samples kept) and
     /// sampling slows to half the rate, so the series stays even.

@@ -63,6 +63,11 @@ pub enum OptionsError {
          (the default)"
     )]
     NativeInterval(String),
+    #[error(
+        "attach --native-sites loads the shim into one process: give its PID \
+         (`leakwatch attach --native-sites 4242`), not --name, --cgroup or --unit"
+    )]
+    NativeSitesTarget,
     #[error("--deep-budget '{0}' is not a fraction; try '0.1%' or '0.001'")]
     DeepBudget(String),
     #[error("--max-samples {0}: keep at least {min} rows; try --max-samples 100000", min = MIN_MAX_SAMPLES)]
@@ -337,12 +342,21 @@ impl AttachOptions {
         if let Some(rows) = args.max_samples.filter(|&r| r < MIN_MAX_SAMPLES) {
             return Err(OptionsError::MaxSamples(rows));
         }
+        let target = target(
+            args.pid.as_deref().or(args.pid_flag.as_deref()),
+            &args.targets,
+        )?;
+        let native_sites = args
+            .native_sites
+            .then(|| native_interval(&args.native_interval))
+            .transpose()?;
+        if native_sites.is_some() && !matches!(target, Target::Pid(_)) {
+            return Err(OptionsError::NativeSitesTarget);
+        }
         Ok(AttachOptions {
             plan: AttachPlan {
-                target: target(
-                    args.pid.as_deref().or(args.pid_flag.as_deref()),
-                    &args.targets,
-                )?,
+                target,
+                native_sites,
                 interval,
                 duration,
                 deep_budget,

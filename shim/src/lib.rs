@@ -19,10 +19,15 @@
 //!   fixed tables ([`table`]); nothing in a hook allocates.
 //! - A thread answers leakwatch on `D/<pid>.sock` with the live sampled bytes
 //!   by stack ([`listen`]); addresses only: leakwatch symbolises.
+//! - Or, loaded into a running process by `attach --native-sites`
+//!   ([`inject`]): configured by the call, the GOT entries of every
+//!   loaded object redirected to the hooks.
 
 #[cfg(target_arch = "x86_64")]
 mod cfi;
 mod glibc;
+#[cfg(target_arch = "x86_64")]
+mod inject;
 mod listen;
 mod sampler;
 mod table;
@@ -114,6 +119,14 @@ fn forget(p: *mut c_void) {
 /// As C's `malloc`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn malloc(size: size_t) -> *mut c_void {
+    // SAFETY: as called.
+    unsafe { hook_malloc(size) }
+}
+
+/// The body of `malloc`, with its own address: within the shim the
+/// exported name binds to glibc's when the shim was dlopened.
+#[inline]
+pub(crate) unsafe extern "C" fn hook_malloc(size: size_t) -> *mut c_void {
     // SAFETY: forwarded as called.
     let p = unsafe { __libc_malloc(size) };
     on_alloc(p, size);
@@ -124,6 +137,14 @@ pub unsafe extern "C" fn malloc(size: size_t) -> *mut c_void {
 /// As C's `calloc`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn calloc(n: size_t, size: size_t) -> *mut c_void {
+    // SAFETY: as called.
+    unsafe { hook_calloc(n, size) }
+}
+
+/// The body of `calloc`, with its own address: within the shim the
+/// exported name binds to glibc's when the shim was dlopened.
+#[inline]
+pub(crate) unsafe extern "C" fn hook_calloc(n: size_t, size: size_t) -> *mut c_void {
     // SAFETY: forwarded as called.
     let p = unsafe { __libc_calloc(n, size) };
     on_alloc(p, n.saturating_mul(size));
@@ -134,6 +155,14 @@ pub unsafe extern "C" fn calloc(n: size_t, size: size_t) -> *mut c_void {
 /// As C's `realloc`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn realloc(p: *mut c_void, size: size_t) -> *mut c_void {
+    // SAFETY: as called.
+    unsafe { hook_realloc(p, size) }
+}
+
+/// The body of `realloc`, with its own address: within the shim the
+/// exported name binds to glibc's when the shim was dlopened.
+#[inline]
+pub(crate) unsafe extern "C" fn hook_realloc(p: *mut c_void, size: size_t) -> *mut c_void {
     // Before glibc may hand the address to another thread.
     on_free(p);
     // SAFETY: forwarded as called.
@@ -152,13 +181,21 @@ pub unsafe extern "C" fn reallocarray(p: *mut c_void, n: size_t, size: size_t) -
         return std::ptr::null_mut();
     };
     // SAFETY: as realloc.
-    unsafe { realloc(p, total) }
+    unsafe { hook_realloc(p, total) }
 }
 
 /// # Safety
 /// As C's `free`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn free(p: *mut c_void) {
+    // SAFETY: as called.
+    unsafe { hook_free(p) }
+}
+
+/// The body of `free`, with its own address: within the shim the
+/// exported name binds to glibc's when the shim was dlopened.
+#[inline]
+pub(crate) unsafe extern "C" fn hook_free(p: *mut c_void) {
     on_free(p);
     // SAFETY: forwarded as called.
     unsafe { __libc_free(p) }
@@ -169,13 +206,21 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cfree(p: *mut c_void) {
     // SAFETY: as free.
-    unsafe { free(p) }
+    unsafe { hook_free(p) }
 }
 
 /// # Safety
 /// As C's `memalign`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn memalign(align: size_t, size: size_t) -> *mut c_void {
+    // SAFETY: as called.
+    unsafe { hook_memalign(align, size) }
+}
+
+/// The body of `memalign`, with its own address: within the shim the
+/// exported name binds to glibc's when the shim was dlopened.
+#[inline]
+pub(crate) unsafe extern "C" fn hook_memalign(align: size_t, size: size_t) -> *mut c_void {
     // SAFETY: forwarded as called.
     let p = unsafe { __libc_memalign(align, size) };
     on_alloc(p, size);
@@ -186,14 +231,34 @@ pub unsafe extern "C" fn memalign(align: size_t, size: size_t) -> *mut c_void {
 /// As C's `aligned_alloc` (glibc's accepts any power of two, as memalign).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aligned_alloc(align: size_t, size: size_t) -> *mut c_void {
+    // SAFETY: as called.
+    unsafe { hook_aligned_alloc(align, size) }
+}
+
+/// The body of `aligned_alloc`, with its own address: within the shim the
+/// exported name binds to glibc's when the shim was dlopened.
+#[inline]
+pub(crate) unsafe extern "C" fn hook_aligned_alloc(align: size_t, size: size_t) -> *mut c_void {
     // SAFETY: as memalign.
-    unsafe { memalign(align, size) }
+    unsafe { hook_memalign(align, size) }
 }
 
 /// # Safety
 /// As C's `posix_memalign`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: size_t, size: size_t) -> i32 {
+    // SAFETY: as called.
+    unsafe { hook_posix_memalign(out, align, size) }
+}
+
+/// The body of `posix_memalign`, with its own address: within the shim the
+/// exported name binds to glibc's when the shim was dlopened.
+#[inline]
+pub(crate) unsafe extern "C" fn hook_posix_memalign(
+    out: *mut *mut c_void,
+    align: size_t,
+    size: size_t,
+) -> i32 {
     if !align.is_power_of_two() || align % size_of::<*mut c_void>() != 0 {
         return libc::EINVAL;
     }
@@ -212,6 +277,14 @@ pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: size_t, si
 /// As C's `valloc`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn valloc(size: size_t) -> *mut c_void {
+    // SAFETY: as called.
+    unsafe { hook_valloc(size) }
+}
+
+/// The body of `valloc`, with its own address: within the shim the
+/// exported name binds to glibc's when the shim was dlopened.
+#[inline]
+pub(crate) unsafe extern "C" fn hook_valloc(size: size_t) -> *mut c_void {
     // SAFETY: forwarded as called.
     let p = unsafe { __libc_valloc(size) };
     on_alloc(p, size);
@@ -222,6 +295,14 @@ pub unsafe extern "C" fn valloc(size: size_t) -> *mut c_void {
 /// As C's `pvalloc`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn pvalloc(size: size_t) -> *mut c_void {
+    // SAFETY: as called.
+    unsafe { hook_pvalloc(size) }
+}
+
+/// The body of `pvalloc`, with its own address: within the shim the
+/// exported name binds to glibc's when the shim was dlopened.
+#[inline]
+pub(crate) unsafe extern "C" fn hook_pvalloc(size: size_t) -> *mut c_void {
     // SAFETY: forwarded as called.
     let p = unsafe { __libc_pvalloc(size) };
     on_alloc(p, size);

@@ -1,7 +1,8 @@
 //! The answering thread: listens on `D/<pid>.sock` and, per connection,
 //! reads one request line and writes the live sampled bytes by stack.
 //!
-//! Request: `snapshot <run>\n`. Answer (text, one record a line):
+//! Request: `snapshot <run>\n` (or `stop\n`: sampling stops, for good;
+//! answered `stopped`). Answer (text, one record a line):
 //!
 //! ```text
 //! leakwatch-native-sites 1 pid <pid> run <run> interval <bytes> samples <n> dropped <n>
@@ -15,7 +16,9 @@
 //! a process' first sample taken in plain code (a process that allocates
 //! little never gets one; a sample in a signal handler or in the loader
 //! waits for the next), and again in a forked child, which answers on its
-//! own endpoint.
+//! own endpoint. Injected into a running process
+//! (`attach --native-sites`), it starts at once, and also patches the
+//! objects loaded since (`inject::rescan`).
 
 use std::cell::UnsafeCell;
 use std::fmt::Write as _;
@@ -122,9 +125,12 @@ fn serve() {
         let Ok(listener) = UnixListener::bind(&path) else {
             return;
         };
-        for conn in listener.incoming() {
-            match conn {
-                Ok(stream) => {
+        loop {
+            if !wait_for_connection(&listener) {
+                continue;
+            }
+            match listener.accept() {
+                Ok((stream, _)) => {
                     failures = 0;
                     answer(stream, pid);
                 }
@@ -138,6 +144,33 @@ fn serve() {
     }
 }
 
+/// Waits for a connection; in a process the shim was injected into, at
+/// most `inject::RESCAN`, patching the objects loaded meanwhile (false:
+/// none came yet). A preloaded shim's hooks cover every object already.
+fn wait_for_connection(listener: &UnixListener) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if crate::inject::injected() {
+        use std::os::fd::AsRawFd;
+        let mut fd = libc::pollfd {
+            fd: listener.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // Stopped: nothing to patch any more, no wake-ups.
+        let ms = if sampler::enabled() {
+            crate::inject::RESCAN.as_millis() as i32
+        } else {
+            -1
+        };
+        // SAFETY: one valid pollfd.
+        let ready = unsafe { libc::poll(&raw mut fd, 1, ms) };
+        crate::inject::rescan();
+        return ready != 0;
+    }
+    let _ = listener;
+    true
+}
+
 fn answer(mut stream: UnixStream, pid: u32) {
     let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
     let _ = stream.set_write_timeout(Some(Duration::from_secs(30)));
@@ -148,6 +181,13 @@ fn answer(mut stream: UnixStream, pid: u32) {
             Ok(0) | Err(_) => break,
             Ok(n) => request.extend_from_slice(&buf[..n]),
         }
+    }
+    if request.trim_ascii() == b"stop" {
+        // The session that attached is over: sampling stops, the hooks
+        // stay (forwarding to glibc, a filter check per free).
+        sampler::stop();
+        let _ = stream.write_all(b"stopped\n");
+        return;
     }
     let run = std::str::from_utf8(&request)
         .ok()

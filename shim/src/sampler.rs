@@ -51,6 +51,12 @@ pub fn enabled() -> bool {
     ENABLED.load(Ordering::Relaxed)
 }
 
+/// Stops sampling for good (`attach --native-sites` is over): frees of
+/// sampled blocks are still forgotten.
+pub fn stop() {
+    ENABLED.store(false, Ordering::Release);
+}
+
 pub fn interval() -> u64 {
     INTERVAL.load(Ordering::Relaxed)
 }
@@ -106,8 +112,8 @@ fn find_countdown_offset() {
     }
 }
 
-/// Reads the environment, finds the shim's own text, warms the unwinder up
-/// (its first use may allocate) and registers the fork handlers.
+/// Reads the environment (`run --native-sites`): the shim is idle without
+/// its directory.
 pub fn init() {
     // SAFETY: getenv at load time, before the program's threads.
     let dir = unsafe { libc::getenv(ENV_DIR.as_ptr()) };
@@ -116,20 +122,35 @@ pub fn init() {
     }
     // SAFETY: getenv returned a NUL-terminated string.
     let dir = unsafe { CStr::from_ptr(dir) }.to_bytes();
-    if dir.is_empty() || !listen::set_dir(dir) {
-        return;
-    }
     // SAFETY: as above.
     let interval = unsafe { libc::getenv(ENV_INTERVAL.as_ptr()) };
-    if !interval.is_null() {
+    let interval = if interval.is_null() {
+        None
+    } else {
         // SAFETY: as above.
-        let text = unsafe { CStr::from_ptr(interval) }.to_bytes();
-        if let Some(n) = parse_u64(text).filter(|&n| n > 0) {
-            INTERVAL.store(n, Ordering::Relaxed);
-        }
+        parse_u64(unsafe { CStr::from_ptr(interval) }.to_bytes())
+    };
+    start(
+        dir,
+        interval.filter(|&n| n > 0).unwrap_or(DEFAULT_INTERVAL),
+        true,
+    );
+}
+
+/// Starts sampling, answering in `dir`: finds the shim's own text, warms the
+/// unwinder up (its first use may allocate) and registers the fork
+/// handlers. `static_tls`: the shim was loaded at startup (preloaded), so
+/// its thread-locals are in the static TLS block; false when it was
+/// dlopened into a running process. False if `dir` is unusable.
+pub fn start(dir: &[u8], interval: u64, static_tls: bool) -> bool {
+    if dir.is_empty() || !listen::set_dir(dir) {
+        return false;
     }
+    INTERVAL.store(interval, Ordering::Relaxed);
     find_text_ranges();
-    find_countdown_offset();
+    if static_tls {
+        find_countdown_offset();
+    }
     let mut frames = [0usize; MAX_FRAMES];
     let _ = unwind(&mut frames, false);
     // SAFETY: the handlers are plain functions that only touch atomics.
@@ -141,9 +162,10 @@ pub fn init() {
         );
     }
     ENABLED.store(true, Ordering::Release);
+    true
 }
 
-fn parse_u64(text: &[u8]) -> Option<u64> {
+pub(crate) fn parse_u64(text: &[u8]) -> Option<u64> {
     if text.is_empty() {
         return None;
     }

@@ -24,6 +24,7 @@ use crate::options::{
 };
 use crate::output;
 use crate::report::{self, ci, junit};
+use crate::sample::sites::native::NativeAttached;
 use crate::sample::{self, Interrupt, Outcome, SampleError};
 use crate::series::{self, Samples};
 use crate::store::{self, Row, SampleWriter, SessionEvent};
@@ -50,6 +51,15 @@ pub fn run(cli: Cli) -> Result<Exit> {
             let opts = AttachOptions::from_args(&args)?;
             let plan = sample::check_target(&opts.plan)?;
             check_outputs(&opts.gate)?;
+            // The shim goes in before any output exists: a refusal leaves
+            // nothing behind.
+            let mut native = match (plan.native_sites, &plan.target) {
+                (Some(interval), sample::Target::Pid(pid)) => Some(
+                    NativeAttached::inject(*pid, interval)
+                        .map_err(sample::ResolveError::NativeSites)?,
+                ),
+                _ => None,
+            };
             let server = fleet::serve(opts.serve.as_ref(), &opts.fit, opts.output.quiet)?;
             let dir = new_out_dir(&opts.output)?;
             sample_then_report(
@@ -62,7 +72,7 @@ pub fn run(cli: Cli) -> Result<Exit> {
                     if let Some(server) = &server {
                         writer.set_tap(server.tap());
                     }
-                    sample::attach(&plan, writer, interrupt, progress)
+                    sample::attach(&plan, native.as_mut(), writer, interrupt, progress)
                 },
             )
         }

@@ -342,12 +342,15 @@ fn where_in_the_code(a: &Analysis, doc: &mut Vec<Block>) {
         return;
     }
     doc.push(heading(2, "Where in the code"));
-    doc.push(para(vec![text(
-        "Python allocation sites (tracemalloc, innermost frame of your code), their growth per \
-         run pooled over the processes that hold them (a recycled worker's growth counts while \
-         it lived), judged like every other series. tracemalloc sees Python's allocators only: \
-         memory C extensions allocate themselves is not in these lines.",
-    )]));
+    let attached = a.mode() != "run";
+    if !attached {
+        doc.push(para(vec![text(
+            "Python allocation sites (tracemalloc, innermost frame of your code), their growth \
+             per run pooled over the processes that hold them (a recycled worker's growth counts \
+             while it lived), judged like every other series. tracemalloc sees Python's \
+             allocators only: memory C extensions allocate themselves is not in these lines.",
+        )]));
+    }
     if a.sites.iter().any(|s| s.source == SiteSource::Native) {
         doc.push(para(vec![text(
             "Native sites (--native-sites) are C, C++ and Rust call stacks sampled by the \
@@ -356,10 +359,14 @@ fn where_in_the_code(a: &Analysis, doc: &mut Vec<Block>) {
              runtimes. Their 95% CI counts the sampling error as well as the fit's.",
         )]));
     }
-    let rate = |v: Option<f64>| {
-        v.map(|r| XAxis::Run.format_rate(r, true))
-            .unwrap_or_else(|| "–".into())
-    };
+    if attached {
+        doc.push(para(vec![text(
+            "Attached (attach --native-sites): each site's growth is per hour from the moment \
+             the shim went in, one point per answer (every 2 s); its share of the anon growth \
+             is not shown.",
+        )]));
+    }
+    let rate = |v: Option<f64>| v.map(|r| site_rate(a, r)).unwrap_or_else(|| "–".into());
     let rows = a
         .sites
         .iter()
@@ -381,7 +388,7 @@ fn where_in_the_code(a: &Analysis, doc: &mut Vec<Block>) {
                     (None, Some((lo, hi))) => format!("{} … {}", rate(Some(lo)), rate(Some(hi))),
                     _ => "–".into(),
                 },
-                s.share_of_anon
+                site_share(a, s)
                     .map(|f| format!("{:.0}%", f * 100.0))
                     .unwrap_or_else(|| "–".into()),
                 format_bytes(s.held_bytes as f64),
@@ -804,4 +811,21 @@ fn how_to_read(doc: &mut Vec<Block>) {
          only read, so its workers unshare the parent's heap steadily; calling gc.freeze() \
          in the parent just before forking keeps the collector off those pages.",
     )]));
+}
+
+/// A site's growth per x as people read it: per run, or (`attach
+/// --native-sites`, whose site series count x in hours) per hour.
+pub(crate) fn site_rate(a: &Analysis, per_x: f64) -> String {
+    if a.mode() == "run" {
+        XAxis::Run.format_rate(per_x, true)
+    } else {
+        format!("{}/h", format_signed_bytes(per_x))
+    }
+}
+
+/// A site's share of its scope's anon growth, where both rates are in the
+/// same unit: over time the site's is per hour and the scope's per second,
+/// and the fit's share compares them as they are, so none is shown.
+pub(crate) fn site_share(a: &Analysis, s: &crate::fit::sites::SiteFit) -> Option<f64> {
+    s.share_of_anon.filter(|_| a.mode() == "run")
 }

@@ -208,10 +208,9 @@ pub fn render(a: &Analysis) -> String {
     {
         let growth = match site.bytes_per_task {
             Some(t) => format!("{} per task", format_signed_bytes(t)),
-            None => XAxis::Run.format_rate(site.bytes_per_run.unwrap_or(0.0), true),
+            None => super::sections::site_rate(a, site.bytes_per_run.unwrap_or(0.0)),
         };
-        let share = site
-            .share_of_anon
+        let share = super::sections::site_share(a, site)
             .map(|f| format!(" ({:.0}% of the anon growth)", f * 100.0))
             .unwrap_or_default();
         let _ = writeln!(

@@ -14,6 +14,7 @@ use nix::time::{ClockId, clock_gettime};
 use super::lifecycle::reaper::Interrupt;
 use super::procfs::{Depth, ProcRoot, Stat};
 use super::rows::{Clock, Context, event_row};
+use super::sites::native::NativeAttached;
 use super::targets::{self, Members, Target, TargetError};
 use super::tree::{DeepPass, Member, TargetState, Tree, Walk};
 use super::{Outcome, ResolveError, SampleError, Scoped, sample_scope};
@@ -35,6 +36,9 @@ pub struct AttachPlan {
     pub deep_budget: f64,
     /// `--max-samples`: the rows samples.csv may hold.
     pub max_rows: Option<u64>,
+    /// `--native-sites`: load the sampling allocator shim into the PID,
+    /// sampling once per this many bytes.
+    pub native_sites: Option<u64>,
     /// Where the processes are read: /proc, or a fake tree in a test.
     pub root: ProcRoot,
 }
@@ -174,10 +178,16 @@ struct Session<'a> {
     /// The newest mapping snapshot, written only if the target exits before
     /// the final one can be taken (so attribution still has an end point).
     latest_maps: Vec<Row>,
+    /// `--native-sites`: the shim loaded into the target.
+    native: Option<&'a mut NativeAttached>,
 }
 
+/// Samples the target until it exits, `plan.duration` passes or an
+/// interrupt; with `native` (`--native-sites`, the shim already loaded into
+/// the target) its sites too, and the shim stops sampling at the end.
 pub fn attach(
     plan: &AttachPlan,
+    native: Option<&mut NativeAttached>,
     writer: &mut SampleWriter,
     interrupt: &Interrupt,
     progress: &Progress,
@@ -233,7 +243,9 @@ pub fn attach(
         thin_after_rows: 0,
         mapped_first: BTreeSet::new(),
         latest_maps: Vec::new(),
+        native,
     };
+    session.native_started()?;
     let mut rng = fastrand::Rng::new();
     // Ticks are due at fixed (jittered) times, not a fixed wait after each
     // sweep: a slow sweep shortens the next wait instead of shifting every
@@ -268,6 +280,9 @@ pub fn attach(
         };
         wait_for(wait, interrupt);
     }
+    if let Some(native) = session.native.as_deref() {
+        native.stop();
+    }
     session.finish()?;
     Ok(session.outcome)
 }
@@ -296,6 +311,28 @@ fn wait_for(d: Duration, interrupt: &Interrupt) {
 const ROWS_PER_HALVING: u64 = 1_000_000;
 
 impl Session<'_> {
+    /// `--native-sites`: says how the shim came in, on stderr and in the
+    /// notes.
+    fn native_started(&mut self) -> Result<(), SampleError> {
+        let Some(native) = self.native.as_deref() else {
+            return Ok(());
+        };
+        let i = &native.injected;
+        let note = format!(
+            "--native-sites: the shim was loaded into {} by gdb from its thread {} (stopped at a \
+             safe point); the process was stopped {:.0} ms; {} GOT entries of the allocation \
+             functions redirected; sites grow from the attach on",
+            native.pid,
+            i.thread,
+            i.pause.as_secs_f64() * 1000.0,
+            i.entries
+        );
+        self.progress.line(&note);
+        self.writer
+            .write_batch(&[store::note_row(store::SessionEvent::Note, &note)])?;
+        Ok(())
+    }
+
     /// The mean interval now: `--interval`, doubled for each
     /// `ROWS_PER_HALVING` rows written (noted the first time).
     fn interval(&mut self) -> Duration {
@@ -482,6 +519,13 @@ impl Session<'_> {
             }
         }
         rows.extend(tree_events(ctx, &sweep.started, &sweep.exited));
+        if let Some(native) = self.native.as_deref_mut()
+            && native.due(first || done)
+        {
+            let got = native.collect(ctx, &rows);
+            rows.extend(got.rows);
+            self.outcome.notes.extend(got.notes);
+        }
         self.writer.write_batch(&rows)?;
         self.cost.last_tick_cost = t0.elapsed();
         self.show_progress(&rows, processes);

@@ -22,7 +22,9 @@ pub struct SiteSeries {
     pub source: SiteSource,
     /// `file:line` of the innermost user frame.
     pub site: String,
-    /// (run, growth since the site was first seen, bytes), one per run.
+    /// (run, growth since the site was first seen, bytes), one per run;
+    /// over time (`attach --native-sites`) x is in hours since the session
+    /// began, one point per answer.
     pub points: Vec<(f64, f64)>,
     /// Bytes the site holds in the processes that answered last.
     pub last_bytes: u64,
@@ -37,8 +39,9 @@ pub struct SiteSeries {
 
 #[derive(Debug, Clone, Default)]
 struct Building {
-    /// run → growth in that run, summed over processes.
-    growth: BTreeMap<u32, f64>,
+    /// point (run, or sample over time) → (x, growth since the last point,
+    /// summed over processes).
+    growth: BTreeMap<u64, (f64, f64)>,
     /// (pid, start time) → bytes at its last answer.
     held: BTreeMap<(u32, u64), u64>,
     /// (pid, start time) → its (run, bytes) points.
@@ -84,7 +87,22 @@ pub struct Overhead {
 
 impl Sites {
     pub fn push(&mut self, row: &Row) {
-        let Some(run) = row.run else { return };
+        // Run mode: one point per run. Over time (attach): one per sample,
+        // x in hours, so a site's rate reads per hour as the other series'
+        // do and the fits' floor (64 KiB per x) is per hour as theirs is.
+        let at = match row.run {
+            Some(run) => Point {
+                key: u64::from(run),
+                x: f64::from(run),
+                before: 0.5,
+            },
+            None => Point {
+                key: row.sample,
+                x: row.t_seconds / 3600.0,
+                before: 1.0 / 3600.0,
+            },
+        };
+        let run = row.run.unwrap_or(0);
         let source = row.site_source.unwrap_or_default();
         if row.event.as_deref() == Some("traceback") {
             let (site, frames) = row.comm.split_once('\n').unwrap_or((&row.comm, ""));
@@ -102,8 +120,8 @@ impl Sites {
             self.type_counts
                 .entry(key.clone())
                 .or_default()
-                .add(run, row, count);
-            self.type_bytes.entry(key).or_default().add(run, row, bytes);
+                .add(at, row, count);
+            self.type_bytes.entry(key).or_default().add(at, row, bytes);
             return;
         }
         if row.comm == TRACEMALLOC {
@@ -118,7 +136,7 @@ impl Sites {
         self.sites
             .entry((row.scope, source, row.comm.clone()))
             .or_default()
-            .add(run, row, bytes);
+            .add(at, row, bytes);
     }
 
     pub fn finish(self) -> (Vec<SiteSeries>, Vec<Overhead>, Vec<TypeSeries>) {
@@ -137,9 +155,18 @@ impl Sites {
     }
 }
 
+/// Where a row's value goes: its point's key and x, and how far before x
+/// a process forked since the last point is put at its parent's value.
+#[derive(Debug, Clone, Copy)]
+struct Point {
+    key: u64,
+    x: f64,
+    before: f64,
+}
+
 impl Building {
-    /// One process' value after `run`.
-    fn add(&mut self, run: u32, row: &Row, value: u64) {
+    /// One process' value at point `at`.
+    fn add(&mut self, at: Point, row: &Row, value: u64) {
         let (b, bytes) = (self, value);
         // A process seen for the first time grew from what its parent held
         // when it forked it (a worker inherits its master's traces), if its
@@ -155,15 +182,15 @@ impl Building {
             (None, Some(parent)) => bytes as f64 - parent as f64,
             (None, None) => 0.0,
         };
-        *b.growth.entry(run).or_insert(0.0) += delta;
+        b.growth.entry(at.key).or_insert((at.x, 0.0)).1 += delta;
         let key = (row.pid, row.start_time);
         if b.lives.contains_key(&key) || b.lives.len() < MAX_LIVES {
             let life = b.lives.entry(key).or_default();
             if let (true, Some(parent)) = (life.is_empty(), parent.filter(|_| before.is_none())) {
                 // Forked since the last run: it started from its parent's.
-                life.push((f64::from(run) - 0.5, parent as f64));
+                life.push((at.x - at.before, parent as f64));
             }
-            life.push((f64::from(run), bytes as f64));
+            life.push((at.x, bytes as f64));
         }
     }
 }
@@ -176,10 +203,10 @@ fn finish_all(map: BTreeMap<Key, Building>) -> Vec<SiteSeries> {
             let mut total = 0.0;
             let points = b
                 .growth
-                .iter()
-                .map(|(&run, &g)| {
+                .values()
+                .map(|&(x, g)| {
                     total += g;
-                    (f64::from(run), total)
+                    (x, total)
                 })
                 .collect();
             SiteSeries {
@@ -234,6 +261,28 @@ mod tests {
         let ys: Vec<f64> = series[0].points.iter().map(|p| p.1 / M as f64).collect();
         assert_eq!(ys, [0.0, 1.0, 2.0, 2.0, 3.0, 4.0]);
         assert_eq!(series[0].processes, 2);
+    }
+
+    #[test]
+    fn over_time_a_sites_points_are_its_answers_in_hours() {
+        const M: u64 = 1 << 20;
+        let mut sites = Sites::default();
+        for (sample, t, bytes) in [(3, 0.0, 5 * M), (7, 1800.0, 6 * M), (11, 3600.0, 7 * M)] {
+            sites.push(&Row {
+                run: None,
+                sample,
+                t_seconds: t,
+                ..site(0, 10, "leak (a.c:3)", bytes)
+            });
+        }
+        let (series, _, _) = sites.finish();
+        let points: Vec<(f64, f64)> = series[0]
+            .points
+            .iter()
+            .map(|&(x, y)| (x, y / M as f64))
+            .collect();
+        // Growth from the first answer (the attach), per hour.
+        assert_eq!(points, [(0.0, 0.0), (0.5, 1.0), (1.0, 2.0)]);
     }
 
     #[test]

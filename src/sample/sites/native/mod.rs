@@ -13,6 +13,7 @@
 //! `LEAKWATCH_NATIVE_DIR`, `LEAKWATCH_NATIVE_INTERVAL`); `collect` after
 //! each run; Drop removes D.
 
+pub mod inject;
 pub mod rows;
 pub mod symbols;
 pub mod wire;
@@ -70,6 +71,8 @@ pub enum NativeSitesError {
          writable directory"
     )]
     CreateDir { parent: PathBuf, source: io::Error },
+    #[error(transparent)]
+    Inject(#[from] inject::InjectError),
     #[error(
         "the --native-sites directory {dir} is too long for a Unix socket path ({len} of at \
          most {MAX_SOCKET_PATH} bytes); set TMPDIR to a shorter directory such as /tmp"
@@ -250,6 +253,72 @@ impl Sites for NativeTracer {
         let timeout = timeout.min(Duration::from_secs(10));
         let (rows, notes) = self.session.collect(&self.sites, ctx, sampled, timeout);
         Collected { rows, notes }
+    }
+}
+
+/// `attach --native-sites PID`: the shim loaded into a running process
+/// ([`inject`]), asked for its sites every [`ATTACH_EVERY`] of the session
+/// (and at its first and last sample). Its growth counts from the attach:
+/// the shim's tables start empty then.
+#[derive(Debug)]
+pub struct NativeAttached {
+    sites: NativeSites,
+    session: rows::NativeSession,
+    pub pid: u32,
+    pub injected: inject::Injected,
+    last: Option<Instant>,
+}
+
+/// How often `attach --native-sites` asks for the sites: each answer is a
+/// point of every site's series (a table formatted by the shim and named
+/// by leakwatch: milliseconds), and a few seconds apart is enough for
+/// growth over minutes and hours.
+pub const ATTACH_EVERY: Duration = Duration::from_secs(2);
+
+impl NativeAttached {
+    /// Finds the shim, creates D and loads the shim into `pid`.
+    pub fn inject(pid: u32, interval_bytes: u64) -> Result<NativeAttached, NativeSitesError> {
+        let sites = NativeSites::prepare(interval_bytes)?;
+        let injected = inject::inject(pid, &sites.shim, &sites.dir, interval_bytes)?;
+        Ok(NativeAttached {
+            sites,
+            session: rows::NativeSession::default(),
+            pid,
+            injected,
+            last: None,
+        })
+    }
+
+    /// Whether this sample asks for the sites (`edge`: the first or last).
+    pub fn due(&self, edge: bool) -> bool {
+        edge || self.last.is_none_or(|t| t.elapsed() >= ATTACH_EVERY)
+    }
+
+    /// The sites of every process of the tree that has the shim (the target
+    /// and the children it forked since), as rows of this sample.
+    pub fn collect(&mut self, ctx: &Context, sampled: &[Row]) -> Collected {
+        self.last = Some(Instant::now());
+        let (mut rows, notes) =
+            self.session
+                .collect(&self.sites, ctx, sampled, Duration::from_secs(10));
+        for row in &mut rows {
+            row.site_source = Some(SiteSource::Native);
+        }
+        Collected { rows, notes }
+    }
+
+    /// At the end: the shim in each process stops sampling (its hooks stay,
+    /// forwarding to glibc: a process cannot unload them safely).
+    pub fn stop(&self) {
+        for pid in self.sites.endpoints() {
+            let path = self.sites.dir.join(format!("{pid}.sock"));
+            if let Ok(mut stream) = super::connect(&path) {
+                let _ = stream.set_write_timeout(Some(Duration::from_secs(2)));
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+                let _ = stream.write_all(b"stop\n");
+                let _ = stream.read(&mut [0u8; 64]);
+            }
+        }
     }
 }
 
