@@ -59,11 +59,15 @@ fn is_zero(n: &usize) -> bool {
     *n == 0
 }
 
-/// `min_slope_abs` per run: bytes for sites and type sizes, objects for
-/// type counts.
-fn thresholds(min_slope_abs: f64, counts: bool) -> verdict::Thresholds {
+/// `min_slope_abs` per run (per hour over time): bytes for sites and type
+/// sizes, objects for type counts.
+fn thresholds(min_slope_abs: f64, counts: bool, per_hour: bool) -> verdict::Thresholds {
     verdict::Thresholds {
-        display_unit: XAxis::Run.rate_unit(),
+        display_unit: if per_hour {
+            "h"
+        } else {
+            XAxis::Run.rate_unit()
+        },
         display_scale: 1.0,
         min_slope_abs,
         counts,
@@ -80,7 +84,12 @@ fn judge(
     counts: bool,
 ) -> (verdict::Classification, Option<TaskSteps>) {
     let (xs, ys): (Vec<f64>, Vec<f64>) = s.points.iter().copied().unzip();
-    let mut c = verdict::classify(&xs, &ys, Some(0), &thresholds(min_slope_abs, counts));
+    let mut c = verdict::classify(
+        &xs,
+        &ys,
+        Some(0),
+        &thresholds(min_slope_abs, counts, s.per_hour),
+    );
     let steps = (s.lives.len() > 1)
         .then(|| leaking_steps(&s.lives, min_slope_abs))
         .flatten();
@@ -138,6 +147,8 @@ fn fit_site(s: &SiteSeries, fits: &[SeriesFit], found: &[Finding]) -> SiteFit {
         .iter()
         .find(|f| f.scope == s.scope && f.metric == Metric::AnonBytes)
         .and_then(|f| f.rate.or(f.slope))
+        // The scope's anon rate is per second over time; the site's per hour.
+        .map(|r| if s.per_hour { r * 3600.0 } else { r })
         .filter(|&r| r > 0.0);
     // Per task against the workers' own growth per task; per run against
     // the scope's.
@@ -423,6 +434,7 @@ mod tests {
             processes: lives.len().max(1),
             traceback: None,
             lives: lives.clone(),
+            per_hour: false,
         };
         TypeSeries {
             count: one(1.0),
@@ -432,6 +444,25 @@ mod tests {
 
     fn runs(n: usize, f: impl Fn(f64) -> f64) -> Vec<f64> {
         (1..=n).map(|r| f(r as f64)).collect()
+    }
+
+    /// Over time (`attach --native-sites`) a site's x is hours: its reason
+    /// reads per hour, not per run.
+    #[test]
+    fn an_attached_sites_rate_reads_per_hour() {
+        let mut s = series("leak_per_tick", &runs(30, |r| 1_000_000.0 * r), vec![]).bytes;
+        s.source = SiteSource::Native;
+        s.points = s.points.iter().map(|&(x, y)| (x / 3600.0, y)).collect();
+        s.per_hour = true;
+        let f = fit_site(&s, &[], &[]);
+        assert_eq!(f.verdict, verdict::Verdict::Leak, "{f:?}");
+        assert!(
+            f.reason.contains("/h") && !f.reason.contains("/run"),
+            "{}",
+            f.reason
+        );
+        s.per_hour = false;
+        assert!(fit_site(&s, &[], &[]).reason.contains("/run"));
     }
 
     #[test]

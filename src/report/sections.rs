@@ -362,8 +362,7 @@ fn where_in_the_code(a: &Analysis, doc: &mut Vec<Block>) {
     if attached {
         doc.push(para(vec![text(
             "Attached (attach --native-sites): each site's growth is per hour from the moment \
-             the shim went in, one point per answer (every 2 s); its share of the anon growth \
-             is not shown.",
+             the shim went in, one point per answer (every 2 s).",
         )]));
     }
     let rate = |v: Option<f64>| v.map(|r| site_rate(a, r)).unwrap_or_else(|| "–".into());
@@ -388,7 +387,7 @@ fn where_in_the_code(a: &Analysis, doc: &mut Vec<Block>) {
                     (None, Some((lo, hi))) => format!("{} … {}", rate(Some(lo)), rate(Some(hi))),
                     _ => "–".into(),
                 },
-                site_share(a, s)
+                s.share_of_anon
                     .map(|f| format!("{:.0}%", f * 100.0))
                     .unwrap_or_else(|| "–".into()),
                 format_bytes(s.held_bytes as f64),
@@ -821,11 +820,4 @@ pub(crate) fn site_rate(a: &Analysis, per_x: f64) -> String {
     } else {
         format!("{}/h", format_signed_bytes(per_x))
     }
-}
-
-/// A site's share of its scope's anon growth, where both rates are in the
-/// same unit: over time the site's is per hour and the scope's per second,
-/// and the fit's share compares them as they are, so none is shown.
-pub(crate) fn site_share(a: &Analysis, s: &crate::fit::sites::SiteFit) -> Option<f64> {
-    s.share_of_anon.filter(|_| a.mode() == "run")
 }

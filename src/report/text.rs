@@ -210,7 +210,8 @@ pub fn render(a: &Analysis) -> String {
             Some(t) => format!("{} per task", format_signed_bytes(t)),
             None => super::sections::site_rate(a, site.bytes_per_run.unwrap_or(0.0)),
         };
-        let share = super::sections::site_share(a, site)
+        let share = site
+            .share_of_anon
             .map(|f| format!(" ({:.0}% of the anon growth)", f * 100.0))
             .unwrap_or_default();
         let _ = writeln!(

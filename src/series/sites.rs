@@ -35,6 +35,8 @@ pub struct SiteSeries {
     /// Each process's own (run, bytes) points, a forked one's starting from
     /// what its parent held: per-task growth steps are read from these.
     pub lives: Vec<Vec<(f64, f64)>>,
+    /// x is hours since the session began (`attach --native-sites`), not runs.
+    pub per_hour: bool,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -47,6 +49,8 @@ struct Building {
     /// (pid, start time) → its (run, bytes) points.
     lives: BTreeMap<(u32, u64), Vec<(f64, f64)>>,
     traceback: Option<String>,
+    /// Its points are over time (x in hours), not runs.
+    per_hour: bool,
 }
 
 /// Most processes whose own points a site keeps (a pool recycling workers
@@ -95,11 +99,13 @@ impl Sites {
                 key: u64::from(run),
                 x: f64::from(run),
                 before: 0.5,
+                per_hour: false,
             },
             None => Point {
                 key: row.sample,
                 x: row.t_seconds / 3600.0,
                 before: 1.0 / 3600.0,
+                per_hour: true,
             },
         };
         let run = row.run.unwrap_or(0);
@@ -162,12 +168,14 @@ struct Point {
     key: u64,
     x: f64,
     before: f64,
+    per_hour: bool,
 }
 
 impl Building {
     /// One process' value at point `at`.
     fn add(&mut self, at: Point, row: &Row, value: u64) {
         let (b, bytes) = (self, value);
+        b.per_hour |= at.per_hour;
         // A process seen for the first time grew from what its parent held
         // when it forked it (a worker inherits its master's traces), if its
         // parent is followed too; else its history is unknown: no growth.
@@ -218,6 +226,7 @@ fn finish_all(map: BTreeMap<Key, Building>) -> Vec<SiteSeries> {
                 processes: b.held.len(),
                 traceback: b.traceback,
                 lives: b.lives.into_values().collect(),
+                per_hour: b.per_hour,
             }
         })
         .collect()
