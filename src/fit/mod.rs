@@ -556,10 +556,13 @@ fn headlines(fits: &[SeriesFit], scopes: &[Scope]) -> Vec<usize> {
         .collect()
 }
 
-/// The overall verdict: the worst over the followed processes' private
-/// memory, shmem, fds and threads; the command's own peak only when nothing
-/// else is followed. Workers that leak while they live make the tree leak,
-/// even when recycling keeps the tree's total flat.
+/// The overall verdict: the primary series' (the worst over the followed
+/// scopes' private memory), or a leak where shmem, fds, threads or kernel
+/// memory judged beside it leak; the command's own peak only when nothing
+/// else is followed. A side series that cannot tell (a server's fd count
+/// moving with its connections) is shown beside the primary, not put in
+/// its place. Workers that leak while they live make the tree leak, even
+/// when recycling keeps the tree's total flat.
 fn overall_verdict(
     fits: &[SeriesFit],
     headline: &[usize],
@@ -572,10 +575,12 @@ fn overall_verdict(
     {
         return Verdict::Leak;
     }
-    let judged = fits
-        .iter()
-        .filter(|f| f.scope != Scope::Command)
-        .filter(|f| f.metric == primary_metric(fits, f.scope) || f.metric.judged_beside_primary())
+    let followed = || fits.iter().filter(|f| f.scope != Scope::Command);
+    if followed().any(|f| f.metric.judged_beside_primary() && f.verdict == Verdict::Leak) {
+        return Verdict::Leak;
+    }
+    let judged = followed()
+        .filter(|f| f.metric == primary_metric(fits, f.scope))
         .map(|f| f.verdict)
         .max();
     judged
@@ -697,6 +702,37 @@ mod tests {
         assert_eq!(t.len(), 834);
         assert_eq!(t[0], (1.0, 1.0));
         assert_eq!(thin(&pts[..10]), pts[..10].to_vec());
+    }
+
+    /// The overall verdict is the primary series' (anon): a server's fd
+    /// count that moves with its connections cannot put "inconclusive" in
+    /// the place of stable memory; an fd leak still makes it a leak.
+    #[test]
+    fn the_overall_verdict_is_the_primarys_unless_a_side_series_leaks() {
+        let series = |metric: Metric, y: &dyn Fn(f64) -> f64| Series {
+            scope: Scope::Target,
+            metric,
+            x_axis: XAxis::Run,
+            count: 20,
+            points: (1..=20).map(|r| (f64::from(r), y(f64::from(r)))).collect(),
+            processes: 1,
+        };
+        let anon = fit(&series(Metric::AnonBytes, &|_| 50.0 * 1024.0 * 1024.0), 0);
+        let wobble = [9.0, 12.0, 8.0, 13.0, 9.0];
+        let fds = fit(&series(Metric::Fds, &|r| wobble[r as usize % 5]), 0);
+        let leaking = fit(&series(Metric::Fds, &|r| 9.0 + r), 0);
+        assert_eq!(
+            (anon.verdict, fds.verdict, leaking.verdict),
+            (Verdict::Stable, Verdict::Inconclusive, Verdict::Leak)
+        );
+        let tree = findings::TreeFindings {
+            findings: vec![],
+            trees: vec![],
+            recycle: vec![],
+        };
+        let overall = |fits: &[SeriesFit]| overall_verdict(fits, &[0], &tree);
+        assert_eq!(overall(&[anon.clone(), fds]), Verdict::Stable);
+        assert_eq!(overall(&[anon, leaking]), Verdict::Leak);
     }
 
     /// The fixture's fill, then a slower leak: the verdict says its rate is

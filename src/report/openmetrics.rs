@@ -338,7 +338,7 @@ fn fit_families(a: &Analysis) -> Vec<Family> {
     }
     let mut overall = Family::new(
         "leakwatch_overall_verdict",
-        "The session's overall verdict as a state set (the worst over the followed series).",
+        "The session's overall verdict as a state set (the primary series', or leak where a side series leaks).",
     );
     for v in [
         Verdict::Leak,
