@@ -9,6 +9,12 @@ use serde_json::Value;
 
 pub const MIB: f64 = 1024.0 * 1024.0;
 
+/// True when running in CI (`CI` set to anything but empty, `0` or
+/// `false`): a missing dependency is then a failure, not a skip.
+pub fn ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
+}
+
 pub fn leakwatch() -> Command {
     Command::new(env!("CARGO_BIN_EXE_leakwatch"))
 }

@@ -139,7 +139,7 @@ fn can_be_nobody() -> bool {
         .output()
         .is_ok_and(|o| o.status.success());
     if !(root && runuser) {
-        let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false");
+        let ci = crate::common::ci();
         assert!(!ci, "reading as nobody needs root and runuser (util-linux)");
         eprintln!("SKIPPED (not in CI): needs root and runuser to read as nobody");
         return false;
@@ -415,7 +415,7 @@ fn the_last_line_is_one_line_for_ci_logs_and_a_leak_says_what_next() {
 #[test]
 fn colour_on_a_terminal_unless_no_color() {
     if Command::new("script").arg("--version").output().is_err() {
-        let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false");
+        let ci = crate::common::ci();
         assert!(!ci, "script(1) (util-linux) is needed for a terminal");
         eprintln!("SKIPPED (not in CI): needs script(1) for a terminal");
         return;

@@ -813,7 +813,7 @@ fn rendered_by_github_makes_no_link_or_image(md: &Path) {
         .map(PathBuf::from)
         .unwrap_or_else(|| manifest("target/leakwatch-venv"));
     let python = venv.join("bin/python");
-    let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false");
+    let ci = crate::common::ci();
     if !python.exists() {
         assert!(!ci, "{} is missing: run `bash .ci/deps`", python.display());
         eprintln!("SKIPPED (not in CI): cmark-gfm check; run `bash .ci/deps`");

@@ -47,7 +47,7 @@ fn compile(compiler: &str, source: &str, out: &Path, extra: &[&str]) -> Option<P
         Ok(s) if s.success() => Some(out.to_path_buf()),
         Ok(s) => panic!("{compiler} {} failed: {s}", src.display()),
         Err(e) => {
-            let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false");
+            let ci = crate::common::ci();
             assert!(
                 !ci,
                 "{compiler} is missing under CI ({e}): .ci/deps installs it"
@@ -226,7 +226,7 @@ fn a_leaking_cxx_method_in_a_shared_library_is_named_demangled_with_its_line() {
 fn a_stripped_memcached_fed_new_keys_grows_at_its_own_total_malloced_rate() {
     let memcached = Command::new("memcached").arg("-h").output();
     if let Err(e) = memcached {
-        let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false");
+        let ci = crate::common::ci();
         assert!(
             !ci,
             "memcached is missing under CI ({e}): .ci/deps installs it"
@@ -599,7 +599,7 @@ fn have_gdb() -> bool {
     match Command::new("gdb").arg("--version").output() {
         Ok(o) if o.status.success() => true,
         other => {
-            let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false");
+            let ci = crate::common::ci();
             assert!(
                 !ci,
                 "gdb is missing under CI ({other:?}): .ci/deps installs it"
@@ -608,6 +608,17 @@ fn have_gdb() -> bool {
             false
         }
     }
+}
+
+/// `leakwatch attach --native-sites --duration DURATION --out OUT PID`,
+/// the shim from this build.
+fn attach_native(pid: u32, duration: &str, out: &Path) -> Command {
+    let mut c = leakwatch();
+    c.env("LEAKWATCH_SHIM", shim())
+        .args(["attach", "--native-sites", "--duration", duration, "--out"])
+        .arg(out)
+        .arg(pid.to_string());
+    c
 }
 
 /// A daemon started by the test, not by leakwatch: `attach_leaker
@@ -691,12 +702,8 @@ fn attach_native_sites_names_a_running_daemons_leaking_function_and_its_rate() {
     let per_second: u64 = 2 << 20;
     let daemon = Daemon::start(&binary, per_second);
     let out = tmp.path().join("out");
-    let output = leakwatch()
-        .env("LEAKWATCH_SHIM", shim())
-        .args(["attach", "--native-sites", "--duration", "12s"])
-        .args(["--interval", "500ms", "--out"])
-        .arg(&out)
-        .arg(daemon.pid().to_string())
+    let output = attach_native(daemon.pid(), "12s", &out)
+        .args(["--interval", "500ms"])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -748,11 +755,7 @@ fn attach_native_sites_names_a_running_daemons_leaking_function_and_its_rate() {
         "{state} traced by {tracer}"
     );
 
-    let again = leakwatch()
-        .env("LEAKWATCH_SHIM", shim())
-        .args(["attach", "--native-sites", "--duration", "1s", "--out"])
-        .arg(tmp.path().join("again"))
-        .arg(daemon.pid().to_string())
+    let again = attach_native(daemon.pid(), "1s", &tmp.path().join("again"))
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&again.stderr);
@@ -803,12 +806,8 @@ fn attach_native_sites_follows_a_library_dlopened_after_the_attach() {
     );
     let ready = std::time::Instant::now();
     let out = tmp.path().join("out");
-    let output = leakwatch()
-        .env("LEAKWATCH_SHIM", shim())
-        .args(["attach", "--native-sites", "--duration", "14s"])
-        .args(["--interval", "500ms", "--out"])
-        .arg(&out)
-        .arg(daemon.pid().to_string())
+    let output = attach_native(daemon.pid(), "14s", &out)
+        .args(["--interval", "500ms"])
         .output()
         .unwrap();
     let lived = ready.elapsed().as_secs_f64() - 2.0;
@@ -888,12 +887,8 @@ fn attach_native_sites_refuses_without_ptrace_permission_a_static_binary_and_no_
     assert_eq!((tracer.as_str(), shimmed), ("0", false));
 
     let refused = |target: u32, env: (&str, &str)| {
-        let o = leakwatch()
-            .env("LEAKWATCH_SHIM", shim())
+        let o = attach_native(target, "1s", &tmp.path().join("refused"))
             .env(env.0, env.1)
-            .args(["attach", "--native-sites", "--duration", "1s", "--out"])
-            .arg(tmp.path().join("refused"))
-            .arg(target.to_string())
             .output()
             .unwrap();
         assert_eq!(o.status.code(), Some(2));
@@ -962,11 +957,7 @@ fn attach_native_sites_refuses_a_process_never_at_a_safe_point() {
         return;
     }
     let daemon = Daemon::start(&binary, 0);
-    let output = leakwatch()
-        .env("LEAKWATCH_SHIM", shim())
-        .args(["attach", "--native-sites", "--duration", "1s", "--out"])
-        .arg(tmp.path().join("out"))
-        .arg(daemon.pid().to_string())
+    let output = attach_native(daemon.pid(), "1s", &tmp.path().join("out"))
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
