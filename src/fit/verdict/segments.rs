@@ -223,8 +223,14 @@ impl Ctx<'_> {
             // same long-run pace to the end: their line, steps included, is the end's rate.
             // Two rises without a step, the end's wholly slower than the line, may also be a
             // warm-up then a leak at the end's own pace: the interval holds the end's too.
+            // The line over a few steps reads by where in their cycle the series ends: its
+            // interval holds the staircase's phase too.
             let warmup = ev.up_x.is_empty() && ev.ramps < 2 && end.ci95.1 < self.fit.slope;
-            return self.judge_line_within(c, warmup.then_some(end.ci95), !warmup);
+            let hull = [warmup.then_some(end.ci95), self.last_phase_spread(&ev)]
+                .into_iter()
+                .flatten()
+                .reduce(|a, b| (a.0.min(b.0), a.1.max(b.1)));
+            return self.judge_line_within(c, hull, !warmup);
         }
         if ev.down_total > 0.5 * ev.up_total {
             let rising = self.mk.s > 0.0 && self.mk.p_two_sided < self.t.alpha && self.ci.0 > 0.0;
@@ -461,7 +467,10 @@ impl Ctx<'_> {
             // Steps that keep coming: their long-run rate, steps included.
             let k = (ev.up_x[ev.up_x.len() - 1] - ev.up_x[0]) / (ev.up_x.len() - 1) as f64;
             let steps = ev.up_x.len();
-            let line = self.line_rate();
+            let mut line = self.line_rate();
+            if let Some((lo, hi)) = self.last_phase_spread(ev) {
+                line = line.lower_to(lo).upper_to(hi);
+            }
             c = c.conclude(line, self.thr, true, |_| {
                 format!(
                     "rises in steps that keep coming: {steps} steps, one every {k:.1} x on average, {} on average",
@@ -499,12 +508,21 @@ impl Ctx<'_> {
     }
 
     /// Steps whose last is too recent to tell from the gaps whether they stopped (`missing`: the
-    /// x the end lacks to tell): the estimate is the staircase's long-run rate, steps included,
-    /// and its interval spans both stories — from the end's own lower bound (they stopped: the
-    /// 95% CI of the end's line widened for its residuals' autocorrelation,
-    /// `stats::ols_ar1_ci95`) to the whole line's upper one (they keep coming). A leak when
-    /// even the lower of the two clears the threshold; an end flat or barely rising after the
-    /// last step leaves it open (a G1 heap sizing itself rose in two steps, then 1.8 MiB/h).
+    /// x the end lacks to tell): the estimate is the staircase's long-run rate, steps included.
+    /// Its interval depends on what came before the last step:
+    /// * growth was still going when the last step came (`rises_into`): the
+    ///   steps recur, as a G1 or V8 heap's do when it takes a chunk ahead and fills it (anon flat
+    ///   for runs after each), so the flat end is the wait for the next step, as a line's end is
+    ///   its continuation. The interval is the line's, widened for the staircase's phase
+    ///   (`phase_spread`: the line refitted ending just before the last step and just after);
+    /// * growth had already slowed or stopped before the last step (a fill, a pause, then one
+    ///   more step): the interval spans both stories — from the end's own lower bound (they
+    ///   stopped: the 95% CI of the end's line widened for its residuals' autocorrelation,
+    ///   `stats::ols_ar1_ci95`) to the whole line's upper one (they keep coming).
+    ///
+    /// A leak when the lower end clears the threshold; an end flat after a fill that had
+    /// already slowed leaves it open (a G1 heap sizing itself rose in two steps, then
+    /// 1.8 MiB/h).
     fn too_recent(
         &self,
         c: Classification,
@@ -514,13 +532,22 @@ impl Ctx<'_> {
         missing: f64,
     ) -> Classification {
         let n = self.x.len();
-        let own_low = stats::ols_ar1_ci95(&self.x[last.start..], &self.y[last.start..])
-            .filter(|_| n - last.start >= 5)
-            .map_or(f64::NEG_INFINITY, |o| o.0);
+        let last_step = ev
+            .up_x
+            .last()
+            .map_or(n, |&at| self.x.partition_point(|&x| x < at));
+        let phase = self.phase_spread(last_step);
+        let low = match phase {
+            Some((low, _)) if self.rises_into(last_step) => low,
+            _ => stats::ols_ar1_ci95(&self.x[last.start..], &self.y[last.start..])
+                .filter(|_| n - last.start >= 5)
+                .map_or(f64::NEG_INFINITY, |o| o.0),
+        };
+        let high = phase.map_or(f64::NEG_INFINITY, |p| p.1);
         let staircase = EndRate::new(
             RateFrom::Staircase,
             self.fit.slope,
-            (own_low.min(self.ci.0), self.ci.1.max(end.ci95.1)),
+            (low.min(self.ci.0), self.ci.1.max(end.ci95.1).max(high)),
         );
         let rises = ev.up_x.len() + ev.ramps;
         let mut c = c.conclude(staircase, self.thr, true, |v| match v {
@@ -542,6 +569,49 @@ impl Ctx<'_> {
             _ => {}
         }
         c
+    }
+
+    /// The line's 95% interval widened by a staircase's phase: down by as much as the line
+    /// refitted on the points before the step at index `step` (the series ending just before
+    /// it) reads lower, up by as much as the line refitted through the first point after it
+    /// (ending just after) reads higher. A staircase of steps Q every S runs has the long-run
+    /// rate Q/S, and a line over a few steps reads from below it (ending before a step) to
+    /// above it (ending after one): that spread comes on top of the noise's. `None` with
+    /// fewer than five points before the step.
+    fn phase_spread(&self, step: usize) -> Option<(f64, f64)> {
+        let slope = |end: usize| Some(stats::ols(&self.x[..end], &self.y[..end])?.slope);
+        if step < 5 || step >= self.x.len() {
+            return None;
+        }
+        let (before, after) = (slope(step)?, slope(step + 1)?);
+        Some((
+            self.ci.0 + (before - self.fit.slope).min(0.0),
+            self.ci.1 + (after - self.fit.slope).max(0.0),
+        ))
+    }
+
+    /// `phase_spread` at the last upward step, if any.
+    fn last_phase_spread(&self, ev: &Events) -> Option<(f64, f64)> {
+        let &at = ev.up_x.last()?;
+        self.phase_spread(self.x.partition_point(|&x| x < at))
+    }
+
+    /// Growth was still going when the step at index `step` came: the last third of the
+    /// points before it (at least five) rise above the threshold by their own line, at
+    /// one-sided α/10 (the search chose where the step is). A fill that had stopped before its
+    /// last step, or steps with flat waits between them, do not.
+    fn rises_into(&self, step: usize) -> bool {
+        let k = (step / 3).max(5);
+        let Some(from) = step.checked_sub(k) else {
+            return false;
+        };
+        let (x, y) = (&self.x[from..step], &self.y[from..step]);
+        stats::ols(x, y)
+            .and_then(|f| Some((f.slope, f.slope_se?)))
+            .is_some_and(|(slope, se)| {
+                let t = stats::student_t_quantile(1.0 - self.t.alpha / 10.0, (k - 2) as f64);
+                slope - t * se > self.thr
+            })
     }
 
     /// Steps at a steady rate: no gap between upward steps (nor before the first, nor after the
@@ -723,6 +793,41 @@ mod tests {
         let p = c.plateau.unwrap();
         assert_eq!((p.fill_rate, p.stop_x), (None, 9.0));
         assert!(c.reason.contains("one-off step of +3.0"), "{}", c.reason);
+    }
+    /// A G1 heap keeping 1 MiB per request (tests/real_runtimes.rs, anon KiB after runs 0–20,
+    /// a real recording): +1.07 MiB/run as old regions are touched, a chunk of 5.2 MiB at run
+    /// 5 and one of 6.1 MiB at run 15, after which the heap fills the chunk it took ahead and
+    /// anon holds. The flat end is the wait for the next step: a leak at the staircase's rate.
+    /// Shifted so the last chunk comes at run 14 and holds for 7 runs (the shape CI met,
+    /// inconclusive "too recent" then), still a leak; the same chunk after a fill that had
+    /// stopped before it is not.
+    #[test]
+    fn a_g1_heap_waiting_for_its_next_chunk_is_a_leak() {
+        let kib = [
+            22316.0, 23520.0, 24620.0, 25716.0, 26792.0, 32128.0, 32128.0, 32944.0, 35468.0,
+            36540.0, 37680.0, 38812.0, 39884.0, 40956.0, 42108.0, 48320.0, 48320.0, 48320.0,
+            48320.0, 48352.0, 48352.0,
+        ];
+        let x: Vec<f64> = (0..=20).map(f64::from).collect();
+        let mut y: Vec<f64> = kib.iter().map(|v| v * KIB).collect();
+        let c = classify(&x, &y, None, &per_run());
+        assert_eq!(c.verdict, Verdict::Leak, "{c:#?}");
+        y.remove(14);
+        y.push(y[19]);
+        let c = classify(&x, &y, None, &per_run());
+        assert_eq!(c.verdict, Verdict::Leak, "{c:#?}");
+        let grew = (y[20] - y[0]) / 20.0;
+        assert!((c.rate.unwrap() / grew - 1.0).abs() < 0.2, "{c:#?}");
+        // Growth that had stopped before the last chunk: runs 0–6 rise, 7–13 hold, then the
+        // chunk and a flat end. Not called a leak.
+        let z: Vec<f64> = x
+            .iter()
+            .map(|&r| {
+                22.0 * MIB_ + 1.07 * MIB_ * r.min(6.0) + if r >= 14.0 { 6.0 * MIB_ } else { 0.0 }
+            })
+            .collect();
+        let c = classify(&x, &z, None, &per_run());
+        assert_ne!(c.verdict, Verdict::Leak, "{c:#?}");
     }
 }
 
