@@ -141,7 +141,8 @@ pub fn analyze(opts: &AnalyzeOptions) -> Result<Exit> {
         step,
         timeout: opts.timeout,
     };
-    let series = prometheus::fetch(&query)?;
+    let fetched = prometheus::fetch(&query)?;
+    let series = fetched.series;
     let mut all_lives = Vec::new();
     let mut lives_per_series: BTreeMap<String, usize> = BTreeMap::new();
     for s in &series {
@@ -160,14 +161,21 @@ pub fn analyze(opts: &AnalyzeOptions) -> Result<Exit> {
         })
         .collect();
     let restarted = counts.iter().filter(|&&n| n > 1).count();
+    let every = match fetched.raw_spacing {
+        Some(s) => format!(
+            "as stored (raw samples about every {}; steps of {} would repeat or shift them)",
+            crate::units::format_duration(Duration::try_from_secs_f64(s).unwrap_or_default()),
+            crate::units::format_duration(step)
+        ),
+        None => format!("every {}", crate::units::format_duration(step)),
+    };
     let note = format!(
-        "{} series from Prometheus {} for '{}', {} to {} every {}{}",
+        "{} series from Prometheus {} for '{}', {} to {} {every}{}",
         series.len(),
         opts.url,
         opts.query,
         iso(start),
         iso(end),
-        crate::units::format_duration(step),
         if restarted > 0 {
             format!(
                 "; {} of them restarted (a gap, a reset or a fall to under half): each life is \

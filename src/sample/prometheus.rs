@@ -219,9 +219,28 @@ pub fn parse_reply(q: &RangeQuery, status: u16, body: &str) -> Result<Vec<PromSe
         .collect())
 }
 
-/// Pulls every series of the query over the range, chunk by chunk, merged
-/// by label set.
-pub fn fetch(q: &RangeQuery) -> Result<Vec<PromSeries>, PromError> {
+/// What `fetch` pulled: the series, and how they were read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fetched {
+    pub series: Vec<PromSeries>,
+    /// The series' own sample spacing, seconds, when they were read as raw samples (a range
+    /// selector) because `--step` is no coarser; `None`: `query_range` steps.
+    pub raw_spacing: Option<f64>,
+}
+
+/// Pulls every series of the query over the range, chunk by chunk, merged by label set.
+///
+/// A `query_range` step answers with the latest sample in its lookback window, at the step's
+/// time: a step finer than the series' own samples repeats each until the next (a held
+/// staircase whose repeats are not observations: its line's interval would count each sample
+/// many times), and a step as fine as them shifts each sample by up to a step (a series
+/// growing 2 MiB a second then reads a step low wherever a scrape came late, the last point
+/// too). So the query is first probed as a range selector (`QUERY[window]`, raw samples with
+/// their own timestamps) over the last ten steps (at least five minutes): when its samples
+/// are no denser than the steps (spaced over 0.9 of one), the raw samples are what is read,
+/// chunk by chunk. An expression that is not a plain selector cannot take a range; it is
+/// read by steps.
+pub fn fetch(q: &RangeQuery) -> Result<Fetched, PromError> {
     let base = q.url.trim_end_matches('/');
     if base.starts_with("https://") && !cfg!(feature = "https") {
         return Err(PromError::NoTls { url: q.url.clone() });
@@ -229,43 +248,33 @@ pub fn fetch(q: &RangeQuery) -> Result<Vec<PromSeries>, PromError> {
     if !(base.starts_with("http://") || base.starts_with("https://")) {
         return Err(PromError::BadUrl(q.url.clone()));
     }
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(q.timeout))
-        .build()
-        .into();
-    let endpoint = format!("{base}/api/v1/query_range");
+    let api = Api {
+        agent: ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(q.timeout))
+            .build()
+            .into(),
+        base,
+        q,
+    };
     let step = q.step.as_secs_f64();
+    let raw_spacing = api.raw_spacing()?.filter(|&s| s > 0.9 * step);
     let mut merged: BTreeMap<BTreeMap<String, String>, Vec<(f64, f64)>> = BTreeMap::new();
     for (from, to) in chunks(q.start, q.end, step) {
-        let mut resp = agent
-            .get(&endpoint)
-            .query("query", &q.query)
-            .query("start", format!("{from:.3}"))
-            .query("end", format!("{to:.3}"))
-            .query("step", format!("{step}"))
-            .call()
-            .map_err(|e| PromError::Unreachable {
-                url: q.url.clone(),
-                error: e.to_string(),
-            })?;
-        let status = resp.status().as_u16();
-        let body = resp
-            .body_mut()
-            .with_config()
-            .limit(1 << 30)
-            .read_to_string()
-            .map_err(|e| PromError::Unreachable {
-                url: q.url.clone(),
-                error: e.to_string(),
-            })?;
-        for s in parse_reply(q, status, &body)? {
+        let part = match raw_spacing {
+            // Raw samples over (from − step, to]: the chunks touch, so none is lost between
+            // them; a sample on a boundary is read twice and kept once (dedup below).
+            Some(_) => api.raw(from - step, to)?,
+            None => api.range(from, to)?,
+        };
+        for s in part {
             merged.entry(s.labels).or_default().extend(s.points);
         }
     }
     let series: Vec<PromSeries> = merged
         .into_iter()
         .map(|(labels, mut points)| {
+            points.retain(|p| (q.start..=q.end).contains(&p.0));
             points.sort_by(|a, b| a.0.total_cmp(&b.0));
             points.dedup_by(|a, b| a.0 == b.0);
             PromSeries { labels, points }
@@ -284,7 +293,88 @@ pub fn fetch(q: &RangeQuery) -> Result<Vec<PromSeries>, PromError> {
             end: iso(q.end),
         });
     }
-    Ok(series)
+    Ok(Fetched {
+        series,
+        raw_spacing,
+    })
+}
+
+/// One Prometheus server's HTTP API, for one query.
+struct Api<'a> {
+    agent: ureq::Agent,
+    base: &'a str,
+    q: &'a RangeQuery,
+}
+
+impl Api<'_> {
+    /// GET `/api/v1/<path>` with `params`: the reply's status and body.
+    fn get(&self, path: &str, params: &[(&str, String)]) -> Result<(u16, String), PromError> {
+        let unreachable = |e: ureq::Error| PromError::Unreachable {
+            url: self.q.url.clone(),
+            error: e.to_string(),
+        };
+        let mut req = self.agent.get(format!("{}/api/v1/{path}", self.base));
+        for (k, v) in params {
+            req = req.query(k, v);
+        }
+        let mut resp = req.call().map_err(unreachable)?;
+        let status = resp.status().as_u16();
+        let body = resp
+            .body_mut()
+            .with_config()
+            .limit(1 << 30)
+            .read_to_string()
+            .map_err(unreachable)?;
+        Ok((status, body))
+    }
+
+    /// `query_range` from `from` to `to` at the query's step.
+    fn range(&self, from: f64, to: f64) -> Result<Vec<PromSeries>, PromError> {
+        let (status, body) = self.get(
+            "query_range",
+            &[
+                ("query", self.q.query.clone()),
+                ("start", format!("{from:.3}")),
+                ("end", format!("{to:.3}")),
+                ("step", format!("{}", self.q.step.as_secs_f64())),
+            ],
+        )?;
+        parse_reply(self.q, status, &body)
+    }
+
+    /// The raw samples of the query over (from, to]: an instant query of the query as a range
+    /// selector, `QUERY[window]`, at `to`.
+    fn raw(&self, from: f64, to: f64) -> Result<Vec<PromSeries>, PromError> {
+        let window_ms = ((to - from) * 1000.0).round().max(1.0);
+        let (status, body) = self.get(
+            "query",
+            &[
+                ("query", format!("{}[{window_ms:.0}ms]", self.q.query)),
+                ("time", format!("{to:.3}")),
+            ],
+        )?;
+        parse_reply(self.q, status, &body)
+    }
+
+    /// The median spacing of the query's raw samples over the last ten steps (at least five
+    /// minutes) of the range, seconds; `None` when Prometheus rejects the range (`bad_data`:
+    /// no plain selector) or there are fewer than two samples there.
+    fn raw_spacing(&self) -> Result<Option<f64>, PromError> {
+        let window = (10.0 * self.q.step.as_secs_f64()).max(300.0);
+        let from = (self.q.end - window).max(self.q.start);
+        let series = match self.raw(from, self.q.end) {
+            Ok(s) => s,
+            // Not a plain selector (bad_data), or too much for the server: read by steps.
+            Err(PromError::Rejected { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let mut gaps: Vec<f64> = series
+            .iter()
+            .flat_map(|s| s.points.windows(2).map(|w| w[1].0 - w[0].0))
+            .collect();
+        gaps.sort_by(f64::total_cmp);
+        Ok(gaps.get(gaps.len() / 2).copied())
+    }
 }
 
 /// One life of a series: from a (re)start to the next restart or the end.
