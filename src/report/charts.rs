@@ -221,7 +221,14 @@ fn headline(a: &Analysis, f: &SeriesFit) -> Option<Plot> {
                 intercept,
                 x_from: from / k,
                 x_to: to / k,
-                slope_ci95: f.slope_ci95.map(|(lo, hi)| (lo * k, hi * k)),
+                // The interval the verdict judged (the line's, or wider where the shape
+                // widened it: a staircase's phase, a curve that speeds up), as the text says.
+                slope_ci95: f
+                    .end_rate
+                    .map(|e| e.ci95)
+                    .filter(|(lo, hi)| lo.is_finite() && hi.is_finite())
+                    .or(f.slope_ci95)
+                    .map(|(lo, hi)| (lo * k, hi * k)),
                 x_mean: (n > 0).then(|| sum / n as f64 / k),
                 // Rates per run, or per hour as the text says them, whatever the axis.
                 legend_per: (f.x == XAxis::Seconds)
