@@ -11,10 +11,21 @@
 //! stopped at a safe point — blocked in an idle system call (sleeping,
 //! polling, accepting, waiting on a condition) with no frame in malloc, the
 //! loader or a signal handler — else gdb detaches and tries again a few
-//! times, then refuses. A signal inside the call is unwound by gdb
-//! (`unwindonsignal`), and gdb always detaches: on its own exit too, and it
+//! times, then refuses. A fault inside the call ends it with the thread's
+//! registers put back, and gdb always detaches: on its own exit too, and it
 //! runs in its own process group, so a Ctrl-C to leakwatch never reaches it
 //! in the middle of a call.
+//!
+//! The calls are made by hand (`Gdb::invoke`), not with gdb's `call`: the
+//! thread's general registers are saved, the arguments set, strings written
+//! below its stack, the return address set to the program's entry point
+//! (which no thread runs again) with a temporary breakpoint there, and after
+//! it returns the registers are put back. gdb's `call` saves and restores
+//! the vector state too, and gdb 13 (Debian 12's) cannot write it back on a
+//! CPU with AMX (the kernel wants the whole 11 KiB XSAVE area: "Couldn't
+//! write extended state status: Bad address"), so no call could be made
+//! there. The vector registers are the caller's to save in the System V
+//! ABI, and the thread is stopped at a system call, where none is live.
 
 use std::io::{self, BufRead, BufReader, Write};
 use std::os::fd::OwnedFd;
@@ -359,6 +370,10 @@ struct Gdb {
     marks: u32,
     pid: u32,
     attached: bool,
+    /// The gdb thread number the calls are made on (`safe_thread`).
+    thread: Option<u32>,
+    /// The program's entry point (`AT_ENTRY`): the calls' return address.
+    entry: u64,
 }
 
 impl Gdb {
@@ -406,6 +421,8 @@ impl Gdb {
             marks: 0,
             pid,
             attached: false,
+            thread: None,
+            entry: 0,
         };
         for setting in [
             "set pagination off",
@@ -415,7 +432,6 @@ impl Gdb {
             "set print thread-events off",
             "set print inferior-events off",
             "set auto-solib-add off",
-            "set unwindonsignal on",
             "set debuginfod enabled off",
             // Separate debug info is not needed (the calls are cast, the
             // safety checks read .dynsym's names), and reading libc's and
@@ -526,25 +542,31 @@ impl Gdb {
                 why,
             })
         };
-        let handle = self.call_pointer(&format!("(void*)dlopen(\"{shim}\", 2)"));
+        self.entry = auxv_entry(pid)
+            .ok_or_else(|| refuse("its entry point is not in /proc/PID/auxv".into()))?;
+        let handle = self.invoke("dlopen", &[Arg::Str(shim), Arg::Int(2)]);
         let handle = match handle {
             Ok(h) => h,
             Err(text) if text.contains("No symbol") => self
-                .call_pointer(&format!(
-                    "(void*)__libc_dlopen_mode(\"{shim}\", 0x80000002)"
-                ))
+                .invoke(
+                    "__libc_dlopen_mode",
+                    &[Arg::Str(shim), Arg::Int(0x8000_0002)],
+                )
                 .map_err(|t| refuse(format!("its C library has no dlopen ({t})")))?,
             Err(text) => return Err(refuse(format!("gdb could not call dlopen: {text}"))),
         };
         if handle == 0 {
-            let why = self
-                .run("call (char*)dlerror()")
-                .map(|l| l.join(" "))
-                .unwrap_or_default();
+            let why = match self.invoke("dlerror", &[]) {
+                Ok(text) if text != 0 => self
+                    .run(&format!("print (char*){text:#x}"))
+                    .map(|l| l.join(" "))
+                    .unwrap_or_default(),
+                _ => String::new(),
+            };
             return Err(refuse(format!("it could not load the shim: {why}")));
         }
         let entry = self
-            .call_pointer(&format!("(void*)dlsym({handle:#x}, \"leakwatch_inject\")"))
+            .invoke("dlsym", &[Arg::Int(handle), Arg::Str("leakwatch_inject")])
             .map_err(|t| refuse(format!("the shim has no leakwatch_inject ({t})")))?;
         if entry == 0 {
             return Err(refuse(
@@ -552,7 +574,9 @@ impl Gdb {
             ));
         }
         let code = self
-            .call_int(&format!("((int(*)(const char*)){entry:#x})(\"{config}\")"))
+            .invoke(&format!("{entry:#x}"), &[Arg::Str(config)])
+            // An int in eax: the low 32 bits, sign-extended.
+            .map(|rax| i64::from(rax as u32 as i32))
             .map_err(|t| refuse(format!("the shim's start failed: {t}")))?;
         self.detach();
         let pause = stopped.elapsed();
@@ -601,38 +625,95 @@ impl Gdb {
                 .unwrap_or(0);
             match unsafe_frame(&bt, pc, loader, syscall == FUTEX) {
                 Some(why) => seen.push(format!("thread {lwp} {why}")),
-                None => return Ok(lwp),
+                None => {
+                    self.thread = Some(number);
+                    return Ok(lwp);
+                }
             }
         }
         Err(Attempt::Busy(seen.join("; ")))
     }
 
-    fn call(&mut self, expr: &str) -> Result<String, String> {
-        let out = self
-            .run(&format!("call {expr}"))
-            .map_err(|e| e.to_string())?;
-        let text = out.join(" ");
-        match out.iter().find(|l| l.starts_with('$')) {
-            Some(line) if !text.contains("signaled while in a function") => Ok(line.clone()),
-            _ => Err(text),
+    /// Calls `function` (a symbol, or an address) with `args` on the safe thread, by hand
+    /// (see the module docs): its return value (rax), or gdb's words when it could not be
+    /// made or ended in a fault. The thread's registers are put back either way.
+    fn invoke(&mut self, function: &str, args: &[Arg]) -> Result<u64, String> {
+        const REGS: [&str; 19] = [
+            "rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp", "r8", "r9", "r10", "r11",
+            "r12", "r13", "r14", "r15", "rip", "eflags", "orig_rax",
+        ];
+        const ARG_REGS: [&str; 6] = ["rdi", "rsi", "rdx", "rcx", "r8", "r9"];
+        let thread = self.thread.ok_or("no thread was chosen")?;
+        let address = match function.strip_prefix("0x") {
+            Some(_) => function.to_string(),
+            None => {
+                let out = self.text(&format!("print/x (unsigned long)&{function}"))?;
+                hex_after(&out, "= ")
+                    .map(|a| format!("{a:#x}"))
+                    .ok_or(out)?
+            }
+        };
+        for reg in REGS {
+            self.text(&format!("set $lw_{reg} = ${reg}"))?;
         }
+        // Below the thread's stack and its red zone: strings at the scratch area's bottom
+        // upwards, the call's stack from just under it downwards.
+        self.text("set $lw_scratch = ((unsigned long)$rsp - 8192) & ~15")?;
+        let mut offset = 0;
+        for (arg, reg) in args.iter().zip(ARG_REGS) {
+            match arg {
+                Arg::Int(v) => {
+                    self.text(&format!("set ${reg} = {v:#x}"))?;
+                }
+                Arg::Str(text) => {
+                    let len = text.len() + 1;
+                    self.text(&format!(
+                        "set {{char[{len}]}}($lw_scratch + {offset}) = \"{text}\""
+                    ))?;
+                    self.text(&format!("set ${reg} = $lw_scratch + {offset}"))?;
+                    offset += len.next_multiple_of(16);
+                }
+            }
+        }
+        // At the function's first instruction rsp + 8 is 16-aligned, the return address at
+        // rsp; a thread stopped in a system call would restart it there unless orig_rax
+        // says there is none.
+        let entry = self.entry;
+        self.text("set $rsp = $lw_scratch - 8")?;
+        self.text(&format!("set *(unsigned long*)$rsp = {entry:#x}"))?;
+        self.text(&format!("set $rip = {address}"))?;
+        self.text("set $orig_rax = -1")?;
+        self.text(&format!("tbreak *{entry:#x}"))?;
+        let ran = self.text("continue");
+        let result = self.text(&format!("thread {thread}")).and_then(|_| {
+            let ran = ran?;
+            if !ran.contains("Temporary breakpoint") {
+                return Err(format!("it did not return: {ran}"));
+            }
+            let out = self.text("print/x $rax")?;
+            hex_after(&out, "= ").ok_or(out)
+        });
+        // Put back: rip before orig_rax (a system call stopped in restarts as it would have).
+        self.text("delete")?;
+        for reg in REGS {
+            self.text(&format!("set ${reg} = $lw_{reg}"))?;
+        }
+        result
     }
 
-    fn call_pointer(&mut self, expr: &str) -> Result<u64, String> {
-        let line = self.call(expr)?;
-        // `$1 = (void *) 0x55d0c8e0` or `$1 = (void *) 0x0`
-        line.rsplit(' ')
-            .next()
-            .and_then(|h| u64::from_str_radix(h.trim_start_matches("0x"), 16).ok())
-            .ok_or(line)
-    }
-
-    fn call_int(&mut self, expr: &str) -> Result<i64, String> {
-        let line = self.call(expr)?;
-        line.rsplit(' ')
-            .next()
-            .and_then(|n| n.parse().ok())
-            .ok_or(line)
+    /// Runs one command that must succeed; its output in one line.
+    fn text(&mut self, command: &str) -> Result<String, String> {
+        let out = self.run(command).map_err(|e| e.to_string())?.join(" ");
+        let failed = [
+            "No symbol",
+            "Cannot access memory",
+            "Couldn't",
+            "not running",
+        ];
+        match failed.iter().find(|f| out.contains(*f)) {
+            Some(_) => Err(out),
+            None => Ok(out),
+        }
     }
 
     fn detach(&mut self) {
@@ -663,6 +744,22 @@ impl Gdb {
         );
         let _ = self.child.wait();
     }
+}
+
+/// An argument of a call made by hand: a number, or a string written into the target.
+enum Arg<'a> {
+    Int(u64),
+    Str(&'a str),
+}
+
+/// The program's entry point, from its auxiliary vector (`AT_ENTRY`).
+fn auxv_entry(pid: u32) -> Option<u64> {
+    const AT_ENTRY: u64 = 9;
+    let auxv = std::fs::read(format!("/proc/{pid}/auxv")).ok()?;
+    auxv.chunks_exact(16).find_map(|pair| {
+        let word = |b: &[u8]| u64::from_ne_bytes(b.try_into().unwrap_or([0; 8]));
+        (word(&pair[..8]) == AT_ENTRY).then(|| word(&pair[8..]))
+    })
 }
 
 fn first_line(text: &str, containing: &str) -> String {
