@@ -19,7 +19,9 @@
 //! * a leak that speeds up (a parabola through all points bending upwards at one-sided α):
 //!   the slope at the last point of that parabola or of one through the second half,
 //!   whichever is higher (`RateFrom::CurveEnd`), its interval from the line's lower end up to
-//!   their 95% upper ends: the line averages the end with the slower start.
+//!   their 95% upper ends: the line averages the end with the slower start. Not for steps
+//!   that keep coming (`stepped`): a large step that came late bends the parabola too, so
+//!   the line stays the rate and only its interval reaches up to the parabolas'.
 //!
 //! Shape knowledge that would put the end lower widens the interval down, never vetoes: a
 //! single step that fits as well as the line (by 8σ², `best_step`: a step the change-point
@@ -45,18 +47,20 @@ impl Ctx<'_> {
     }
 
     pub(super) fn judge_line(&self, c: Classification) -> Classification {
-        self.judge_line_within(c, None, false)
+        self.judge_line_within(c, None, false, false)
     }
 
     /// The line, its interval reaching to `hull` where another estimate of the same end
     /// holds it (the end segment of rises that may be a warm-up before a slower leak).
-    /// `recurring`: the change-point search saw steps that keep coming, so a flat end is the
-    /// wait for the next one, not a stop (no later knot is tried).
+    /// `recurring`: the change-point search saw rises that keep coming, so a flat end is the
+    /// wait for the next one, not a stop (no later knot is tried); `stepped`: steps among
+    /// them, so a parabola bending upwards is no curve end (a step came late).
     pub(super) fn judge_line_within(
         &self,
         mut c: Classification,
         hull: Option<(f64, f64)>,
         recurring: bool,
+        stepped: bool,
     ) -> Classification {
         let n = self.x.len();
         let mut sorted = self.x.to_vec();
@@ -150,6 +154,12 @@ impl Ctx<'_> {
                 .lower_to(stopped_later.unwrap_or(f64::INFINITY))
         } else if let Some(lo) = stopped_later {
             self.line_rate().lower_to(lo)
+        } else if let Some((_, upper)) = speeds.filter(|_| stepped) {
+            // Steps that keep coming bend a parabola upwards wherever a large one came late
+            // (a V8 heap attached for 60 s: +3.6 MB/s by its line, anon grew 3.8, and
+            // +5.7 MB/s at the parabola's end): the staircase's rate is its line, its
+            // interval reaching up to the parabolas'.
+            self.line_rate().upper_to(upper)
         } else if let Some((rate, upper)) = speeds {
             // The end is faster than the line's average: the parabolas' slope at the last
             // point, its interval from the line's lower end up to their upper one.

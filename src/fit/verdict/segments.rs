@@ -230,7 +230,7 @@ impl Ctx<'_> {
                 .into_iter()
                 .flatten()
                 .reduce(|a, b| (a.0.min(b.0), a.1.max(b.1)));
-            return self.judge_line_within(c, hull, !warmup);
+            return self.judge_line_within(c, hull, !warmup, !ev.up_x.is_empty());
         }
         if ev.down_total > 0.5 * ev.up_total {
             let rising = self.mk.s > 0.0 && self.mk.p_two_sided < self.t.alpha && self.ci.0 > 0.0;
