@@ -19,6 +19,8 @@ the spread of the estimate.
 
   python3 benches/harness/native_shim.py                 # the figures in the issue note
   python3 benches/harness/native_shim.py --pairs 2000000 --repeat 3
+  python3 benches/harness/native_shim.py --parts overhead --intervals 64   # the shim's cost alone
+  LEAKWATCH_SHIM=/tmp/old.so python3 benches/harness/native_shim.py --parts overhead  # another build
 """
 
 import argparse
@@ -32,7 +34,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.join(ROOT, "target", "bench-bin")
-SHIM = os.path.join(ROOT, "target", "release", "libleakwatch_shim.so")
+SHIM = os.environ.get("LEAKWATCH_SHIM") or os.path.join(ROOT, "target", "release", "libleakwatch_shim.so")
 JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
 
 KEEPER = r"""
@@ -93,24 +95,24 @@ def shim_env(d, interval):
     return env
 
 
-def overhead(churn, pairs, repeat, d):
+def overhead(churn, pairs, repeat, d, intervals, others):
     base_env = dict(os.environ)
     argv = [churn, str(pairs)]
     base, base_rss = best(argv, base_env, repeat)
     print(f"| {pairs:,} malloc/free pairs of 16-1024 B | CPU s | ratio | peak RSS (KiB) |")
     print("|---|---:|---:|---:|")
     print(f"| alone (glibc) | {base:.3f} | 1.00x | {base_rss} |")
-    for interval in (16 << 10, 64 << 10, 512 << 10):
+    for interval in intervals:
         t, rss = best(argv, shim_env(d, interval), repeat)
         print(f"| shim, interval {interval >> 10} KiB | {t:.3f} | {t / base:.2f}x | {rss} (+{rss - base_rss}) |")
-    if os.path.exists(JEMALLOC):
+    if others and os.path.exists(JEMALLOC):
         env = dict(base_env, LD_PRELOAD=JEMALLOC)
         t, rss = best(argv, env, repeat)
         print(f"| jemalloc, no profiling | {t:.3f} | {t / base:.2f}x | {rss} |")
         env = dict(env, MALLOC_CONF="prof:true,prof_active:true,lg_prof_sample:19")
         tp, rss = best(argv, env, repeat)
         print(f"| jemalloc prof, 512 KiB | {tp:.3f} | {tp / base:.2f}x ({tp / t:.2f}x of jemalloc) | {rss} |")
-    if shutil.which("heaptrack"):
+    if others and shutil.which("heaptrack"):
         out = os.path.join(d, "ht")
         t, _ = best(["/usr/bin/heaptrack", "-o", out, churn, str(pairs)], base_env, 1)
         print(f"| heaptrack (1 run) | {t:.3f} | {t / base:.2f}x | - |")
@@ -237,14 +239,26 @@ def main():
     ap.add_argument("--pairs", type=int, default=10_000_000)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--accuracy-repeats", type=int, default=20)
+    ap.add_argument("--parts", default="overhead,others,memory,memcached,accuracy",
+                    help="which measurements, comma-separated (default: all; `others`: "
+                    "jemalloc's profiler and heaptrack in the overhead table)")
+    ap.add_argument("--intervals", default="16,64,512",
+                    help="the shim's mean sampling intervals for the overhead table, KiB")
     args = ap.parse_args()
+    parts = set(args.parts.split(","))
+    intervals = [int(k) << 10 for k in args.intervals.split(",")]
     churn, keeper = build()
     with tempfile.TemporaryDirectory(prefix="lw-native-bench") as d:
         os.chmod(d, 0o700)
-        overhead(churn, args.pairs, args.repeat, d)
-        shim_memory(keeper, d)
-        memcached(d, args.repeat)
-        accuracy(keeper, d, args.accuracy_repeats)
+        print(f"shim: {SHIM}")
+        if "overhead" in parts:
+            overhead(churn, args.pairs, args.repeat, d, intervals, "others" in parts)
+        if "memory" in parts:
+            shim_memory(keeper, d)
+        if "memcached" in parts:
+            memcached(d, args.repeat)
+        if "accuracy" in parts:
+            accuracy(keeper, d, args.accuracy_repeats)
 
 
 if __name__ == "__main__":

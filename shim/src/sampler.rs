@@ -54,6 +54,7 @@ pub fn enabled() -> bool {
 /// Stops sampling for good (`attach --native-sites` is over): frees of
 /// sampled blocks are still forgotten.
 pub fn stop() {
+    COUNTDOWN_FROM_TP.store(0, Ordering::Relaxed);
     ENABLED.store(false, Ordering::Release);
 }
 
@@ -61,24 +62,68 @@ pub fn interval() -> u64 {
     INTERVAL.load(Ordering::Relaxed)
 }
 
-/// Counts an allocation off this thread's countdown: the bytes left (≤ 0)
-/// when it crossed zero, `None` on the fast path.
-#[inline]
-pub fn count(size: usize) -> Option<i64> {
-    let take = |c: &Cell<i64>| {
-        let left = c.get() - size.min(i64::MAX as usize) as i64;
+/// Counts an allocation about to be made off this thread's countdown, when
+/// it lies in the static TLS block (the shim preloaded) and sampling is
+/// on: true when it did not cross zero (no sample). False otherwise: then
+/// [`count_slow`] decides. Counted before the allocation, so that a hook on
+/// the fast path ends in a tail call into glibc.
+#[inline(always)]
+pub fn count_fast(size: usize) -> bool {
+    // Not 0 only while sampling with the countdown in the static TLS block
+    // (set after ENABLED, cleared before it): one load decides both.
+    let from_tp = COUNTDOWN_FROM_TP.load(Ordering::Relaxed);
+    from_tp != 0 && tls_count(from_tp, size) > 0
+}
+
+/// What [`count_fast`] left undecided: the bytes left (≤ 0) when this
+/// allocation crossed the countdown, `None` when it did not or the shim is
+/// idle. Counts it first when the countdown is not in the static TLS block.
+pub fn count_slow(size: usize) -> Option<i64> {
+    let from_tp = COUNTDOWN_FROM_TP.load(Ordering::Relaxed);
+    if from_tp != 0 {
+        // Counted by count_fast already.
+        let left = COUNTDOWN.with(Cell::get);
+        return (left <= 0).then_some(left);
+    }
+    if !enabled() {
+        return None;
+    }
+    COUNTDOWN.with(|c| {
+        let left = c.get().wrapping_sub(size as i64);
         c.set(left);
         (left <= 0).then_some(left)
-    };
-    let from_tp = COUNTDOWN_FROM_TP.load(Ordering::Relaxed);
-    if from_tp == 0 {
-        return COUNTDOWN.with(take);
+    })
+}
+
+/// Subtracts `size` from this thread's countdown, at `from_tp` from its
+/// thread pointer, and returns what is left. A size above `i64::MAX` (a
+/// request bound to fail) wraps to a negative one and only delays the
+/// next sample.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn tls_count(from_tp: isize, size: usize) -> i64 {
+    let left: i64;
+    // SAFETY: in the static TLS block COUNTDOWN lies at `from_tp` from every
+    // thread's pointer (checked in `start`), %fs-relative; only this thread
+    // touches its own countdown, and nothing else in the asm.
+    unsafe {
+        std::arch::asm!(
+            "mov {left}, qword ptr fs:[{off}]",
+            "sub {left}, {size}",
+            "mov qword ptr fs:[{off}], {left}",
+            off = in(reg) from_tp,
+            size = in(reg) size,
+            left = out(reg) left,
+            options(nostack),
+        );
     }
-    let addr = thread_pointer().wrapping_add_signed(from_tp);
-    // SAFETY: in the static TLS block COUNTDOWN lies at this fixed offset
-    // from every thread's pointer (checked in `init`); only this thread
-    // touches its own Cell.
-    take(unsafe { &*(addr as *const Cell<i64>) })
+    left
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+#[inline(always)]
+fn tls_count(_from_tp: isize, _size: usize) -> i64 {
+    0
 }
 
 /// The calling thread's thread pointer (x86-64: its TCB's self pointer at
@@ -148,9 +193,6 @@ pub fn start(dir: &[u8], interval: u64, static_tls: bool) -> bool {
     }
     INTERVAL.store(interval, Ordering::Relaxed);
     find_text_ranges();
-    if static_tls {
-        find_countdown_offset();
-    }
     let mut frames = [0usize; MAX_FRAMES];
     let _ = unwind(&mut frames, false);
     // SAFETY: the handlers are plain functions that only touch atomics.
@@ -162,6 +204,9 @@ pub fn start(dir: &[u8], interval: u64, static_tls: bool) -> bool {
         );
     }
     ENABLED.store(true, Ordering::Release);
+    if static_tls {
+        find_countdown_offset();
+    }
     true
 }
 
@@ -200,6 +245,9 @@ extern "C" fn after_fork_child() {
 /// The allocation at `addr` of `size` bytes crossed this thread's countdown
 /// (`left` bytes past zero): draw the next one and record the sample.
 pub fn sample(addr: usize, size: usize, left: i64) {
+    // Its slot in the block table is likely out of cache: fetched while
+    // the stack is unwound.
+    table::prefetch(addr);
     let mean = interval() as f64;
     if RNG.with(Cell::get) == 0 {
         // A thread's first allocation: the countdown starts here, so the
