@@ -10,9 +10,9 @@
 //! without the lock.
 
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
 
-use crate::sampler::{MAX_FRAMES, mix};
+use crate::sampler::{HOT, MAX_FRAMES, mix};
 
 /// Sampled blocks live at once, at most (at the default interval, 2^17
 /// covers a live heap of ≈ 48 GiB at three quarters full).
@@ -24,7 +24,7 @@ const BLOCKS: usize = 1 << 17;
 /// benches/harness/alloc_churn.c); 2^10 slots (24 KiB, 768 live samples,
 /// ≈ 48 MiB of live heap at 64 KiB) stay in cache, and a process with more
 /// live heap gets a table in proportion.
-const FIRST_BLOCKS: usize = 1 << 10;
+pub(crate) const FIRST_BLOCKS: usize = 1 << 10;
 /// Distinct call stacks.
 pub const STACKS: usize = 1 << 13;
 /// Granules of the filter, one bit each (128 KiB of bits). A granule is
@@ -60,7 +60,6 @@ struct Locked {
     /// touched cost nothing, so the process holds ≈ 1.5× the slots in use.
     blocks: [[Block; BLOCKS]; 2],
     used: usize,
-    stack_hash: [u64; STACKS],
     /// Live sampled blocks per filter granule (255: saturated, kept for
     /// good); the bit in FILTER_BITS is set while it is not 0.
     filter_counts: [u8; FILTER],
@@ -75,21 +74,32 @@ static LOCK: AtomicBool = AtomicBool::new(false);
 static LOCKED: Shared<Locked> = Shared(UnsafeCell::new(Locked {
     blocks: [[EMPTY; BLOCKS]; 2],
     used: 0,
-    stack_hash: [0; STACKS],
     filter_counts: [0; FILTER],
 }));
-/// Which of `Locked::blocks` is live, and its capacity (a power of two).
-/// Written under the lock; read without it only to prefetch.
-static LIVE_TABLE: AtomicUsize = AtomicUsize::new(0);
-static CAPACITY: AtomicUsize = AtomicUsize::new(FIRST_BLOCKS);
 static FRAMES: Shared<[[usize; MAX_FRAMES]; STACKS]> =
     Shared(UnsafeCell::new([[0; MAX_FRAMES]; STACKS]));
-/// A stack's depth; 0 while its slot is free.
-static DEPTH: [AtomicU32; STACKS] = [const { AtomicU32::new(0) }; STACKS];
-/// Estimated live bytes of each stack (sum of its live samples' weights).
-static LIVE: [AtomicI64; STACKS] = [const { AtomicI64::new(0) }; STACKS];
-/// Live sampled blocks of each stack.
-static BLOCKS_LIVE: [AtomicI64; STACKS] = [const { AtomicI64::new(0) }; STACKS];
+/// What a sample and a free of one of its blocks touch of a stack, side by
+/// side (in four arrays, each was a cache miss per sample).
+#[repr(C, align(32))]
+struct StackSlot {
+    /// Its frames' hash (written and read under the lock).
+    hash: AtomicU64,
+    /// Its depth; 0 while the slot is free.
+    depth: AtomicU32,
+    /// Estimated live bytes (sum of its live samples' weights).
+    live: AtomicI64,
+    /// Live sampled blocks.
+    blocks: AtomicI64,
+}
+
+static STACK_SLOTS: [StackSlot; STACKS] = [const {
+    StackSlot {
+        hash: AtomicU64::new(0),
+        depth: AtomicU32::new(0),
+        live: AtomicI64::new(0),
+        blocks: AtomicI64::new(0),
+    }
+}; STACKS];
 static FILTER_BITS: [AtomicU64; FILTER / 64] = [const { AtomicU64::new(0) }; FILTER / 64];
 pub static SAMPLES: AtomicU64 = AtomicU64::new(0);
 /// Samples not kept (a table full, or taken while a fork held the table).
@@ -149,10 +159,22 @@ fn home(addr: usize, capacity: usize) -> usize {
     mix(addr as u64) as usize & (capacity - 1)
 }
 
+/// Which of `Locked::blocks` is live, and its capacity (a power of two):
+/// written under the lock, read without it only to prefetch.
+#[inline]
+fn live_table() -> usize {
+    usize::from(HOT.live_table.load(Ordering::Relaxed) & 1)
+}
+
+#[inline]
+fn capacity() -> usize {
+    HOT.capacity.load(Ordering::Relaxed) as usize
+}
+
 /// The live block table, its slots in use (under the lock).
 fn live_blocks(t: &mut Locked) -> &mut [Block] {
-    let capacity = CAPACITY.load(Ordering::Relaxed);
-    &mut t.blocks[LIVE_TABLE.load(Ordering::Relaxed)][..capacity]
+    let capacity = capacity();
+    &mut t.blocks[live_table()][..capacity]
 }
 
 /// Asks the cache for the slots `insert(addr, …)` will touch, so that their
@@ -163,8 +185,8 @@ pub fn prefetch(addr: usize) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        let capacity = CAPACITY.load(Ordering::Relaxed);
-        let live = LIVE_TABLE.load(Ordering::Relaxed) & 1;
+        let capacity = capacity();
+        let live = live_table();
         let t = LOCKED.0.get();
         // SAFETY: only addresses are computed, within the static tables
         // (capacity ≤ BLOCKS, the granule < FILTER); nothing is read or
@@ -228,10 +250,7 @@ pub fn remove(addr: usize) {
 
 /// Doubles the live block table into the other one, if it may grow.
 fn grow(t: &mut Locked) -> bool {
-    let (from, capacity) = (
-        LIVE_TABLE.load(Ordering::Relaxed),
-        CAPACITY.load(Ordering::Relaxed),
-    );
+    let (from, capacity) = (live_table(), capacity());
     if capacity >= BLOCKS {
         return false;
     }
@@ -250,13 +269,13 @@ fn grow(t: &mut Locked) -> bool {
             *slot = EMPTY;
         }
     }
-    CAPACITY.store(bigger, Ordering::Relaxed);
-    LIVE_TABLE.store(1 - from, Ordering::Relaxed);
+    HOT.capacity.store(bigger as u32, Ordering::Relaxed);
+    HOT.live_table.store(1 - from as u8, Ordering::Relaxed);
     true
 }
 
 fn insert_block(t: &mut Locked, addr: usize, weight: u64, stack: u32) -> bool {
-    if t.used >= CAPACITY.load(Ordering::Relaxed) / 4 * 3 && !grow(t) {
+    if t.used >= capacity() / 4 * 3 && !grow(t) {
         return false;
     }
     let blocks = live_blocks(t);
@@ -338,32 +357,38 @@ fn remove_block(t: &mut Locked, addr: usize) {
 /// Under the lock: every writer holds it, so a load and a store (no locked
 /// read-modify-write) keep the sums exact; the answering thread only reads.
 fn account(stack: u32, bytes: i64, blocks: i64) {
-    let (live, count) = (&LIVE[stack as usize], &BLOCKS_LIVE[stack as usize]);
+    let slot = &STACK_SLOTS[stack as usize];
+    let (live, count) = (&slot.live, &slot.blocks);
     live.store(live.load(Ordering::Relaxed) + bytes, Ordering::Relaxed);
     count.store(count.load(Ordering::Relaxed) + blocks, Ordering::Relaxed);
 }
 
 /// The slot of `frames`, added if new; `None` when the table is full.
-fn stack_slot(t: &mut Locked, frames: &[usize]) -> Option<u32> {
+/// `_locked`: proof that the lock is held.
+fn stack_slot(_locked: &mut Locked, frames: &[usize]) -> Option<u32> {
     let hash = frames
         .iter()
         .fold(0xcbf2_9ce4_8422_2325u64, |h, &f| mix(h ^ f as u64));
     let start = hash as usize & (STACKS - 1);
     for probe in 0..MAX_PROBE {
         let i = (start + probe) & (STACKS - 1);
-        let depth = DEPTH[i].load(Ordering::Relaxed) as usize;
+        let depth = STACK_SLOTS[i].depth.load(Ordering::Relaxed) as usize;
         if depth == 0 {
             let slot = FRAMES.0.get().cast::<[usize; MAX_FRAMES]>();
             // SAFETY: slot i is unpublished (depth 0) and the lock is held:
             // nobody else reads or writes it.
             let dst = unsafe { &mut *slot.add(i) };
             dst[..frames.len()].copy_from_slice(frames);
-            t.stack_hash[i] = hash;
+            STACK_SLOTS[i].hash.store(hash, Ordering::Relaxed);
             // An empty stack (the unwinder failed) still needs depth ≥ 1.
-            DEPTH[i].store(frames.len().max(1) as u32, Ordering::Release);
+            STACK_SLOTS[i]
+                .depth
+                .store(frames.len().max(1) as u32, Ordering::Release);
             return Some(i as u32);
         }
-        if t.stack_hash[i] == hash && stack(i).is_some_and(|(f, _, _)| f == frames) {
+        if STACK_SLOTS[i].hash.load(Ordering::Relaxed) == hash
+            && stack(i).is_some_and(|(f, _, _)| f == frames)
+        {
             return Some(i as u32);
         }
     }
@@ -373,19 +398,20 @@ fn stack_slot(t: &mut Locked, frames: &[usize]) -> Option<u32> {
 /// Stack `i`'s frames (innermost first), live bytes and live sampled blocks,
 /// if the slot is in use.
 pub fn stack(i: usize) -> Option<(&'static [usize], i64, i64)> {
-    let depth = DEPTH.get(i)?.load(Ordering::Acquire) as usize;
+    let slot = STACK_SLOTS.get(i)?;
+    let depth = slot.depth.load(Ordering::Acquire) as usize;
     if depth == 0 {
         return None;
     }
-    let slot = FRAMES.0.get().cast::<[usize; MAX_FRAMES]>();
+    let all = FRAMES.0.get().cast::<[usize; MAX_FRAMES]>();
     // SAFETY: a published slot is never written again.
-    let frames = unsafe { &*slot.add(i) };
+    let frames = unsafe { &*all.add(i) };
     // Depth 1 with a zero frame: the unwinder found nothing.
     let frames = &frames[..depth.min(MAX_FRAMES)];
     let frames = if frames == [0] { &[][..] } else { frames };
     Some((
         frames,
-        LIVE[i].load(Ordering::Relaxed),
-        BLOCKS_LIVE[i].load(Ordering::Relaxed),
+        slot.live.load(Ordering::Relaxed),
+        slot.blocks.load(Ordering::Relaxed),
     ))
 }
