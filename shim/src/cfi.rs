@@ -144,30 +144,55 @@ pub fn top_known() -> bool {
     TOP.with(Cell::get) != 0
 }
 
+/// Where an unwind starts: an instruction of a function still running on
+/// this thread, with the stack and frame pointers there. Starting at the
+/// hook that took the sample, not in the unwinder, spares the walk the
+/// rules of the shim's own frames between them (each a cache miss).
+#[derive(Clone, Copy)]
+pub struct Start {
+    pc: usize,
+    sp: usize,
+    bp: usize,
+}
+
+impl Start {
+    /// The calling function's own position (this is inlined into it). The
+    /// walk must run before that function returns.
+    #[inline(always)]
+    pub fn here() -> Start {
+        let (pc, sp, bp): (usize, usize, usize);
+        // SAFETY: reads rip, rsp and rbp at one instruction boundary of the
+        // caller; nothing is written.
+        unsafe {
+            std::arch::asm!(
+                "lea {pc}, [rip]",
+                "mov {sp}, rsp",
+                "mov {bp}, rbp",
+                pc = out(reg) pc,
+                sp = out(reg) sp,
+                bp = out(reg) bp,
+                options(nostack, nomem, preserves_flags),
+            );
+        }
+        Start { pc, sp, bp }
+    }
+}
+
 /// The calling thread's return addresses into `frames`, innermost first,
-/// starting with the return address into `walk`'s caller; `None` when a
+/// starting with the return address into the function `from` is in, which
+/// must still be running (a caller of this one); `None` when a
 /// frame is beyond the fast rules (then unwind with libgcc). A stack deeper
 /// than `frames` is cut there.
-#[inline(never)]
-pub fn walk(frames: &mut [usize]) -> Option<usize> {
+pub fn walk(from: Start, frames: &mut [usize]) -> Option<usize> {
     let top = TOP.with(Cell::get);
     if top == 0 {
         return None;
     }
-    let (mut pc, mut sp, mut bp): (usize, usize, usize);
-    // SAFETY: reads rip, rsp and rbp at one instruction boundary of this
-    // function; nothing is written.
-    unsafe {
-        std::arch::asm!(
-            "lea {pc}, [rip]",
-            "mov {sp}, rsp",
-            "mov {bp}, rbp",
-            pc = out(reg) pc,
-            sp = out(reg) sp,
-            bp = out(reg) bp,
-            options(nostack, nomem, preserves_flags),
-        );
-    }
+    let Start {
+        mut pc,
+        mut sp,
+        mut bp,
+    } = from;
     let mut depth = 0;
     // The first pc is exact; later ones are return addresses, looked up at
     // the call instruction (pc - 1).

@@ -155,7 +155,10 @@ fn counted_slow(size: usize, alloc: impl FnOnce() -> *mut c_void) -> *mut c_void
 #[inline(never)]
 fn sampled(p: *mut c_void, size: usize, countdown: i64) -> *mut c_void {
     if !p.is_null() {
-        guarded(|| sampler::sample(p as usize, size, countdown));
+        // The stack is unwound from here (the hook's caller is one frame
+        // up), while this function runs.
+        let from = sampler::Start::here();
+        guarded(|| sampler::sample(p as usize, size, countdown, from));
     }
     p
 }

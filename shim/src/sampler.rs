@@ -223,7 +223,7 @@ pub fn start(dir: &[u8], interval: u64, static_tls: bool) -> bool {
     HOT.interval.store(interval, Ordering::Relaxed);
     find_text_ranges();
     let mut frames = [0usize; MAX_FRAMES];
-    let _ = unwind(&mut frames, false);
+    let _ = unwind(&mut frames, false, Start::here());
     // SAFETY: the handlers are plain functions that only touch atomics.
     unsafe {
         libc::pthread_atfork(
@@ -273,7 +273,7 @@ extern "C" fn after_fork_child() {
 
 /// The allocation at `addr` of `size` bytes crossed this thread's countdown
 /// (`left` bytes past zero): draw the next one and record the sample.
-pub fn sample(addr: usize, size: usize, left: i64) {
+pub fn sample(addr: usize, size: usize, left: i64, from: Start) {
     // Its slot in the block table is likely out of cache: fetched while
     // the stack is unwound.
     table::prefetch(addr);
@@ -294,7 +294,7 @@ pub fn sample(addr: usize, size: usize, left: i64) {
     let weight = weight(size as f64, mean);
     let mut frames = [0usize; MAX_FRAMES];
     let starting = !listen::started();
-    let walk = unwind(&mut frames, starting);
+    let walk = unwind(&mut frames, starting, from);
     table::insert(addr, weight as u64, &frames[..walk.depth]);
     // pthread_create is not async-signal-safe: it allocates (the new
     // thread's TLS, under the arena lock) and takes the loader's locks. A
@@ -355,6 +355,22 @@ fn weight(s: f64, mean: f64) -> f64 {
         mean + s / 2.0 + s * s / (12.0 * mean)
     } else {
         s / -(-s / mean).exp_m1()
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+pub use crate::cfi::Start;
+
+/// Where an unwind starts (only the fast unwinder uses it).
+#[cfg(not(target_arch = "x86_64"))]
+#[derive(Clone, Copy)]
+pub struct Start;
+
+#[cfg(not(target_arch = "x86_64"))]
+impl Start {
+    #[inline(always)]
+    pub fn here() -> Start {
+        Start
     }
 }
 
@@ -435,9 +451,9 @@ extern "C" fn step(ctx: *mut c_void, arg: *mut c_void) -> i32 {
 /// with `check`, also whether the call comes from plain code (no signal
 /// handler, not the loader) on the whole stack. Without `check`, the fast
 /// unwinder first ([`crate::cfi`]), libgcc's when it gives up.
-fn unwind(frames: &mut [usize; MAX_FRAMES], check: bool) -> Unwound {
+fn unwind(frames: &mut [usize; MAX_FRAMES], check: bool, from: Start) -> Unwound {
     if !check {
-        if let Some(depth) = unwind_fast(frames) {
+        if let Some(depth) = unwind_fast(frames, from) {
             return Unwound {
                 depth,
                 plain: false,
@@ -481,10 +497,10 @@ fn top_known() -> bool {
 /// [`unwind`] by the fast unwinder, the shim's own frames left off; `None`
 /// when it gave up.
 #[cfg(target_arch = "x86_64")]
-fn unwind_fast(frames: &mut [usize; MAX_FRAMES]) -> Option<usize> {
+fn unwind_fast(frames: &mut [usize; MAX_FRAMES], from: Start) -> Option<usize> {
     // Room for the shim's own frames, all innermost, besides the kept ones.
     let mut raw = [0usize; MAX_FRAMES + 16];
-    let n = crate::cfi::walk(&mut raw)?;
+    let n = crate::cfi::walk(from, &mut raw)?;
     let own = HOT.own_start.load(Ordering::Relaxed)..HOT.own_end.load(Ordering::Relaxed);
     let mut depth = 0;
     for &ip in raw[..n].iter().filter(|ip| !own.contains(ip)) {
@@ -498,7 +514,7 @@ fn unwind_fast(frames: &mut [usize; MAX_FRAMES]) -> Option<usize> {
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-fn unwind_fast(_frames: &mut [usize; MAX_FRAMES]) -> Option<usize> {
+fn unwind_fast(_frames: &mut [usize; MAX_FRAMES], _from: Start) -> Option<usize> {
     None
 }
 
