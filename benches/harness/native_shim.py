@@ -4,9 +4,11 @@ what people run instead, all measured in the same run.
 
 Builds benches/harness/alloc_churn.c (malloc/free pairs of 16-1024 B through a
 ring of 4096 live blocks) with cc -O2 and the shim with cargo (release),
-then times the program: alone; with the shim at several mean sampling
-intervals; under heaptrack; and under jemalloc without and with its sampled
-profiler (Debian's libjemalloc2, lg_prof_sample 19 = 512 KiB, its default).
+then times the program: alone; with a preloaded malloc and free that only
+forward to glibc's (the floor of any such shim); with the shim at several
+mean sampling intervals (a huge one: the hooks alone); under heaptrack;
+and under jemalloc without and with its sampled profiler (Debian's
+libjemalloc2, lg_prof_sample 19 = 512 KiB, its default).
 Each figure is the best of --repeat runs' user + system CPU (wait4), and
 the ratio to the program alone. The shim's own memory: a process' RSS with
 the shim minus without. A real server: memcached's own CPU time for a
@@ -36,6 +38,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 BIN = os.path.join(ROOT, "target", "bench-bin")
 SHIM = os.environ.get("LEAKWATCH_SHIM") or os.path.join(ROOT, "target", "release", "libleakwatch_shim.so")
 JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
+FORWARD_SO = os.path.join(BIN, "forward.so")
 
 KEEPER = r"""
 #include <stdio.h>
@@ -54,6 +57,17 @@ int main(int argc, char **argv) {
 """
 
 
+FORWARD = r"""
+#include <stddef.h>
+/* The floor of any preloaded allocator shim: malloc and free that only
+ * forward to glibc's own entry points, as the shim's hooks do. */
+extern void *__libc_malloc(size_t);
+extern void __libc_free(void *);
+void *malloc(size_t n) { return __libc_malloc(n); }
+void free(void *p) { __libc_free(p); }
+"""
+
+
 def build():
     os.makedirs(BIN, exist_ok=True)
     subprocess.run(["cargo", "build", "--release", "--quiet", "-p", "leakwatch-shim"], cwd=ROOT, check=True)
@@ -64,6 +78,10 @@ def build():
         f.write(KEEPER)
     keeper = os.path.join(BIN, "keeper")
     subprocess.run(["cc", "-O2", "-o", keeper, keeper_c], check=True)
+    forward_c = os.path.join(BIN, "forward.c")
+    with open(forward_c, "w") as f:
+        f.write(FORWARD)
+    subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", FORWARD_SO, forward_c], check=True)
     return churn, keeper
 
 
@@ -102,6 +120,8 @@ def overhead(churn, pairs, repeat, d, intervals, others):
     print(f"| {pairs:,} malloc/free pairs of 16-1024 B | CPU s | ratio | peak RSS (KiB) |")
     print("|---|---:|---:|---:|")
     print(f"| alone (glibc) | {base:.3f} | 1.00x | {base_rss} |")
+    t, rss = best(argv, dict(base_env, LD_PRELOAD=FORWARD_SO), repeat)
+    print(f"| forwarding only (preloaded malloc/free calling glibc's) | {t:.3f} | {t / base:.2f}x | {rss} |")
     for interval in intervals:
         t, rss = best(argv, shim_env(d, interval), repeat)
         print(f"| shim, interval {interval >> 10} KiB | {t:.3f} | {t / base:.2f}x | {rss} (+{rss - base_rss}) |")

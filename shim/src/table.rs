@@ -1,7 +1,9 @@
 //! Fixed-size tables, allocated once in `.bss` (untouched pages cost
-//! nothing): the sampled blocks by address, the call stacks they came from
-//! with their live bytes, and a filter that lets `free` of an unsampled
-//! block (nearly all of them) return after one load of one bit.
+//! nothing): the sampled blocks by address (of which only as many slots
+//! are used as the live samples need, doubling as they grow), the call
+//! stacks they came from with their live bytes, and a filter that lets
+//! `free` of an unsampled block (nearly all of them) return after one load
+//! of one bit.
 //!
 //! The block and stack tables are written under one spin lock, taken only
 //! by a sample (one per interval of bytes) and by a free that passes the
