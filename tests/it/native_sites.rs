@@ -258,6 +258,62 @@ fn a_leaking_cxx_method_in_a_shared_library_is_named_demangled_with_its_line() {
     }
 }
 
+/// At a 1 KiB interval every 32 KiB block is sampled: 20 runs keep 1,280
+/// of them live, past the block table's first capacity (768 live samples),
+/// so the table doubles twice while the scratch buffers' samples come and
+/// go. The estimate stays exact (a block far above the interval weighs its
+/// size), and the scratch site, freed after the table grew, stays no leak.
+#[test]
+fn the_block_table_grows_without_losing_or_keeping_a_sample() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(daemon) = compile(
+        "gcc",
+        "fixtures/native/leaky_daemon.c",
+        &tmp.path().join("leaky_daemon"),
+        &[],
+    ) else {
+        return;
+    };
+    let out = tmp.path().join("out");
+    let leak: u64 = 2 << 20;
+    let output = leakwatch()
+        .env("LEAKWATCH_SHIM", shim())
+        .env("LEAKY_DAEMON_SOCKET", tmp.path().join("d.sock"))
+        .args(["run", "-n", "20", "--settle", "100ms", "--native-sites"])
+        .args(["--native-interval", "1KiB", "--out"])
+        .arg(&out)
+        .arg("--")
+        .arg(&daemon)
+        .args(["client", "--leak", &leak.to_string(), "--churn", "2097152"])
+        .output()
+        .unwrap();
+    crate::common::assert_exit_matches_verdict(output.status, &out);
+    let s = summary(&out);
+    let sites = s["native_sites"].as_array().expect("native_sites");
+    let find = |prefix: &str| {
+        sites
+            .iter()
+            .find(|x| x["site"].as_str().is_some_and(|n| n.starts_with(prefix)))
+            .unwrap_or_else(|| panic!("no site {prefix}: {sites:#?}"))
+    };
+    let kept = find("keep_request_state (");
+    assert_eq!(kept["verdict"], "leak", "{kept:#}");
+    assert_within(
+        "bytes held",
+        kept["held_bytes"].as_f64().unwrap(),
+        20.0 * leak as f64,
+        0.02,
+    );
+    let scratch = find("build_scratch_buffers (");
+    assert_ne!(scratch["verdict"], "leak", "{scratch:#}");
+    assert_within(
+        "scratch bytes held",
+        scratch["held_bytes"].as_f64().unwrap(),
+        leak as f64,
+        0.02,
+    );
+}
+
 /// Debian's memcached is stripped: its slab allocator has no name in
 /// `.dynsym`, so the site is `memcached+0xOFFSET`. Its slab pages (1 MiB,
 /// far above the interval: always sampled, weighed at their size) grow at
