@@ -18,7 +18,8 @@
 //!   libgcc's `_Unwind_Backtrace` where they do not reach; it is kept in
 //!   fixed tables ([`table`]); nothing in a hook allocates.
 //! - A thread answers leakwatch on `D/<pid>.sock` with the live sampled bytes
-//!   by stack ([`listen`]); addresses only: leakwatch symbolises.
+//!   by stack ([`listen`]): addresses, and the loaded objects' segments
+//!   with their build ids; leakwatch symbolises.
 //! - Or, loaded into a running process by `attach --native-sites`
 //!   ([`inject`]): configured by the call, the GOT entries of every
 //!   loaded object redirected to the hooks.
