@@ -7,7 +7,7 @@
 //! ```text
 //! leakwatch-native-sites 2 pid <pid> run <run> interval <bytes> samples <n> dropped <n>
 //! s <live_bytes> <live_samples> <hex return address>,<hex>,…
-//! m <hex start> <hex end> <hex file offset> <build id in hex, or -> <path>
+//! m <hex start> <hex end> <hex file offset> <hex stated address> <build id in hex, or -> <path>
 //! end
 //! ```
 //!
@@ -15,7 +15,8 @@
 //! earlier answer (then at 0, so its series goes on); addresses innermost
 //! first, return addresses as the unwinder gave them. One `m` line per
 //! executable segment of each loaded object (version 2): where it is
-//! mapped, its object's GNU build id and path, so that leakwatch names the
+//! mapped, the address its ELF states for it, its object's GNU build id
+//! and path, so that leakwatch names the
 //! addresses by the object they came from even once the process has exited
 //! (its `/proc/PID/maps` gone) or the file was replaced on disk. The thread starts at
 //! a process' first sample taken in plain code (a process that allocates
@@ -277,9 +278,10 @@ fn modules(out: &mut String) {
             let start = bias + h.p_vaddr as usize;
             let _ = writeln!(
                 out,
-                "m {start:x} {:x} {:x} {build_id} {path}",
+                "m {start:x} {:x} {:x} {:x} {build_id} {path}",
                 start + h.p_memsz as usize,
-                h.p_offset
+                h.p_offset,
+                h.p_vaddr
             );
         }
         0

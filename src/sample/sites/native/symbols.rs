@@ -56,8 +56,10 @@ struct Mapping {
     dev: String,
     inode: u64,
     path: String,
-    /// The object's GNU build id (lowercase hex), from the shim's answer.
+    /// The object's GNU build id (lowercase hex) and load bias (an
+    /// address minus the address its ELF states), from the shim's answer.
     build_id: Option<String>,
+    bias: Option<u64>,
 }
 
 /// Parses `/proc/PID/maps` text: every mapping, sorted by start.
@@ -78,6 +80,7 @@ fn parse_maps(text: &str) -> Vec<Mapping> {
                 inode: inode.parse().ok()?,
                 path,
                 build_id: None,
+                bias: None,
             })
         })
         .collect();
@@ -234,10 +237,10 @@ impl ProcessMaps {
         // By address, not path: the loader's path of a library
         // (`/lib/…`) may be a symlink's, the kernel's the file's (`/usr/lib/…`).
         for m in &mut maps.maps {
-            m.build_id = segments
-                .iter()
-                .find(|s| s.start < m.end && m.start < s.end)
-                .and_then(|s| s.build_id.clone());
+            if let Some(s) = segments.iter().find(|s| s.start < m.end && m.start < s.end) {
+                m.build_id = s.build_id.clone();
+                m.bias = Some(s.start.wrapping_sub(s.vaddr));
+            }
         }
         Some(maps)
     }
@@ -253,6 +256,7 @@ impl ProcessMaps {
                 inode: 0,
                 path: s.path.clone(),
                 build_id: s.build_id.clone(),
+                bias: Some(s.start.wrapping_sub(s.vaddr)),
             })
             .collect();
         maps.sort_by_key(|m| m.start);
@@ -319,7 +323,14 @@ impl Symbolizer {
             .find_map(|p| Module::load(&p, id).filter(|m| m.loader.is_some()))
             .unwrap_or_else(Module::none)
         });
-        match module.stated(offset) {
+        // The stated address: by the load bias the shim gave (a debug
+        // file's segments state no file offsets), else by the file's
+        // segments.
+        let probe = match m.bias {
+            Some(bias) => Some(addr.wrapping_sub(bias)),
+            None => module.stated(offset),
+        };
+        match probe {
             Some(probe) => module.name(probe, &module_name, offset),
             None => vec![NamedFrame {
                 function: None,
@@ -364,10 +375,25 @@ mod tests {
     fn own_segment(addr: u64, build_id: Option<String>) -> Segment {
         let maps = ProcessMaps::read(std::process::id()).unwrap();
         let m = maps.find(addr).unwrap();
+        let data = fs::read("/proc/self/exe").unwrap();
+        let file = object::File::parse(&*data).unwrap();
+        // The ELF segment holding `addr`'s file offset, placed where the
+        // mapping put that offset (as the loader reports it to the shim).
+        let at = addr - m.start + m.offset;
+        let segment = file
+            .segments()
+            .find(|s| {
+                let (o, n) = s.file_range();
+                (o..o + n).contains(&at)
+            })
+            .unwrap();
+        let (offset, _) = segment.file_range();
+        let start = m.start.wrapping_add(offset).wrapping_sub(m.offset);
         Segment {
-            start: m.start,
-            end: m.end,
-            offset: m.offset,
+            start,
+            end: start + segment.size(),
+            offset,
+            vaddr: segment.address(),
             build_id,
             path: m.path.clone(),
         }

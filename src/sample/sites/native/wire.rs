@@ -4,7 +4,7 @@
 //! ```text
 //! leakwatch-native-sites 2 pid <pid> run <run> interval <bytes> samples <n> dropped <n>
 //! s <live_bytes> <live_samples> <hex>,<hex>,…
-//! m <hex start> <hex end> <hex file offset> <build id in hex, or -> <path>
+//! m <hex start> <hex end> <hex file offset> <hex stated address> <build id in hex, or -> <path>
 //! end
 //! ```
 
@@ -21,6 +21,9 @@ pub struct Segment {
     pub end: u64,
     /// Offset of `start` in the file.
     pub offset: u64,
+    /// The address the object's ELF states for `start` (`start` minus the
+    /// load bias).
+    pub vaddr: u64,
     /// The object's GNU build id, lowercase hex.
     pub build_id: Option<String>,
     /// As the loader has it: absolute for a file, else a name
@@ -112,12 +115,12 @@ fn parse_segment(line: &str) -> Result<Segment, String> {
             line.chars().take(80).collect::<String>()
         )
     };
-    let fields: Vec<&str> = line.splitn(6, ' ').collect();
-    let [_, start, end, offset, build_id, path] = fields.as_slice() else {
+    let fields: Vec<&str> = line.splitn(7, ' ').collect();
+    let [_, start, end, offset, vaddr, build_id, path] = fields.as_slice() else {
         return Err(bad());
     };
     let hex = |v: &str| u64::from_str_radix(v, 16).map_err(|_| bad());
-    let (start, end, offset) = (hex(start)?, hex(end)?, hex(offset)?);
+    let (start, end, offset, vaddr) = (hex(start)?, hex(end)?, hex(offset)?, hex(vaddr)?);
     let build_id = match *build_id {
         "-" => None,
         id if !id.is_empty() && id.bytes().all(|b| b.is_ascii_hexdigit()) => {
@@ -132,6 +135,7 @@ fn parse_segment(line: &str) -> Result<Segment, String> {
         start,
         end,
         offset,
+        vaddr,
         build_id,
         path: path.to_string(),
     })
@@ -185,8 +189,8 @@ mod tests {
     fn a_version_2_answer_names_its_objects_segments() {
         let text = "leakwatch-native-sites 2 pid 42 run 3 interval 65536 samples 136 dropped 0\n\
                     s 5629168 76 5607b3176738\n\
-                    m 5607b3176000 5607b3177000 1000 AFF9ea26 /tmp/leaky daemon\n\
-                    m 7f38e3c21000 7f38e3c22562 0 - linux-vdso.so.1\nend\n";
+                    m 5607b3176000 5607b3177000 1000 1000 AFF9ea26 /tmp/leaky daemon\n\
+                    m 7f38e3c21000 7f38e3c22562 0 0 - linux-vdso.so.1\nend\n";
         let s = parse_answer(text).unwrap();
         assert_eq!(s.stacks.len(), 1);
         assert_eq!(
@@ -196,6 +200,7 @@ mod tests {
                     start: 0x5607b3176000,
                     end: 0x5607b3177000,
                     offset: 0x1000,
+                    vaddr: 0x1000,
                     build_id: Some("aff9ea26".into()),
                     path: "/tmp/leaky daemon".into(),
                 },
@@ -203,13 +208,14 @@ mod tests {
                     start: 0x7f38e3c21000,
                     end: 0x7f38e3c22562,
                     offset: 0,
+                    vaddr: 0,
                     build_id: None,
                     path: "linux-vdso.so.1".into(),
                 }
             ]
         );
         let bad = "leakwatch-native-sites 2 pid 1 run 1 interval 1 samples 1 dropped 0\n\
-                   m 10 20 0 xyz /a\nend\n";
+                   m 10 20 0 0 xyz /a\nend\n";
         assert!(parse_answer(bad).unwrap_err().contains("not a segment"));
     }
 
