@@ -8,9 +8,10 @@ use serde::{Deserialize, Serialize};
 use crate::Analysis;
 use crate::fit::findings::{Finding, RecycleAdvice, TreeTotal};
 use crate::fit::sites::{SiteFit, TypeFit};
-use crate::fit::{Attribution, Projection, SeriesFit};
+use crate::fit::{Attribution, Projection, SeriesFit, Verdict};
 use crate::gate::GateResult;
 use crate::series::sites::Overhead;
+use crate::store::{Scope, SiteSource};
 
 pub const SCHEMA_VERSION: u32 = 1;
 
@@ -69,9 +70,16 @@ pub struct Summary {
     #[serde(default)]
     pub notes: Vec<String>,
     /// Where in the code (`run --py-sites`): Python allocation sites that
-    /// leak (fastest first), grew and stopped, or hold much.
+    /// leak (fastest first), grew and stopped, or hold much. (A summary.json
+    /// written before `native_sites` existed has native sites here too,
+    /// `source` `native`.)
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub py_sites: Vec<SiteFit>,
+    /// Where in native code (`--native-sites`): C, C++ and Rust call
+    /// stacks, each named by its first frame outside the allocator and the
+    /// runtimes, that leak (fastest first), grew and stopped, or hold much.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub native_sites: Vec<NativeSite>,
     /// Which types grow (`run --py-sites`): live Python objects by type
     /// that leak (classes of a module first), grew and stopped, or are many.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -88,6 +96,95 @@ pub struct Summary {
     /// check and the `violations`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gate: Option<GateResult>,
+}
+
+/// One native call stack's site (`--native-sites`), judged: summary.json's
+/// `native_sites`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NativeSite {
+    /// Its name: the first frame outside the allocator and the runtimes
+    /// (malloc, `operator new`, `std::`, `alloc::`), `function (file:line)`,
+    /// or `module+0xOFFSET` in a stripped binary without the symbol.
+    pub site: String,
+    /// The scope whose processes hold it (`survivors`, `pid:<PID>`, `target`).
+    pub scope: Scope,
+    /// Processes it was seen in.
+    pub processes: usize,
+    pub verdict: Verdict,
+    /// Its growth with the 95% interval it was judged on (the fit's,
+    /// widened by the sampling error): per run, or per hour when attached.
+    #[serde(flatten)]
+    pub rate: NativeRate,
+    /// In a pool (several processes hold it): growth per task a process
+    /// handled, bytes, with its CI, and how many such steps were seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_per_task: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_per_task_ci95: Option<(f64, f64)>,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tasks_seen: usize,
+    /// Its growth as a share of the scope's anonymous-memory growth, 0–1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share_of_anon: Option<f64>,
+    /// What its sampled stacks hold (the shim's unbiased estimate) in the
+    /// processes that answered last, bytes.
+    pub held_bytes: u64,
+    pub reason: String,
+    /// Its largest stack, innermost frame first (the allocator's frames
+    /// included), as leakwatch named them.
+    pub frames: Vec<String>,
+}
+
+/// A native site's rate, in a field whose name gives its unit; `x` says
+/// which: `run` (`run --native-sites`) or `hour` (`attach --native-sites`,
+/// growth since the attach).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "x")]
+pub enum NativeRate {
+    #[serde(rename = "run")]
+    PerRun {
+        bytes_per_run: Option<f64>,
+        bytes_per_run_ci95: Option<(f64, f64)>,
+    },
+    #[serde(rename = "hour")]
+    PerHour {
+        bytes_per_hour: Option<f64>,
+        bytes_per_hour_ci95: Option<(f64, f64)>,
+    },
+}
+
+impl NativeSite {
+    fn of(s: &SiteFit) -> NativeSite {
+        let rate = if s.per_hour {
+            NativeRate::PerHour {
+                bytes_per_hour: s.bytes_per_run,
+                bytes_per_hour_ci95: s.bytes_per_run_ci95,
+            }
+        } else {
+            NativeRate::PerRun {
+                bytes_per_run: s.bytes_per_run,
+                bytes_per_run_ci95: s.bytes_per_run_ci95,
+            }
+        };
+        NativeSite {
+            site: s.site.clone(),
+            scope: s.scope,
+            processes: s.processes,
+            verdict: s.verdict,
+            rate,
+            bytes_per_task: s.bytes_per_task,
+            bytes_per_task_ci95: s.bytes_per_task_ci95,
+            tasks_seen: s.tasks_seen,
+            share_of_anon: s.share_of_anon,
+            held_bytes: s.held_bytes,
+            reason: s.reason.clone(),
+            frames: s.traceback.clone(),
+        }
+    }
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -159,10 +256,67 @@ pub fn summary(a: &Analysis, gate: Option<&GateResult>) -> Summary {
             .map(|r| r.run)
             .collect(),
         notes: a.notes.clone(),
-        py_sites: a.sites.clone(),
+        py_sites: a
+            .sites
+            .iter()
+            .filter(|s| s.source == SiteSource::Python)
+            .cloned()
+            .collect(),
+        native_sites: a
+            .sites
+            .iter()
+            .filter(|s| s.source == SiteSource::Native)
+            .map(NativeSite::of)
+            .collect(),
         py_types: a.py_types.clone(),
         py_overhead: a.py_overhead.clone(),
         sampling: a.sampling.clone(),
         gate: gate.cloned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn site(per_hour: bool) -> SiteFit {
+        SiteFit {
+            scope: Scope::Target,
+            source: SiteSource::Native,
+            site: "leak_per_tick (fixtures/native/attach_leaker.c:20)".into(),
+            verdict: Verdict::Leak,
+            bytes_per_run: Some(7.2e9),
+            bytes_per_run_ci95: Some((6.8e9, 7.6e9)),
+            bytes_per_task: None,
+            bytes_per_task_ci95: None,
+            tasks_seen: 0,
+            reason: "grows".into(),
+            held_bytes: 24 << 20,
+            processes: 1,
+            traceback: vec!["malloc".into(), "leak_per_tick".into()],
+            share_of_anon: None,
+            per_hour,
+        }
+    }
+
+    /// An attached site's rate is per hour, and its field says so; a run's
+    /// is per run. Both read back as they were written.
+    #[test]
+    fn a_native_sites_rate_is_in_a_field_named_for_its_unit() {
+        for (per_hour, field, other, x) in [
+            (true, "bytes_per_hour", "bytes_per_run", "hour"),
+            (false, "bytes_per_run", "bytes_per_hour", "run"),
+        ] {
+            let wire = NativeSite::of(&site(per_hour));
+            let json = serde_json::to_value(&wire).unwrap();
+            assert_eq!(json["x"], x, "{json:#}");
+            assert_eq!(json[field], 7.2e9, "{json:#}");
+            assert_eq!(json[format!("{field}_ci95")][0], 6.8e9, "{json:#}");
+            assert!(json.get(other).is_none(), "{json:#}");
+            assert_eq!(json["frames"][1], "leak_per_tick", "{json:#}");
+            assert_eq!(json["scope"], "target", "{json:#}");
+            let back: NativeSite = serde_json::from_value(json).unwrap();
+            assert_eq!(back, wire);
+        }
     }
 }

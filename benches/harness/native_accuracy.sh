@@ -26,7 +26,7 @@ tmp, n, leak = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 first = within = covered = scratch_leaks = 0
 errors = []
 for i in range(1, n + 1):
-    sites = json.load(open(f"{tmp}/out{i}/summary.json"))["py_sites"]
+    sites = json.load(open(f"{tmp}/out{i}/summary.json")).get("native_sites", [])
     k = next((s for s in sites if s["site"].startswith("keep_request_state (")), None)
     b = next((s for s in sites if s["site"].startswith("build_scratch_buffers (")), None)
     if sites and sites[0] is k:

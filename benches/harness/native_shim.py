@@ -4,9 +4,11 @@ what people run instead, all measured in the same run.
 
 Builds benches/harness/alloc_churn.c (malloc/free pairs of 16-1024 B through a
 ring of 4096 live blocks) with cc -O2 and the shim with cargo (release),
-then times the program: alone; with the shim at several mean sampling
-intervals; under heaptrack; and under jemalloc without and with its sampled
-profiler (Debian's libjemalloc2, lg_prof_sample 19 = 512 KiB, its default).
+then times the program: alone; with a preloaded malloc and free that only
+forward to glibc's (the floor of any such shim); with the shim at several
+mean sampling intervals (a huge one: the hooks alone); under heaptrack;
+and under jemalloc without and with its sampled profiler (Debian's
+libjemalloc2, lg_prof_sample 19 = 512 KiB, its default).
 Each figure is the best of --repeat runs' user + system CPU (wait4), and
 the ratio to the program alone. The shim's own memory: a process' RSS with
 the shim minus without. A real server: memcached's own CPU time for a
@@ -19,6 +21,8 @@ the spread of the estimate.
 
   python3 benches/harness/native_shim.py                 # the figures in the issue note
   python3 benches/harness/native_shim.py --pairs 2000000 --repeat 3
+  python3 benches/harness/native_shim.py --parts overhead --intervals 64   # the shim's cost alone
+  LEAKWATCH_SHIM=/tmp/old.so python3 benches/harness/native_shim.py --parts overhead  # another build
 """
 
 import argparse
@@ -32,8 +36,9 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.join(ROOT, "target", "bench-bin")
-SHIM = os.path.join(ROOT, "target", "release", "libleakwatch_shim.so")
+SHIM = os.environ.get("LEAKWATCH_SHIM") or os.path.join(ROOT, "target", "release", "libleakwatch_shim.so")
 JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
+FORWARD_SO = os.path.join(BIN, "forward.so")
 
 KEEPER = r"""
 #include <stdio.h>
@@ -52,6 +57,17 @@ int main(int argc, char **argv) {
 """
 
 
+FORWARD = r"""
+#include <stddef.h>
+/* The floor of any preloaded allocator shim: malloc and free that only
+ * forward to glibc's own entry points, as the shim's hooks do. */
+extern void *__libc_malloc(size_t);
+extern void __libc_free(void *);
+void *malloc(size_t n) { return __libc_malloc(n); }
+void free(void *p) { __libc_free(p); }
+"""
+
+
 def build():
     os.makedirs(BIN, exist_ok=True)
     subprocess.run(["cargo", "build", "--release", "--quiet", "-p", "leakwatch-shim"], cwd=ROOT, check=True)
@@ -62,6 +78,10 @@ def build():
         f.write(KEEPER)
     keeper = os.path.join(BIN, "keeper")
     subprocess.run(["cc", "-O2", "-o", keeper, keeper_c], check=True)
+    forward_c = os.path.join(BIN, "forward.c")
+    with open(forward_c, "w") as f:
+        f.write(FORWARD)
+    subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", FORWARD_SO, forward_c], check=True)
     return churn, keeper
 
 
@@ -93,24 +113,26 @@ def shim_env(d, interval):
     return env
 
 
-def overhead(churn, pairs, repeat, d):
+def overhead(churn, pairs, repeat, d, intervals, others):
     base_env = dict(os.environ)
     argv = [churn, str(pairs)]
     base, base_rss = best(argv, base_env, repeat)
     print(f"| {pairs:,} malloc/free pairs of 16-1024 B | CPU s | ratio | peak RSS (KiB) |")
     print("|---|---:|---:|---:|")
     print(f"| alone (glibc) | {base:.3f} | 1.00x | {base_rss} |")
-    for interval in (16 << 10, 64 << 10, 512 << 10):
+    t, rss = best(argv, dict(base_env, LD_PRELOAD=FORWARD_SO), repeat)
+    print(f"| forwarding only (preloaded malloc/free calling glibc's) | {t:.3f} | {t / base:.2f}x | {rss} |")
+    for interval in intervals:
         t, rss = best(argv, shim_env(d, interval), repeat)
         print(f"| shim, interval {interval >> 10} KiB | {t:.3f} | {t / base:.2f}x | {rss} (+{rss - base_rss}) |")
-    if os.path.exists(JEMALLOC):
+    if others and os.path.exists(JEMALLOC):
         env = dict(base_env, LD_PRELOAD=JEMALLOC)
         t, rss = best(argv, env, repeat)
         print(f"| jemalloc, no profiling | {t:.3f} | {t / base:.2f}x | {rss} |")
         env = dict(env, MALLOC_CONF="prof:true,prof_active:true,lg_prof_sample:19")
         tp, rss = best(argv, env, repeat)
         print(f"| jemalloc prof, 512 KiB | {tp:.3f} | {tp / base:.2f}x ({tp / t:.2f}x of jemalloc) | {rss} |")
-    if shutil.which("heaptrack"):
+    if others and shutil.which("heaptrack"):
         out = os.path.join(d, "ht")
         t, _ = best(["/usr/bin/heaptrack", "-o", out, churn, str(pairs)], base_env, 1)
         print(f"| heaptrack (1 run) | {t:.3f} | {t / base:.2f}x | - |")
@@ -237,14 +259,26 @@ def main():
     ap.add_argument("--pairs", type=int, default=10_000_000)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--accuracy-repeats", type=int, default=20)
+    ap.add_argument("--parts", default="overhead,others,memory,memcached,accuracy",
+                    help="which measurements, comma-separated (default: all; `others`: "
+                    "jemalloc's profiler and heaptrack in the overhead table)")
+    ap.add_argument("--intervals", default="16,64,512",
+                    help="the shim's mean sampling intervals for the overhead table, KiB")
     args = ap.parse_args()
+    parts = set(args.parts.split(","))
+    intervals = [int(k) << 10 for k in args.intervals.split(",")]
     churn, keeper = build()
     with tempfile.TemporaryDirectory(prefix="lw-native-bench") as d:
         os.chmod(d, 0o700)
-        overhead(churn, args.pairs, args.repeat, d)
-        shim_memory(keeper, d)
-        memcached(d, args.repeat)
-        accuracy(keeper, d, args.accuracy_repeats)
+        print(f"shim: {SHIM}")
+        if "overhead" in parts:
+            overhead(churn, args.pairs, args.repeat, d, intervals, "others" in parts)
+        if "memory" in parts:
+            shim_memory(keeper, d)
+        if "memcached" in parts:
+            memcached(d, args.repeat)
+        if "accuracy" in parts:
+            accuracy(keeper, d, args.accuracy_repeats)
 
 
 if __name__ == "__main__":

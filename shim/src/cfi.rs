@@ -93,23 +93,37 @@ impl Rule {
     }
 }
 
-static KEYS: [AtomicU64; CACHE] = [const { AtomicU64::new(0) }; CACHE];
-static RULES: [AtomicU64; CACHE] = [const { AtomicU64::new(0) }; CACHE];
+/// One cached rule: the return address it is for (0: empty) and the rule,
+/// side by side so that a lookup touches one cache line, not one in each of
+/// two arrays (a sample's frames each missed the cache twice: a third of
+/// the walk's time on benches/harness/alloc_churn.c).
+#[repr(C, align(16))]
+struct Slot {
+    key: AtomicU64,
+    rule: AtomicU64,
+}
+
+static SLOTS: [Slot; CACHE] = [const {
+    Slot {
+        key: AtomicU64::new(0),
+        rule: AtomicU64::new(0),
+    }
+}; CACHE];
 
 fn cached(pc: usize) -> Option<Rule> {
-    let i = (crate::sampler::mix(pc as u64) as usize) & (CACHE - 1);
-    let k1 = KEYS[i].load(Ordering::Acquire);
-    let v = RULES[i].load(Ordering::Acquire);
-    let k2 = KEYS[i].load(Ordering::Acquire);
+    let slot = &SLOTS[(crate::sampler::mix(pc as u64) as usize) & (CACHE - 1)];
+    let k1 = slot.key.load(Ordering::Acquire);
+    let v = slot.rule.load(Ordering::Acquire);
+    let k2 = slot.key.load(Ordering::Acquire);
     (k1 == pc as u64 && k2 == k1 && v != 0).then(|| Rule::unpack(v))
 }
 
 fn remember(pc: usize, rule: Rule) {
-    let i = (crate::sampler::mix(pc as u64) as usize) & (CACHE - 1);
+    let slot = &SLOTS[(crate::sampler::mix(pc as u64) as usize) & (CACHE - 1)];
     // A reader between these stores sees the key change and misses.
-    KEYS[i].store(0, Ordering::Release);
-    RULES[i].store(rule.pack(), Ordering::Release);
-    KEYS[i].store(pc as u64, Ordering::Release);
+    slot.key.store(0, Ordering::Release);
+    slot.rule.store(rule.pack(), Ordering::Release);
+    slot.key.store(pc as u64, Ordering::Release);
 }
 
 fn rule_of(pc: usize) -> Option<Rule> {
@@ -130,30 +144,55 @@ pub fn top_known() -> bool {
     TOP.with(Cell::get) != 0
 }
 
+/// Where an unwind starts: an instruction of a function still running on
+/// this thread, with the stack and frame pointers there. Starting at the
+/// hook that took the sample, not in the unwinder, spares the walk the
+/// rules of the shim's own frames between them (each a cache miss).
+#[derive(Clone, Copy)]
+pub struct Start {
+    pc: usize,
+    sp: usize,
+    bp: usize,
+}
+
+impl Start {
+    /// The calling function's own position (this is inlined into it). The
+    /// walk must run before that function returns.
+    #[inline(always)]
+    pub fn here() -> Start {
+        let (pc, sp, bp): (usize, usize, usize);
+        // SAFETY: reads rip, rsp and rbp at one instruction boundary of the
+        // caller; nothing is written.
+        unsafe {
+            std::arch::asm!(
+                "lea {pc}, [rip]",
+                "mov {sp}, rsp",
+                "mov {bp}, rbp",
+                pc = out(reg) pc,
+                sp = out(reg) sp,
+                bp = out(reg) bp,
+                options(nostack, nomem, preserves_flags),
+            );
+        }
+        Start { pc, sp, bp }
+    }
+}
+
 /// The calling thread's return addresses into `frames`, innermost first,
-/// starting with the return address into `walk`'s caller; `None` when a
+/// starting with the return address into the function `from` is in, which
+/// must still be running (a caller of this one); `None` when a
 /// frame is beyond the fast rules (then unwind with libgcc). A stack deeper
 /// than `frames` is cut there.
-#[inline(never)]
-pub fn walk(frames: &mut [usize]) -> Option<usize> {
+pub fn walk(from: Start, frames: &mut [usize]) -> Option<usize> {
     let top = TOP.with(Cell::get);
     if top == 0 {
         return None;
     }
-    let (mut pc, mut sp, mut bp): (usize, usize, usize);
-    // SAFETY: reads rip, rsp and rbp at one instruction boundary of this
-    // function; nothing is written.
-    unsafe {
-        std::arch::asm!(
-            "lea {pc}, [rip]",
-            "mov {sp}, rsp",
-            "mov {bp}, rbp",
-            pc = out(reg) pc,
-            sp = out(reg) sp,
-            bp = out(reg) bp,
-            options(nostack, nomem, preserves_flags),
-        );
-    }
+    let Start {
+        mut pc,
+        mut sp,
+        mut bp,
+    } = from;
     let mut depth = 0;
     // The first pc is exact; later ones are return addresses, looked up at
     // the call instruction (pc - 1).

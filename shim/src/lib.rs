@@ -18,7 +18,8 @@
 //!   libgcc's `_Unwind_Backtrace` where they do not reach; it is kept in
 //!   fixed tables ([`table`]); nothing in a hook allocates.
 //! - A thread answers leakwatch on `D/<pid>.sock` with the live sampled bytes
-//!   by stack ([`listen`]); addresses only: leakwatch symbolises.
+//!   by stack ([`listen`]): addresses, and the loaded objects' segments
+//!   with their build ids; leakwatch symbolises.
 //! - Or, loaded into a running process by `attach --native-sites`
 //!   ([`inject`]): configured by the call, the GOT entries of every
 //!   loaded object redirected to the hooks.
@@ -80,31 +81,97 @@ pub(crate) fn mark_own_thread() {
     BUSY.with(|busy| busy.set(true));
 }
 
-#[inline]
-fn on_alloc(p: *mut c_void, size: usize) {
-    if p.is_null() || !sampler::enabled() {
-        return;
+/// Allocates by `alloc`, a forwarding call into glibc for `size` bytes,
+/// and samples the block if it crosses this thread's countdown. Counted
+/// first: on the fast path (all but one allocation per interval of bytes,
+/// the shim preloaded) the hook is a handful of instructions and a tail
+/// call into glibc, no frame and no register saved; everything else is one
+/// tail call out of line.
+#[inline(always)]
+fn counted(
+    size: usize,
+    alloc: impl FnOnce() -> *mut c_void,
+    slow: impl FnOnce() -> *mut c_void,
+) -> *mut c_void {
+    if sampler::count_fast(size) {
+        return alloc();
     }
-    if let Some(countdown) = sampler::count(size) {
-        take_sample(p, size, countdown);
+    slow()
+}
+
+/// [`counted`]'s other path, one per forwarding call: `extern "C"` (they
+/// abort rather than unwind), so that a hook can make them its tail call —
+/// a call into a function that may unwind needs a landing pad after it.
+#[inline(never)]
+extern "C" fn slow_malloc(size: size_t) -> *mut c_void {
+    // SAFETY: forwarded as called.
+    counted_slow(size, move || unsafe { __libc_malloc(size) })
+}
+
+#[inline(never)]
+extern "C" fn slow_calloc(n: size_t, size: size_t) -> *mut c_void {
+    // SAFETY: forwarded as called.
+    counted_slow(n.saturating_mul(size), move || unsafe {
+        __libc_calloc(n, size)
+    })
+}
+
+#[inline(never)]
+extern "C" fn slow_realloc(p: *mut c_void, size: size_t) -> *mut c_void {
+    // SAFETY: forwarded as called.
+    counted_slow(size, move || unsafe { __libc_realloc(p, size) })
+}
+
+#[inline(never)]
+extern "C" fn slow_memalign(align: size_t, size: size_t) -> *mut c_void {
+    // SAFETY: forwarded as called.
+    counted_slow(size, move || unsafe { __libc_memalign(align, size) })
+}
+
+#[inline(never)]
+extern "C" fn slow_valloc(size: size_t) -> *mut c_void {
+    // SAFETY: forwarded as called.
+    counted_slow(size, move || unsafe { __libc_valloc(size) })
+}
+
+#[inline(never)]
+extern "C" fn slow_pvalloc(size: size_t) -> *mut c_void {
+    // SAFETY: forwarded as called.
+    counted_slow(size, move || unsafe { __libc_pvalloc(size) })
+}
+
+/// The countdown crossed zero, or is not in the static TLS block (the shim
+/// was dlopened, or is idle).
+#[inline(always)]
+fn counted_slow(size: usize, alloc: impl FnOnce() -> *mut c_void) -> *mut c_void {
+    match sampler::count_slow(size) {
+        None => alloc(),
+        Some(left) => sampled(alloc(), size, left),
     }
 }
 
-/// The allocation that crossed the countdown, out of line: the hooks' fast
-/// path keeps no frame for it.
+/// The allocation that crossed the countdown, out of line. A failed one is
+/// not sampled (the next allocation crosses again).
 #[cold]
 #[inline(never)]
-fn take_sample(p: *mut c_void, size: usize, countdown: i64) {
-    guarded(|| sampler::sample(p as usize, size, countdown));
+fn sampled(p: *mut c_void, size: usize, countdown: i64) -> *mut c_void {
+    if !p.is_null() {
+        // The stack is unwound from here (the hook's caller is one frame
+        // up), while this function runs.
+        let from = sampler::Start::here();
+        guarded(|| sampler::sample(p as usize, size, countdown, from));
+    }
+    p
 }
 
 #[inline]
 fn on_free(p: *mut c_void) {
     // No `enabled()` check: while the shim is idle the filter is all zero.
-    if p.is_null() || !table::maybe_sampled(p as usize) {
-        return;
+    // No null check either: a null pointer that passes the filter only
+    // looks for address 0 in the block table, where no block is.
+    if table::maybe_sampled(p as usize) {
+        forget(p);
     }
-    forget(p);
 }
 
 /// The rare free that passed the filter, out of line: the fast path of
@@ -128,9 +195,11 @@ pub unsafe extern "C" fn malloc(size: size_t) -> *mut c_void {
 #[inline]
 pub(crate) unsafe extern "C" fn hook_malloc(size: size_t) -> *mut c_void {
     // SAFETY: forwarded as called.
-    let p = unsafe { __libc_malloc(size) };
-    on_alloc(p, size);
-    p
+    counted(
+        size,
+        move || unsafe { __libc_malloc(size) },
+        move || slow_malloc(size),
+    )
 }
 
 /// # Safety
@@ -146,9 +215,11 @@ pub unsafe extern "C" fn calloc(n: size_t, size: size_t) -> *mut c_void {
 #[inline]
 pub(crate) unsafe extern "C" fn hook_calloc(n: size_t, size: size_t) -> *mut c_void {
     // SAFETY: forwarded as called.
-    let p = unsafe { __libc_calloc(n, size) };
-    on_alloc(p, n.saturating_mul(size));
-    p
+    counted(
+        n.saturating_mul(size),
+        move || unsafe { __libc_calloc(n, size) },
+        move || slow_calloc(n, size),
+    )
 }
 
 /// # Safety
@@ -166,9 +237,11 @@ pub(crate) unsafe extern "C" fn hook_realloc(p: *mut c_void, size: size_t) -> *m
     // Before glibc may hand the address to another thread.
     on_free(p);
     // SAFETY: forwarded as called.
-    let q = unsafe { __libc_realloc(p, size) };
-    on_alloc(q, size);
-    q
+    counted(
+        size,
+        move || unsafe { __libc_realloc(p, size) },
+        move || slow_realloc(p, size),
+    )
 }
 
 /// # Safety
@@ -196,7 +269,20 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
 /// exported name binds to glibc's when the shim was dlopened.
 #[inline]
 pub(crate) unsafe extern "C" fn hook_free(p: *mut c_void) {
-    on_free(p);
+    if table::maybe_sampled(p as usize) {
+        // SAFETY: as called.
+        return unsafe { forget_and_free(p) };
+    }
+    // SAFETY: forwarded as called.
+    unsafe { __libc_free(p) }
+}
+
+/// A free that passed the filter, out of line, so that the fast path of
+/// `free` saves no register: forgets the block, then frees it.
+#[cold]
+#[inline(never)]
+unsafe extern "C" fn forget_and_free(p: *mut c_void) {
+    forget(p);
     // SAFETY: forwarded as called.
     unsafe { __libc_free(p) }
 }
@@ -222,9 +308,11 @@ pub unsafe extern "C" fn memalign(align: size_t, size: size_t) -> *mut c_void {
 #[inline]
 pub(crate) unsafe extern "C" fn hook_memalign(align: size_t, size: size_t) -> *mut c_void {
     // SAFETY: forwarded as called.
-    let p = unsafe { __libc_memalign(align, size) };
-    on_alloc(p, size);
-    p
+    counted(
+        size,
+        move || unsafe { __libc_memalign(align, size) },
+        move || slow_memalign(align, size),
+    )
 }
 
 /// # Safety
@@ -263,11 +351,14 @@ pub(crate) unsafe extern "C" fn hook_posix_memalign(
         return libc::EINVAL;
     }
     // SAFETY: forwarded with a valid alignment.
-    let p = unsafe { __libc_memalign(align, size) };
+    let p = counted(
+        size,
+        move || unsafe { __libc_memalign(align, size) },
+        move || slow_memalign(align, size),
+    );
     if p.is_null() {
         return libc::ENOMEM;
     }
-    on_alloc(p, size);
     // SAFETY: the caller passes a valid out pointer.
     unsafe { *out = p };
     0
@@ -286,9 +377,11 @@ pub unsafe extern "C" fn valloc(size: size_t) -> *mut c_void {
 #[inline]
 pub(crate) unsafe extern "C" fn hook_valloc(size: size_t) -> *mut c_void {
     // SAFETY: forwarded as called.
-    let p = unsafe { __libc_valloc(size) };
-    on_alloc(p, size);
-    p
+    counted(
+        size,
+        move || unsafe { __libc_valloc(size) },
+        move || slow_valloc(size),
+    )
 }
 
 /// # Safety
@@ -304,9 +397,11 @@ pub unsafe extern "C" fn pvalloc(size: size_t) -> *mut c_void {
 #[inline]
 pub(crate) unsafe extern "C" fn hook_pvalloc(size: size_t) -> *mut c_void {
     // SAFETY: forwarded as called.
-    let p = unsafe { __libc_pvalloc(size) };
-    on_alloc(p, size);
-    p
+    counted(
+        size,
+        move || unsafe { __libc_pvalloc(size) },
+        move || slow_pvalloc(size),
+    )
 }
 
 /// # Safety
@@ -334,7 +429,11 @@ pub unsafe extern "C" fn mmap(
             // Mapped over whatever was there, a sampled mapping included.
             on_free(p);
         }
-        on_alloc(p, len);
+        if !sampler::count_fast(len) {
+            if let Some(left) = sampler::count_slow(len) {
+                sampled(p, len, left);
+            }
+        }
     }
     p
 }

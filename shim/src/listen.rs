@@ -5,14 +5,20 @@
 //! answered `stopped`). Answer (text, one record a line):
 //!
 //! ```text
-//! leakwatch-native-sites 1 pid <pid> run <run> interval <bytes> samples <n> dropped <n>
+//! leakwatch-native-sites 2 pid <pid> run <run> interval <bytes> samples <n> dropped <n>
 //! s <live_bytes> <live_samples> <hex return address>,<hex>,…
+//! m <hex start> <hex end> <hex file offset> <hex stated address> <build id in hex, or -> <path>
 //! end
 //! ```
 //!
 //! One `s` line per stack holding memory now, or having held some at an
 //! earlier answer (then at 0, so its series goes on); addresses innermost
-//! first, return addresses as the unwinder gave them. The thread starts at
+//! first, return addresses as the unwinder gave them. One `m` line per
+//! executable segment of each loaded object (version 2): where it is
+//! mapped, the address its ELF states for it, its object's GNU build id
+//! and path, so that leakwatch names the
+//! addresses by the object they came from even once the process has exited
+//! (its `/proc/PID/maps` gone) or the file was replaced on disk. The thread starts at
 //! a process' first sample taken in plain code (a process that allocates
 //! little never gets one; a sample in a signal handler or in the loader
 //! waits for the next), and again in a forked child, which answers on its
@@ -21,6 +27,7 @@
 //! objects loaded since (`inject::rescan`).
 
 use std::cell::UnsafeCell;
+use std::ffi::{CStr, c_void};
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::os::unix::ffi::OsStrExt;
@@ -201,7 +208,7 @@ fn snapshot(pid: u32, run: u64) -> String {
     let mut out = String::with_capacity(64 * 1024);
     let _ = writeln!(
         out,
-        "leakwatch-native-sites 1 pid {pid} run {run} interval {} samples {} dropped {}",
+        "leakwatch-native-sites 2 pid {pid} run {run} interval {} samples {} dropped {}",
         sampler::interval(),
         table::SAMPLES.load(Ordering::Relaxed),
         table::DROPPED.load(Ordering::Relaxed),
@@ -221,6 +228,92 @@ fn snapshot(pid: u32, run: u64) -> String {
         }
         out.push('\n');
     }
+    modules(&mut out);
     out.push_str("end\n");
     out
+}
+
+/// NT_GNU_BUILD_ID, the note type of the linker's `--build-id`.
+const NT_GNU_BUILD_ID: u32 = 3;
+
+/// One `m` line per executable segment of every loaded object.
+fn modules(out: &mut String) {
+    extern "C" fn each(info: *mut libc::dl_phdr_info, _size: usize, arg: *mut c_void) -> i32 {
+        // SAFETY: arg is the String passed below; the loader passes a valid
+        // info for the call's duration.
+        let (out, info) = unsafe { (&mut *arg.cast::<String>(), &*info) };
+        let bias = info.dlpi_addr as usize;
+        // SAFETY: dlpi_phdr has dlpi_phnum entries.
+        let headers =
+            unsafe { std::slice::from_raw_parts(info.dlpi_phdr, usize::from(info.dlpi_phnum)) };
+        let path = if info.dlpi_name.is_null() {
+            None
+        } else {
+            // SAFETY: a NUL-terminated name, the loader's.
+            Some(
+                unsafe { CStr::from_ptr(info.dlpi_name) }
+                    .to_string_lossy()
+                    .into_owned(),
+            )
+        };
+        // The program itself has no name in the loader's list.
+        let path = match path {
+            Some(p) if !p.is_empty() => p,
+            _ => std::fs::read_link("/proc/self/exe")
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+        };
+        if path.is_empty() || path.contains('\n') {
+            return 0;
+        }
+        let build_id = headers
+            .iter()
+            .filter(|h| h.p_type == libc::PT_NOTE)
+            .find_map(|h| build_id(bias + h.p_vaddr as usize, h.p_memsz as usize))
+            .unwrap_or_else(|| "-".into());
+        for h in headers
+            .iter()
+            .filter(|h| h.p_type == libc::PT_LOAD && h.p_flags & libc::PF_X != 0)
+        {
+            let start = bias + h.p_vaddr as usize;
+            let _ = writeln!(
+                out,
+                "m {start:x} {:x} {:x} {:x} {build_id} {path}",
+                start + h.p_memsz as usize,
+                h.p_offset,
+                h.p_vaddr
+            );
+        }
+        0
+    }
+    // SAFETY: each only reads the loader's info and appends to `out`.
+    unsafe { libc::dl_iterate_phdr(Some(each), std::ptr::from_mut(out).cast()) };
+}
+
+/// The GNU build id in the notes at `at` (`len` bytes, mapped: a PT_NOTE
+/// segment of a loaded object), in hex.
+fn build_id(at: usize, len: usize) -> Option<String> {
+    // SAFETY: the loader mapped the object's PT_NOTE segment, within a
+    // loaded PT_LOAD one; it is read-only data for the object's lifetime.
+    let notes = unsafe { std::slice::from_raw_parts(at as *const u8, len) };
+    let word = |i: usize| -> Option<u32> {
+        Some(u32::from_ne_bytes(notes.get(i..i + 4)?.try_into().ok()?))
+    };
+    let align4 = |n: usize| (n + 3) & !3;
+    let mut i = 0;
+    while i + 12 <= notes.len() {
+        let (namesz, descsz, kind) = (word(i)? as usize, word(i + 4)? as usize, word(i + 8)?);
+        let name = i + 12;
+        let desc = name + align4(namesz);
+        let next = desc + align4(descsz);
+        if kind == NT_GNU_BUILD_ID && notes.get(name..name + namesz)? == b"GNU\0" {
+            let id = notes.get(desc..desc + descsz)?;
+            return Some(id.iter().fold(String::new(), |mut s, b| {
+                let _ = write!(s, "{b:02x}");
+                s
+            }));
+        }
+        i = next;
+    }
+    None
 }

@@ -3,7 +3,9 @@
 
 use std::cell::Cell;
 use std::ffi::{CStr, c_void};
-use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{
+    AtomicBool, AtomicIsize, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+};
 
 use crate::{listen, table};
 
@@ -16,25 +18,52 @@ const DEFAULT_INTERVAL: u64 = 512 * 1024;
 /// Frames kept per sampled stack, innermost first.
 pub const MAX_FRAMES: usize = 48;
 
-static ENABLED: AtomicBool = AtomicBool::new(false);
-static INTERVAL: AtomicU64 = AtomicU64::new(DEFAULT_INTERVAL);
-/// The shim's own text: frames in it are left off every stack.
-static OWN_START: AtomicUsize = AtomicUsize::new(0);
-static OWN_END: AtomicUsize = AtomicUsize::new(0);
-/// The dynamic loader's text: a sample taken inside it (its TLS setup in
-/// pthread_create, dlopen) must not start the answering thread.
-static LOADER_START: AtomicUsize = AtomicUsize::new(0);
-static LOADER_END: AtomicUsize = AtomicUsize::new(0);
 /// How far a sample that may start the answering thread unwinds to look for
 /// a signal frame beyond the frames it keeps.
 const MAX_CHECKED_FRAMES: usize = 1024;
 
-/// COUNTDOWN's address minus the thread pointer, the same in every thread
-/// when the shim's TLS is in the static TLS block (always for an object
-/// loaded at startup, as a preloaded one is); 0 until known. Reading it
-/// through the thread pointer spares every malloc a call of
-/// `__tls_get_addr`, the general-dynamic access of a shared object's TLS.
-static COUNTDOWN_FROM_TP: AtomicIsize = AtomicIsize::new(0);
+/// The globals a sample reads, in the one cache line every malloc reads
+/// (`countdown_from_tp`), so that a sample finds them in cache: scattered
+/// over the shim's data, each was a miss per sample (between two samples
+/// the program's heap evicts whatever the fast path does not touch). Set
+/// at start (and the block table's shape when it grows), read everywhere.
+#[repr(C, align(64))]
+pub(crate) struct Hot {
+    /// COUNTDOWN's address minus the thread pointer, the same in every
+    /// thread when the shim's TLS is in the static TLS block (always for an
+    /// object loaded at startup, as a preloaded one is); 0 until known and
+    /// while idle. Reading it through the thread pointer spares every
+    /// malloc a call of `__tls_get_addr`, the general-dynamic access of a
+    /// shared object's TLS.
+    countdown_from_tp: AtomicIsize,
+    /// Mean bytes between samples.
+    interval: AtomicU64,
+    /// The shim's own text: frames in it are left off every stack.
+    own_start: AtomicUsize,
+    own_end: AtomicUsize,
+    /// The dynamic loader's text: a sample taken inside it (its TLS setup
+    /// in pthread_create, dlopen) must not start the answering thread.
+    loader_start: AtomicUsize,
+    loader_end: AtomicUsize,
+    /// The block table's capacity and which of its two is live
+    /// ([`crate::table`]).
+    pub(crate) capacity: AtomicU32,
+    pub(crate) live_table: AtomicU8,
+    enabled: AtomicBool,
+}
+
+pub(crate) static HOT: Hot = Hot {
+    countdown_from_tp: AtomicIsize::new(0),
+    interval: AtomicU64::new(DEFAULT_INTERVAL),
+    own_start: AtomicUsize::new(0),
+    own_end: AtomicUsize::new(0),
+    loader_start: AtomicUsize::new(0),
+    loader_end: AtomicUsize::new(0),
+    capacity: AtomicU32::new(crate::table::FIRST_BLOCKS as u32),
+    live_table: AtomicU8::new(0),
+    enabled: AtomicBool::new(false),
+};
+
 /// How far below the thread pointer a static TLS block may lie (x86-64's
 /// TLS variant II; glibc's static block is a few KiB).
 const STATIC_TLS_MAX_BYTES: isize = 1 << 20;
@@ -48,37 +77,82 @@ thread_local! {
 
 #[inline]
 pub fn enabled() -> bool {
-    ENABLED.load(Ordering::Relaxed)
+    HOT.enabled.load(Ordering::Relaxed)
 }
 
 /// Stops sampling for good (`attach --native-sites` is over): frees of
 /// sampled blocks are still forgotten.
 pub fn stop() {
-    ENABLED.store(false, Ordering::Release);
+    HOT.countdown_from_tp.store(0, Ordering::Relaxed);
+    HOT.enabled.store(false, Ordering::Release);
 }
 
 pub fn interval() -> u64 {
-    INTERVAL.load(Ordering::Relaxed)
+    HOT.interval.load(Ordering::Relaxed)
 }
 
-/// Counts an allocation off this thread's countdown: the bytes left (≤ 0)
-/// when it crossed zero, `None` on the fast path.
-#[inline]
-pub fn count(size: usize) -> Option<i64> {
-    let take = |c: &Cell<i64>| {
-        let left = c.get() - size.min(i64::MAX as usize) as i64;
+/// Counts an allocation about to be made off this thread's countdown, when
+/// it lies in the static TLS block (the shim preloaded) and sampling is
+/// on: true when it did not cross zero (no sample). False otherwise: then
+/// [`count_slow`] decides. Counted before the allocation, so that a hook on
+/// the fast path ends in a tail call into glibc.
+#[inline(always)]
+pub fn count_fast(size: usize) -> bool {
+    // Not 0 only while sampling with the countdown in the static TLS block
+    // (set after `enabled`, cleared before it): one load decides both.
+    let from_tp = HOT.countdown_from_tp.load(Ordering::Relaxed);
+    from_tp != 0 && tls_count(from_tp, size) > 0
+}
+
+/// What [`count_fast`] left undecided: the bytes left (≤ 0) when this
+/// allocation crossed the countdown, `None` when it did not or the shim is
+/// idle. Counts it first when the countdown is not in the static TLS block.
+pub fn count_slow(size: usize) -> Option<i64> {
+    let from_tp = HOT.countdown_from_tp.load(Ordering::Relaxed);
+    if from_tp != 0 {
+        // Counted by count_fast already.
+        let left = COUNTDOWN.with(Cell::get);
+        return (left <= 0).then_some(left);
+    }
+    if !enabled() {
+        return None;
+    }
+    COUNTDOWN.with(|c| {
+        let left = c.get().wrapping_sub(size as i64);
         c.set(left);
         (left <= 0).then_some(left)
-    };
-    let from_tp = COUNTDOWN_FROM_TP.load(Ordering::Relaxed);
-    if from_tp == 0 {
-        return COUNTDOWN.with(take);
+    })
+}
+
+/// Subtracts `size` from this thread's countdown, at `from_tp` from its
+/// thread pointer, and returns what is left. A size above `i64::MAX` (a
+/// request bound to fail) wraps to a negative one and only delays the
+/// next sample.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn tls_count(from_tp: isize, size: usize) -> i64 {
+    let left: i64;
+    // SAFETY: in the static TLS block COUNTDOWN lies at `from_tp` from every
+    // thread's pointer (checked in `start`), %fs-relative; only this thread
+    // touches its own countdown, and nothing else in the asm.
+    unsafe {
+        std::arch::asm!(
+            "mov {left}, qword ptr fs:[{off}]",
+            "sub {left}, {size}",
+            "mov qword ptr fs:[{off}], {left}",
+            off = in(reg) from_tp,
+            size = in(reg) size,
+            left = out(reg) left,
+            options(nostack),
+        );
     }
-    let addr = thread_pointer().wrapping_add_signed(from_tp);
-    // SAFETY: in the static TLS block COUNTDOWN lies at this fixed offset
-    // from every thread's pointer (checked in `init`); only this thread
-    // touches its own Cell.
-    take(unsafe { &*(addr as *const Cell<i64>) })
+    left
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+#[inline(always)]
+fn tls_count(_from_tp: isize, _size: usize) -> i64 {
+    0
 }
 
 /// The calling thread's thread pointer (x86-64: its TCB's self pointer at
@@ -108,7 +182,7 @@ fn find_countdown_offset() {
     let addr = COUNTDOWN.with(|c| c.as_ptr() as usize);
     let from_tp = (addr as isize).wrapping_sub(thread_pointer() as isize);
     if (-STATIC_TLS_MAX_BYTES..0).contains(&from_tp) {
-        COUNTDOWN_FROM_TP.store(from_tp, Ordering::Relaxed);
+        HOT.countdown_from_tp.store(from_tp, Ordering::Relaxed);
     }
 }
 
@@ -146,13 +220,10 @@ pub fn start(dir: &[u8], interval: u64, static_tls: bool) -> bool {
     if dir.is_empty() || !listen::set_dir(dir) {
         return false;
     }
-    INTERVAL.store(interval, Ordering::Relaxed);
+    HOT.interval.store(interval, Ordering::Relaxed);
     find_text_ranges();
-    if static_tls {
-        find_countdown_offset();
-    }
     let mut frames = [0usize; MAX_FRAMES];
-    let _ = unwind(&mut frames, false);
+    let _ = unwind(&mut frames, false, Start::here());
     // SAFETY: the handlers are plain functions that only touch atomics.
     unsafe {
         libc::pthread_atfork(
@@ -161,7 +232,10 @@ pub fn start(dir: &[u8], interval: u64, static_tls: bool) -> bool {
             Some(after_fork_child),
         );
     }
-    ENABLED.store(true, Ordering::Release);
+    HOT.enabled.store(true, Ordering::Release);
+    if static_tls {
+        find_countdown_offset();
+    }
     true
 }
 
@@ -199,7 +273,10 @@ extern "C" fn after_fork_child() {
 
 /// The allocation at `addr` of `size` bytes crossed this thread's countdown
 /// (`left` bytes past zero): draw the next one and record the sample.
-pub fn sample(addr: usize, size: usize, left: i64) {
+pub fn sample(addr: usize, size: usize, left: i64, from: Start) {
+    // Its slot in the block table is likely out of cache: fetched while
+    // the stack is unwound.
+    table::prefetch(addr);
     let mean = interval() as f64;
     if RNG.with(Cell::get) == 0 {
         // A thread's first allocation: the countdown starts here, so the
@@ -214,15 +291,10 @@ pub fn sample(addr: usize, size: usize, left: i64) {
     COUNTDOWN.with(|c| c.set(draw(mean)));
     // P(sampled) = 1 - exp(-s/T) for a Poisson process of rate 1/T over the
     // block's bytes; dividing by it makes the estimate unbiased.
-    let s = size as f64;
-    let weight = if size == 0 {
-        mean
-    } else {
-        s / -(-s / mean).exp_m1()
-    };
+    let weight = weight(size as f64, mean);
     let mut frames = [0usize; MAX_FRAMES];
     let starting = !listen::started();
-    let walk = unwind(&mut frames, starting);
+    let walk = unwind(&mut frames, starting, from);
     table::insert(addr, weight as u64, &frames[..walk.depth]);
     // pthread_create is not async-signal-safe: it allocates (the new
     // thread's TLS, under the arena lock) and takes the loader's locks. A
@@ -270,6 +342,36 @@ fn draw(mean: f64) -> i64 {
     // Uniform in (0, 1]: 53 random bits, never 0.
     let u = ((x >> 11) + 1) as f64 / (1u64 << 53) as f64;
     (-u.ln() * mean).max(1.0) as i64
+}
+
+/// What a sampled block of `s` bytes stands for: `s / (1 - exp(-s/T))`.
+/// A block much smaller than the interval (nearly all of them) by its
+/// series, `T · x/(1 - e^-x) = T (1 + x/2 + x²/12 - x⁴/720 …)` with
+/// `x = s/T < 1/16` (the first term left off is below 3·10⁻⁸ of it): no
+/// call into libm, whose code a sample would find out of cache.
+#[inline]
+fn weight(s: f64, mean: f64) -> f64 {
+    if s * 16.0 < mean {
+        mean + s / 2.0 + s * s / (12.0 * mean)
+    } else {
+        s / -(-s / mean).exp_m1()
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+pub use crate::cfi::Start;
+
+/// Where an unwind starts (only the fast unwinder uses it).
+#[cfg(not(target_arch = "x86_64"))]
+#[derive(Clone, Copy)]
+pub struct Start;
+
+#[cfg(not(target_arch = "x86_64"))]
+impl Start {
+    #[inline(always)]
+    pub fn here() -> Start {
+        Start
+    }
 }
 
 // libgcc's unwinder (linked by every Rust program on linux-gnu).
@@ -349,9 +451,9 @@ extern "C" fn step(ctx: *mut c_void, arg: *mut c_void) -> i32 {
 /// with `check`, also whether the call comes from plain code (no signal
 /// handler, not the loader) on the whole stack. Without `check`, the fast
 /// unwinder first ([`crate::cfi`]), libgcc's when it gives up.
-fn unwind(frames: &mut [usize; MAX_FRAMES], check: bool) -> Unwound {
+fn unwind(frames: &mut [usize; MAX_FRAMES], check: bool, from: Start) -> Unwound {
     if !check {
-        if let Some(depth) = unwind_fast(frames) {
+        if let Some(depth) = unwind_fast(frames, from) {
             return Unwound {
                 depth,
                 plain: false,
@@ -363,12 +465,12 @@ fn unwind(frames: &mut [usize; MAX_FRAMES], check: bool) -> Unwound {
         depth: 0,
         seen: 0,
         own: (
-            OWN_START.load(Ordering::Relaxed),
-            OWN_END.load(Ordering::Relaxed),
+            HOT.own_start.load(Ordering::Relaxed),
+            HOT.own_end.load(Ordering::Relaxed),
         ),
         loader: (
-            LOADER_START.load(Ordering::Relaxed),
-            LOADER_END.load(Ordering::Relaxed),
+            HOT.loader_start.load(Ordering::Relaxed),
+            HOT.loader_end.load(Ordering::Relaxed),
         ),
         checking: check,
         unsafe_context: false,
@@ -395,11 +497,11 @@ fn top_known() -> bool {
 /// [`unwind`] by the fast unwinder, the shim's own frames left off; `None`
 /// when it gave up.
 #[cfg(target_arch = "x86_64")]
-fn unwind_fast(frames: &mut [usize; MAX_FRAMES]) -> Option<usize> {
+fn unwind_fast(frames: &mut [usize; MAX_FRAMES], from: Start) -> Option<usize> {
     // Room for the shim's own frames, all innermost, besides the kept ones.
     let mut raw = [0usize; MAX_FRAMES + 16];
-    let n = crate::cfi::walk(&mut raw)?;
-    let own = OWN_START.load(Ordering::Relaxed)..OWN_END.load(Ordering::Relaxed);
+    let n = crate::cfi::walk(from, &mut raw)?;
+    let own = HOT.own_start.load(Ordering::Relaxed)..HOT.own_end.load(Ordering::Relaxed);
     let mut depth = 0;
     for &ip in raw[..n].iter().filter(|ip| !own.contains(ip)) {
         if depth == MAX_FRAMES {
@@ -412,7 +514,7 @@ fn unwind_fast(frames: &mut [usize; MAX_FRAMES]) -> Option<usize> {
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-fn unwind_fast(_frames: &mut [usize; MAX_FRAMES]) -> Option<usize> {
+fn unwind_fast(_frames: &mut [usize; MAX_FRAMES], _from: Start) -> Option<usize> {
     None
 }
 
@@ -440,11 +542,11 @@ fn find_text_ranges() {
             mine |= (start..end).contains(&me);
         }
         if mine {
-            OWN_START.store(lo, Ordering::Relaxed);
-            OWN_END.store(hi, Ordering::Relaxed);
+            HOT.own_start.store(lo, Ordering::Relaxed);
+            HOT.own_end.store(hi, Ordering::Relaxed);
         } else if loader_base != 0 && base == loader_base {
-            LOADER_START.store(lo, Ordering::Relaxed);
-            LOADER_END.store(hi, Ordering::Relaxed);
+            HOT.loader_start.store(lo, Ordering::Relaxed);
+            HOT.loader_end.store(hi, Ordering::Relaxed);
         }
         0
     }

@@ -1,7 +1,9 @@
 //! Fixed-size tables, allocated once in `.bss` (untouched pages cost
-//! nothing): the sampled blocks by address, the call stacks they came from
-//! with their live bytes, and a filter that lets `free` of an unsampled
-//! block (nearly all of them) return after one load of one bit.
+//! nothing): the sampled blocks by address (of which only as many slots
+//! are used as the live samples need, doubling as they grow), the call
+//! stacks they came from with their live bytes, and a filter that lets
+//! `free` of an unsampled block (nearly all of them) return after one load
+//! of one bit.
 //!
 //! The block and stack tables are written under one spin lock, taken only
 //! by a sample (one per interval of bytes) and by a free that passes the
@@ -12,11 +14,19 @@
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
 
-use crate::sampler::{MAX_FRAMES, mix};
+use crate::sampler::{HOT, MAX_FRAMES, mix};
 
-/// Sampled blocks live at once (at the default interval, 2^17 covers a
-/// live heap of ≈ 48 GiB at three quarters full).
+/// Sampled blocks live at once, at most (at the default interval, 2^17
+/// covers a live heap of ≈ 48 GiB at three quarters full).
 const BLOCKS: usize = 1 << 17;
+/// The block table's first capacity; it doubles when three quarters full.
+/// A sample's insert and a sampled free's removal each land on a random
+/// slot: in a table sized for the most a process could need (3 MiB), each
+/// was a cache and TLB miss (81% of a sample's own time at 64 KiB, on
+/// benches/harness/alloc_churn.c); 2^10 slots (24 KiB, 768 live samples,
+/// ≈ 48 MiB of live heap at 64 KiB) stay in cache, and a process with more
+/// live heap gets a table in proportion.
+pub(crate) const FIRST_BLOCKS: usize = 1 << 10;
 /// Distinct call stacks.
 pub const STACKS: usize = 1 << 13;
 /// Granules of the filter, one bit each (128 KiB of bits). A granule is
@@ -47,9 +57,11 @@ const EMPTY: Block = Block {
 
 /// What only the lock holder touches.
 struct Locked {
-    blocks: [Block; BLOCKS],
+    /// Two block tables: the live one (`LIVE_TABLE`) uses its first
+    /// `CAPACITY` slots; growing rehashes it into the other. Pages never
+    /// touched cost nothing, so the process holds ≈ 1.5× the slots in use.
+    blocks: [[Block; BLOCKS]; 2],
     used: usize,
-    stack_hash: [u64; STACKS],
     /// Live sampled blocks per filter granule (255: saturated, kept for
     /// good); the bit in FILTER_BITS is set while it is not 0.
     filter_counts: [u8; FILTER],
@@ -62,19 +74,34 @@ unsafe impl<T> Sync for Shared<T> {}
 
 static LOCK: AtomicBool = AtomicBool::new(false);
 static LOCKED: Shared<Locked> = Shared(UnsafeCell::new(Locked {
-    blocks: [EMPTY; BLOCKS],
+    blocks: [[EMPTY; BLOCKS]; 2],
     used: 0,
-    stack_hash: [0; STACKS],
     filter_counts: [0; FILTER],
 }));
 static FRAMES: Shared<[[usize; MAX_FRAMES]; STACKS]> =
     Shared(UnsafeCell::new([[0; MAX_FRAMES]; STACKS]));
-/// A stack's depth; 0 while its slot is free.
-static DEPTH: [AtomicU32; STACKS] = [const { AtomicU32::new(0) }; STACKS];
-/// Estimated live bytes of each stack (sum of its live samples' weights).
-static LIVE: [AtomicI64; STACKS] = [const { AtomicI64::new(0) }; STACKS];
-/// Live sampled blocks of each stack.
-static BLOCKS_LIVE: [AtomicI64; STACKS] = [const { AtomicI64::new(0) }; STACKS];
+/// What a sample and a free of one of its blocks touch of a stack, side by
+/// side (in four arrays, each was a cache miss per sample).
+#[repr(C, align(32))]
+struct StackSlot {
+    /// Its frames' hash (written and read under the lock).
+    hash: AtomicU64,
+    /// Its depth; 0 while the slot is free.
+    depth: AtomicU32,
+    /// Estimated live bytes (sum of its live samples' weights).
+    live: AtomicI64,
+    /// Live sampled blocks.
+    blocks: AtomicI64,
+}
+
+static STACK_SLOTS: [StackSlot; STACKS] = [const {
+    StackSlot {
+        hash: AtomicU64::new(0),
+        depth: AtomicU32::new(0),
+        live: AtomicI64::new(0),
+        blocks: AtomicI64::new(0),
+    }
+}; STACKS];
 static FILTER_BITS: [AtomicU64; FILTER / 64] = [const { AtomicU64::new(0) }; FILTER / 64];
 pub static SAMPLES: AtomicU64 = AtomicU64::new(0);
 /// Samples not kept (a table full, or taken while a fork held the table).
@@ -127,9 +154,54 @@ pub fn unlock_after_fork() {
     unlock();
 }
 
-/// The slot where the probe for `addr` in the block table starts.
-fn home(addr: usize) -> usize {
-    mix(addr as u64) as usize & (BLOCKS - 1)
+/// The slot where the probe for `addr` starts in a block table of
+/// `capacity` slots.
+#[inline]
+fn home(addr: usize, capacity: usize) -> usize {
+    mix(addr as u64) as usize & (capacity - 1)
+}
+
+/// Which of `Locked::blocks` is live, and its capacity (a power of two):
+/// written under the lock, read without it only to prefetch.
+#[inline]
+fn live_table() -> usize {
+    usize::from(HOT.live_table.load(Ordering::Relaxed) & 1)
+}
+
+#[inline]
+fn capacity() -> usize {
+    HOT.capacity.load(Ordering::Relaxed) as usize
+}
+
+/// The live block table, its slots in use (under the lock).
+fn live_blocks(t: &mut Locked) -> &mut [Block] {
+    let capacity = capacity();
+    &mut t.blocks[live_table()][..capacity]
+}
+
+/// Asks the cache for the slots `insert(addr, …)` will touch, so that their
+/// misses overlap the unwinding that comes first. Reads the table's shape
+/// without the lock: a stale one only fetches a line for nothing.
+#[inline]
+pub fn prefetch(addr: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        let capacity = capacity();
+        let live = live_table();
+        let t = LOCKED.0.get();
+        // SAFETY: only addresses are computed, within the static tables
+        // (capacity ≤ BLOCKS, the granule < FILTER); nothing is read or
+        // written through them, and a prefetch never faults.
+        unsafe {
+            let block = (&raw const (*t).blocks[live]).cast::<Block>();
+            _mm_prefetch(block.add(home(addr, capacity)).cast(), _MM_HINT_T0);
+            let count = (&raw const (*t).filter_counts).cast::<u8>();
+            _mm_prefetch(count.add(granule(addr)).cast(), _MM_HINT_T0);
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = addr;
 }
 
 /// `addr`'s granule in the filter: its 16-byte granule in a 16 MiB window,
@@ -178,15 +250,43 @@ pub fn remove(addr: usize) {
     unlock();
 }
 
-fn insert_block(t: &mut Locked, addr: usize, weight: u64, stack: u32) -> bool {
-    if t.used >= BLOCKS / 4 * 3 {
+/// Doubles the live block table into the other one, if it may grow.
+fn grow(t: &mut Locked) -> bool {
+    let (from, capacity) = (live_table(), capacity());
+    if capacity >= BLOCKS {
         return false;
     }
-    let mut i = home(addr);
-    while t.blocks[i].addr != 0 && t.blocks[i].addr != addr {
-        i = (i + 1) & (BLOCKS - 1);
+    let bigger = capacity * 2;
+    let [a, b] = &mut t.blocks;
+    let (old, new) = if from == 0 { (a, b) } else { (b, a) };
+    let (old, new) = (&mut old[..capacity], &mut new[..bigger]);
+    // The other table is empty: cleared when it was last left.
+    for slot in old.iter_mut() {
+        if slot.addr != 0 {
+            let mut i = home(slot.addr, bigger);
+            while new[i].addr != 0 {
+                i = (i + 1) & (bigger - 1);
+            }
+            new[i] = *slot;
+            *slot = EMPTY;
+        }
     }
-    let old = t.blocks[i];
+    HOT.capacity.store(bigger as u32, Ordering::Relaxed);
+    HOT.live_table.store(1 - from as u8, Ordering::Relaxed);
+    true
+}
+
+fn insert_block(t: &mut Locked, addr: usize, weight: u64, stack: u32) -> bool {
+    if t.used >= capacity() / 4 * 3 && !grow(t) {
+        return false;
+    }
+    let blocks = live_blocks(t);
+    let mask = blocks.len() - 1;
+    let mut i = home(addr, blocks.len());
+    while blocks[i].addr != 0 && blocks[i].addr != addr {
+        i = (i + 1) & mask;
+    }
+    let old = blocks[i];
     if old.addr == addr {
         // A free the shim did not see (from a signal handler inside a
         // sample): the old block is gone.
@@ -200,7 +300,7 @@ fn insert_block(t: &mut Locked, addr: usize, weight: u64, stack: u32) -> bool {
         }
         *count = count.saturating_add(1);
     }
-    t.blocks[i] = Block {
+    live_blocks(t)[i] = Block {
         addr,
         weight,
         stack,
@@ -210,15 +310,17 @@ fn insert_block(t: &mut Locked, addr: usize, weight: u64, stack: u32) -> bool {
 }
 
 fn remove_block(t: &mut Locked, addr: usize) {
-    let mut i = home(addr);
+    let blocks = live_blocks(t);
+    let (capacity, mask) = (blocks.len(), blocks.len() - 1);
+    let mut i = home(addr, capacity);
     loop {
-        match t.blocks[i].addr {
+        match blocks[i].addr {
             0 => return,
             a if a == addr => break,
-            _ => i = (i + 1) & (BLOCKS - 1),
+            _ => i = (i + 1) & mask,
         }
     }
-    let b = t.blocks[i];
+    let b = blocks[i];
     account(b.stack, -(b.weight as i64), -1);
     t.used -= 1;
     // A saturated counter stays: it no longer knows how many it counts.
@@ -232,22 +334,23 @@ fn remove_block(t: &mut Locked, addr: usize) {
     }
     // Backward-shift deletion keeps every probe chain unbroken without
     // tombstones (Knuth, TAOCP vol. 3, 6.4, algorithm R).
+    let blocks = live_blocks(t);
     let mut j = i;
     loop {
-        j = (j + 1) & (BLOCKS - 1);
-        let next = t.blocks[j];
+        j = (j + 1) & mask;
+        let next = blocks[j];
         if next.addr == 0 {
-            t.blocks[i] = EMPTY;
+            blocks[i] = EMPTY;
             return;
         }
-        let k = home(next.addr);
+        let k = home(next.addr, capacity);
         let stays = if i <= j {
             i < k && k <= j
         } else {
             i < k || k <= j
         };
         if !stays {
-            t.blocks[i] = next;
+            blocks[i] = next;
             i = j;
         }
     }
@@ -256,32 +359,38 @@ fn remove_block(t: &mut Locked, addr: usize) {
 /// Under the lock: every writer holds it, so a load and a store (no locked
 /// read-modify-write) keep the sums exact; the answering thread only reads.
 fn account(stack: u32, bytes: i64, blocks: i64) {
-    let (live, count) = (&LIVE[stack as usize], &BLOCKS_LIVE[stack as usize]);
+    let slot = &STACK_SLOTS[stack as usize];
+    let (live, count) = (&slot.live, &slot.blocks);
     live.store(live.load(Ordering::Relaxed) + bytes, Ordering::Relaxed);
     count.store(count.load(Ordering::Relaxed) + blocks, Ordering::Relaxed);
 }
 
 /// The slot of `frames`, added if new; `None` when the table is full.
-fn stack_slot(t: &mut Locked, frames: &[usize]) -> Option<u32> {
+/// `_locked`: proof that the lock is held.
+fn stack_slot(_locked: &mut Locked, frames: &[usize]) -> Option<u32> {
     let hash = frames
         .iter()
         .fold(0xcbf2_9ce4_8422_2325u64, |h, &f| mix(h ^ f as u64));
     let start = hash as usize & (STACKS - 1);
     for probe in 0..MAX_PROBE {
         let i = (start + probe) & (STACKS - 1);
-        let depth = DEPTH[i].load(Ordering::Relaxed) as usize;
+        let depth = STACK_SLOTS[i].depth.load(Ordering::Relaxed) as usize;
         if depth == 0 {
             let slot = FRAMES.0.get().cast::<[usize; MAX_FRAMES]>();
             // SAFETY: slot i is unpublished (depth 0) and the lock is held:
             // nobody else reads or writes it.
             let dst = unsafe { &mut *slot.add(i) };
             dst[..frames.len()].copy_from_slice(frames);
-            t.stack_hash[i] = hash;
+            STACK_SLOTS[i].hash.store(hash, Ordering::Relaxed);
             // An empty stack (the unwinder failed) still needs depth ≥ 1.
-            DEPTH[i].store(frames.len().max(1) as u32, Ordering::Release);
+            STACK_SLOTS[i]
+                .depth
+                .store(frames.len().max(1) as u32, Ordering::Release);
             return Some(i as u32);
         }
-        if t.stack_hash[i] == hash && stack(i).is_some_and(|(f, _, _)| f == frames) {
+        if STACK_SLOTS[i].hash.load(Ordering::Relaxed) == hash
+            && stack(i).is_some_and(|(f, _, _)| f == frames)
+        {
             return Some(i as u32);
         }
     }
@@ -291,19 +400,20 @@ fn stack_slot(t: &mut Locked, frames: &[usize]) -> Option<u32> {
 /// Stack `i`'s frames (innermost first), live bytes and live sampled blocks,
 /// if the slot is in use.
 pub fn stack(i: usize) -> Option<(&'static [usize], i64, i64)> {
-    let depth = DEPTH.get(i)?.load(Ordering::Acquire) as usize;
+    let slot = STACK_SLOTS.get(i)?;
+    let depth = slot.depth.load(Ordering::Acquire) as usize;
     if depth == 0 {
         return None;
     }
-    let slot = FRAMES.0.get().cast::<[usize; MAX_FRAMES]>();
+    let all = FRAMES.0.get().cast::<[usize; MAX_FRAMES]>();
     // SAFETY: a published slot is never written again.
-    let frames = unsafe { &*slot.add(i) };
+    let frames = unsafe { &*all.add(i) };
     // Depth 1 with a zero frame: the unwinder found nothing.
     let frames = &frames[..depth.min(MAX_FRAMES)];
     let frames = if frames == [0] { &[][..] } else { frames };
     Some((
         frames,
-        LIVE[i].load(Ordering::Relaxed),
-        BLOCKS_LIVE[i].load(Ordering::Relaxed),
+        slot.live.load(Ordering::Relaxed),
+        slot.blocks.load(Ordering::Relaxed),
     ))
 }

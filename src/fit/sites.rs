@@ -53,6 +53,11 @@ pub struct SiteFit {
     /// of both), 0–1; tracemalloc sees Python's allocators only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub share_of_anon: Option<f64>,
+    /// Its x is hours since the session began (`attach --native-sites`):
+    /// `bytes_per_run` is then bytes per hour. summary.json says so by
+    /// the field's name (`native_sites`' `bytes_per_hour`).
+    #[serde(skip)]
+    pub per_hour: bool,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -184,6 +189,7 @@ fn fit_site(s: &SiteSeries, fits: &[SeriesFit], found: &[Finding]) -> SiteFit {
             .map(|t| t.lines().map(String::from).collect())
             .unwrap_or_default(),
         share_of_anon: share,
+        per_hour: s.per_hour,
     }
 }
 

@@ -73,7 +73,12 @@ pub fn next_steps(a: &Analysis, gated: bool) -> Option<String> {
         .lives
         .iter()
         .any(|l| l.scope == main.scope && l.comm.starts_with("python"));
-    if python && a.sites.is_empty() {
+    if python
+        && !a
+            .sites
+            .iter()
+            .any(|s| s.source == crate::store::SiteSource::Python)
+    {
         steps.push(match a.mode() {
             "run" => "which Python line: rerun with --py-sites".to_string(),
             _ => "which Python line: `leakwatch run --py-sites -- <the command>`".to_string(),

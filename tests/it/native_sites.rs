@@ -33,6 +33,44 @@ fn shim() -> PathBuf {
         .clone()
 }
 
+/// `report DIR` rebuilds `native_sites` from samples.csv alone: the same
+/// sites, names, frames, verdicts and unit (`x`), the rates equal to the
+/// last digits samples.csv keeps.
+fn assert_report_rebuilds_native_sites(out: &Path, s: &serde_json::Value) {
+    let again = out.with_file_name("again");
+    let status = leakwatch()
+        .arg("report")
+        .arg(out)
+        .arg("--out")
+        .arg(&again)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.code().is_some_and(|c| c <= 1), "{status}");
+    let rebuilt = summary(&again);
+    let (was, now) = (
+        s["native_sites"].as_array().expect("native_sites"),
+        rebuilt["native_sites"]
+            .as_array()
+            .expect("rebuilt native_sites"),
+    );
+    assert_eq!(was.len(), now.len(), "{was:#?}\n{now:#?}");
+    for (w, n) in was.iter().zip(now) {
+        for key in ["site", "scope", "verdict", "x", "frames", "held_bytes"] {
+            assert_eq!(w[key], n[key], "{key}: {w:#}\n{n:#}");
+        }
+        let rate = |v: &serde_json::Value| {
+            v.get("bytes_per_run")
+                .or(v.get("bytes_per_hour"))
+                .and_then(|r| r.as_f64())
+        };
+        match (rate(w), rate(n)) {
+            (Some(a), Some(b)) => assert!((a - b).abs() <= 1e-6 * a.abs().max(1.0), "{w:#}\n{n:#}"),
+            (a, b) => assert_eq!(a, b, "{w:#}\n{n:#}"),
+        }
+    }
+}
+
 /// Compiles a fixture with `compiler` -O2 -g, no frame pointers; `None`
 /// (with the reason printed) when there is no compiler outside CI.
 fn compile(compiler: &str, source: &str, out: &Path, extra: &[&str]) -> Option<PathBuf> {
@@ -85,7 +123,7 @@ fn the_leaking_c_function_is_named_first_and_the_scratch_buffers_are_not_a_leak(
     let stderr = String::from_utf8_lossy(&output.stderr);
     crate::common::assert_exit_matches_verdict(output.status, &out);
     let s = summary(&out);
-    let sites = s["py_sites"].as_array().expect("sites");
+    let sites = s["native_sites"].as_array().expect("native_sites");
     let first = &sites[0];
     let name = first["site"].as_str().unwrap();
     assert!(
@@ -93,7 +131,8 @@ fn the_leaking_c_function_is_named_first_and_the_scratch_buffers_are_not_a_leak(
         "{sites:#?}"
     );
     assert_eq!(first["verdict"], "leak", "{first:#}");
-    assert_eq!(first["source"], "native", "{first:#}");
+    assert_eq!(first["x"], "run", "{first:#}");
+    assert!(s.get("py_sites").is_none(), "{s:#}");
     // Sampled once per 64 KiB on average: ≈ 576 samples over the 9 runs
     // that grow, a standard error of ≈ 4%: 15% is 3.6 of them.
     assert_within(
@@ -103,7 +142,7 @@ fn the_leaking_c_function_is_named_first_and_the_scratch_buffers_are_not_a_leak(
         0.15,
     );
     // The full stack, named from .eh_frame + DWARF: through serve() to main().
-    let frames: Vec<&str> = first["traceback"]
+    let frames: Vec<&str> = first["frames"]
         .as_array()
         .unwrap()
         .iter()
@@ -126,6 +165,7 @@ fn the_leaking_c_function_is_named_first_and_the_scratch_buffers_are_not_a_leak(
     assert_ne!(scratch["verdict"], "leak", "{scratch:#}");
     assert!(scratch["held_bytes"].as_f64().unwrap() > 2e6, "{scratch:#}");
     assert!(stderr.contains("where: keep_request_state ("), "{stderr}");
+    assert_report_rebuilds_native_sites(&out, &s);
 }
 
 #[test]
@@ -185,7 +225,7 @@ fn a_leaking_cxx_method_in_a_shared_library_is_named_demangled_with_its_line() {
         .unwrap();
     crate::common::assert_exit_matches_verdict(output.status, &out);
     let s = summary(&out);
-    let sites = s["py_sites"].as_array().expect("sites");
+    let sites = s["native_sites"].as_array().expect("native_sites");
     let first = &sites[0];
     // Past operator new (libstdc++) and the inlined std::vector and
     // std::unique_ptr code, the method itself, demangled, with its line.
@@ -203,7 +243,7 @@ fn a_leaking_cxx_method_in_a_shared_library_is_named_demangled_with_its_line() {
         0.15,
     );
     assert!(
-        first["traceback"][0]
+        first["frames"][0]
             .as_str()
             .is_some_and(|f| f.starts_with("operator new")),
         "{first:#}"
@@ -216,6 +256,62 @@ fn a_leaking_cxx_method_in_a_shared_library_is_named_demangled_with_its_line() {
             assert_ne!(site["verdict"], "leak", "{site:#}");
         }
     }
+}
+
+/// At a 1 KiB interval every 32 KiB block is sampled: 20 runs keep 1,280
+/// of them live, past the block table's first capacity (768 live samples),
+/// so the table doubles twice while the scratch buffers' samples come and
+/// go. The estimate stays exact (a block far above the interval weighs its
+/// size), and the scratch site, freed after the table grew, stays no leak.
+#[test]
+fn the_block_table_grows_without_losing_or_keeping_a_sample() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(daemon) = compile(
+        "gcc",
+        "fixtures/native/leaky_daemon.c",
+        &tmp.path().join("leaky_daemon"),
+        &[],
+    ) else {
+        return;
+    };
+    let out = tmp.path().join("out");
+    let leak: u64 = 2 << 20;
+    let output = leakwatch()
+        .env("LEAKWATCH_SHIM", shim())
+        .env("LEAKY_DAEMON_SOCKET", tmp.path().join("d.sock"))
+        .args(["run", "-n", "20", "--settle", "100ms", "--native-sites"])
+        .args(["--native-interval", "1KiB", "--out"])
+        .arg(&out)
+        .arg("--")
+        .arg(&daemon)
+        .args(["client", "--leak", &leak.to_string(), "--churn", "2097152"])
+        .output()
+        .unwrap();
+    crate::common::assert_exit_matches_verdict(output.status, &out);
+    let s = summary(&out);
+    let sites = s["native_sites"].as_array().expect("native_sites");
+    let find = |prefix: &str| {
+        sites
+            .iter()
+            .find(|x| x["site"].as_str().is_some_and(|n| n.starts_with(prefix)))
+            .unwrap_or_else(|| panic!("no site {prefix}: {sites:#?}"))
+    };
+    let kept = find("keep_request_state (");
+    assert_eq!(kept["verdict"], "leak", "{kept:#}");
+    assert_within(
+        "bytes held",
+        kept["held_bytes"].as_f64().unwrap(),
+        20.0 * leak as f64,
+        0.02,
+    );
+    let scratch = find("build_scratch_buffers (");
+    assert_ne!(scratch["verdict"], "leak", "{scratch:#}");
+    assert_within(
+        "scratch bytes held",
+        scratch["held_bytes"].as_f64().unwrap(),
+        leak as f64,
+        0.02,
+    );
 }
 
 /// Debian's memcached is stripped: its slab allocator has no name in
@@ -265,7 +361,7 @@ fn a_stripped_memcached_fed_new_keys_grows_at_its_own_total_malloced_rate() {
     assert_eq!(malloced.len(), 10, "{stdout}\n{stderr}");
     let truth = (malloced[9] - malloced[0]) / 9.0;
     let s = summary(&out);
-    let sites = s["py_sites"].as_array().expect("sites");
+    let sites = s["native_sites"].as_array().expect("native_sites");
     let first = &sites[0];
     assert!(
         first["site"]
@@ -305,7 +401,7 @@ fn the_rust_fixtures_mmap_leak_is_named_by_its_rust_function() {
         .unwrap();
     crate::common::assert_exit_matches_verdict(output.status, &out);
     let s = summary(&out);
-    let sites = s["py_sites"].as_array().expect("sites");
+    let sites = s["native_sites"].as_array().expect("native_sites");
     let first = &sites[0];
     assert!(
         first["site"]
@@ -517,7 +613,7 @@ fn a_forked_pool_whose_workers_leak_per_task_is_judged_per_task() {
         .unwrap();
     crate::common::assert_exit_matches_verdict(output.status, &out);
     let s = summary(&out);
-    let sites = s["py_sites"].as_array().expect("sites");
+    let sites = s["native_sites"].as_array().expect("native_sites");
     let first = &sites[0];
     assert!(
         first["site"]
@@ -566,14 +662,18 @@ fn a_python_daemons_c_library_leak_is_seen_beside_its_python_line() {
         .unwrap();
     crate::common::assert_exit_matches_verdict(output.status, &out);
     let s = summary(&out);
-    let sites = s["py_sites"].as_array().expect("sites");
-    let find = |prefix: &str| {
+    // Each tracer's sites under its own key: the C function only in
+    // native_sites, the Python line only in py_sites.
+    let find = |key: &str, prefix: &str| {
+        let sites = s[key]
+            .as_array()
+            .unwrap_or_else(|| panic!("no {key}: {s:#}"));
         sites
             .iter()
             .find(|x| x["site"].as_str().is_some_and(|n| n.starts_with(prefix)))
-            .unwrap_or_else(|| panic!("no site {prefix}: {sites:#?}"))
+            .unwrap_or_else(|| panic!("no site {prefix} in {key}: {sites:#?}"))
     };
-    let c = find("cleak_keep (");
+    let c = find("native_sites", "cleak_keep (");
     assert_eq!(c["verdict"], "leak", "{c:#}");
     assert_within(
         "C bytes per run",
@@ -581,8 +681,14 @@ fn a_python_daemons_c_library_leak_is_seen_beside_its_python_line() {
         c_leak as f64,
         0.15,
     );
-    assert_eq!(c["source"], "native", "{c:#}");
-    let py = find(&format!("{}:", script.display()));
+    assert_eq!(c["x"], "run", "{c:#}");
+    assert!(
+        !s["py_sites"]
+            .as_array()
+            .is_some_and(|p| p.iter().any(|x| x["site"] == c["site"])),
+        "{s:#}"
+    );
+    let py = find("py_sites", &format!("{}:", script.display()));
     assert_eq!(py["verdict"], "leak", "{py:#}");
     assert_eq!(py["source"], "python", "{py:#}");
     assert_within(
@@ -709,25 +815,26 @@ fn attach_native_sites_names_a_running_daemons_leaking_function_and_its_rate() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     crate::common::assert_exit_matches_verdict(output.status, &out);
     let s = summary(&out);
-    let sites = s["py_sites"].as_array().expect("sites");
+    let sites = s["native_sites"].as_array().expect("native_sites");
     let first = &sites[0];
     let name = first["site"].as_str().unwrap();
     assert!(
         name.starts_with("leak_per_tick (") && name.contains("attach_leaker.c:"),
         "{sites:#?}\n{stderr}"
     );
-    assert_eq!(first["source"], "native", "{first:#}");
     assert_eq!(first["verdict"], "leak", "{first:#}");
-    // Over time a site's rate is per hour. ≈ 11 s × 2 MiB/s sampled once
-    // per 64 KiB: ≈ 350 samples, a standard error of ≈ 5.3%.
+    // Over time a site's rate is per hour, and its field says so.
+    assert_eq!(first["x"], "hour", "{first:#}");
+    assert!(first.get("bytes_per_run").is_none(), "{first:#}");
+    // ≈ 11 s × 2 MiB/s sampled once per 64 KiB: ≈ 350 samples, a standard error of ≈ 5.3%.
     eprintln!(
         "leak_per_tick: {:.3} MiB/s reported, {:.3} MiB/s leaked",
-        first["bytes_per_run"].as_f64().unwrap() / 3600.0 / MIB,
+        first["bytes_per_hour"].as_f64().unwrap() / 3600.0 / MIB,
         per_second as f64 / MIB
     );
     assert_within(
         "bytes per hour",
-        first["bytes_per_run"].as_f64().unwrap(),
+        first["bytes_per_hour"].as_f64().unwrap(),
         per_second as f64 * 3600.0,
         0.2,
     );
@@ -742,6 +849,7 @@ fn attach_native_sites_names_a_running_daemons_leaking_function_and_its_rate() {
         stderr.contains("where: leak_per_tick (") && stderr.contains("/h in target"),
         "{stderr}"
     );
+    assert_report_rebuilds_native_sites(&out, &s);
     let pause_ms: f64 = stderr
         .split("the process was stopped ")
         .nth(1)
@@ -814,7 +922,7 @@ fn attach_native_sites_follows_a_library_dlopened_after_the_attach() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     crate::common::assert_exit_matches_verdict(output.status, &out);
     let s = summary(&out);
-    let sites = s["py_sites"].as_array().expect("sites");
+    let sites = s["native_sites"].as_array().expect("native_sites");
     let plugin_site = sites
         .iter()
         .find(|x| {

@@ -75,7 +75,9 @@ impl NativeSession {
 
     /// One row per site of the process, its traceback the first time.
     fn rows_of(&mut self, ctx: &Context, process: &Row, snapshot: &Snapshot) -> Vec<Row> {
-        let Some(maps) = ProcessMaps::read(process.pid) else {
+        // The process may have exited since it answered: its answer's
+        // segments still name its frames.
+        let Some(maps) = ProcessMaps::of_answer(process.pid, &snapshot.segments) else {
             return Vec::new();
         };
         // site → (bytes, samples, the frames of its largest stack and its bytes)

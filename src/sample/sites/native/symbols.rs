@@ -5,14 +5,21 @@
 //! or `.dynsym` in a stripped binary) names it; C++ and Rust (legacy and v0)
 //! names demangled. Nothing named: `module+0xOFFSET`.
 //!
-//! Files are loaded once per session, keyed by path, device and inode (a
-//! rebuilt binary at the same path is another file).
+//! Files are loaded once per session, keyed by their GNU build id where the
+//! shim gave one (its answer lists each loaded object's segments, build id
+//! and path), else by path, device and inode: a rebuilt binary at the same
+//! path is another file, and a file is used only if its build id is the
+//! one the process ran (else the debug file `/usr/lib/debug/.build-id/`
+//! has, else the frame is `module+0xOFFSET`). A process that exited
+//! between its answer and the naming is named from the answer's segments.
 
 use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
 use object::{Object, ObjectSegment};
+
+use super::wire::Segment;
 
 /// One frame, named as well as the file allows.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,7 +46,8 @@ impl NamedFrame {
     }
 }
 
-/// One line of `/proc/PID/maps` that maps a file.
+/// One line of `/proc/PID/maps` that maps a file, or one segment of the
+/// shim's answer (no device or inode then).
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Mapping {
     start: u64,
@@ -48,6 +56,10 @@ struct Mapping {
     dev: String,
     inode: u64,
     path: String,
+    /// The object's GNU build id (lowercase hex) and load bias (an
+    /// address minus the address its ELF states), from the shim's answer.
+    build_id: Option<String>,
+    bias: Option<u64>,
 }
 
 /// Parses `/proc/PID/maps` text: every mapping, sorted by start.
@@ -67,6 +79,8 @@ fn parse_maps(text: &str) -> Vec<Mapping> {
                 dev: dev.to_string(),
                 inode: inode.parse().ok()?,
                 path,
+                build_id: None,
+                bias: None,
             })
         })
         .collect();
@@ -82,25 +96,36 @@ struct Module {
 }
 
 impl Module {
-    fn load(path: &Path) -> Module {
-        let segments = fs::read(path)
-            .ok()
-            .and_then(|data| {
-                let file = object::File::parse(&*data).ok()?;
-                Some(
-                    file.segments()
-                        .map(|s| {
-                            let (off, size) = s.file_range();
-                            (off, size, s.address())
-                        })
-                        .collect(),
-                )
-            })
-            .unwrap_or_default();
+    /// Nothing to name by: frames read `module+0xOFFSET`.
+    fn none() -> Module {
         Module {
+            loader: None,
+            segments: Vec::new(),
+        }
+    }
+
+    /// `path`'s module if it is an ELF file whose build id is `build_id`
+    /// (any, when `None`).
+    fn load(path: &Path, build_id: Option<&str>) -> Option<Module> {
+        let data = fs::read(path).ok()?;
+        let file = object::File::parse(&*data).ok()?;
+        if let Some(want) = build_id {
+            let has = file.build_id().ok().flatten().map(hex);
+            if has.as_deref() != Some(want) {
+                return None;
+            }
+        }
+        let segments = file
+            .segments()
+            .map(|s| {
+                let (off, size) = s.file_range();
+                (off, size, s.address())
+            })
+            .collect();
+        Some(Module {
             loader: addr2line::Loader::new(path).ok(),
             segments,
-        }
+        })
     }
 
     /// The address the ELF states for file offset `off`.
@@ -153,10 +178,29 @@ impl Module {
     }
 }
 
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Where the debug file of build id `id` is, by the GNU convention
+/// (`/usr/lib/debug/.build-id/ab/cdef….debug`).
+fn debug_file(id: &str) -> Option<PathBuf> {
+    let (dir, rest) = (id.get(..2)?, id.get(2..)?);
+    (!rest.is_empty())
+        .then(|| PathBuf::from(format!("/usr/lib/debug/.build-id/{dir}/{rest}.debug")))
+}
+
+/// What a loaded file is known by.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Key {
+    BuildId(String),
+    File(PathBuf, String, u64),
+}
+
 /// Names addresses of the processes of one session.
 #[derive(Default)]
 pub struct Symbolizer {
-    modules: HashMap<(PathBuf, String, u64), Module>,
+    modules: HashMap<Key, Module>,
 }
 
 impl std::fmt::Debug for Symbolizer {
@@ -181,6 +225,42 @@ impl ProcessMaps {
             pid,
             maps: parse_maps(&text),
         })
+    }
+
+    /// What process `pid` maps, with the build ids of its answer's
+    /// `segments`; from the segments alone when the process is gone (or
+    /// its maps unreadable). `None` when neither is there.
+    pub fn of_answer(pid: u32, segments: &[Segment]) -> Option<ProcessMaps> {
+        let Some(mut maps) = ProcessMaps::read(pid) else {
+            return (!segments.is_empty()).then(|| ProcessMaps::from_segments(pid, segments));
+        };
+        // By address, not path: the loader's path of a library
+        // (`/lib/…`) may be a symlink's, the kernel's the file's (`/usr/lib/…`).
+        for m in &mut maps.maps {
+            if let Some(s) = segments.iter().find(|s| s.start < m.end && m.start < s.end) {
+                m.build_id = s.build_id.clone();
+                m.bias = Some(s.start.wrapping_sub(s.vaddr));
+            }
+        }
+        Some(maps)
+    }
+
+    fn from_segments(pid: u32, segments: &[Segment]) -> ProcessMaps {
+        let mut maps: Vec<Mapping> = segments
+            .iter()
+            .map(|s| Mapping {
+                start: s.start,
+                end: s.end,
+                offset: s.offset,
+                dev: String::new(),
+                inode: 0,
+                path: s.path.clone(),
+                build_id: s.build_id.clone(),
+                bias: Some(s.start.wrapping_sub(s.vaddr)),
+            })
+            .collect();
+        maps.sort_by_key(|m| m.start);
+        ProcessMaps { pid, maps }
     }
 
     fn find(&self, addr: u64) -> Option<&Mapping> {
@@ -219,22 +299,38 @@ impl Symbolizer {
         let module_name = Path::new(&m.path)
             .file_name()
             .map_or_else(|| m.path.clone(), |n| n.to_string_lossy().into_owned());
-        // The process' own view of the file, even if it was replaced on disk
-        // since (map_files needs ptrace access; the path is the fallback).
-        let key = (PathBuf::from(&m.path), m.dev.clone(), m.inode);
+        let key = match &m.build_id {
+            Some(id) => Key::BuildId(id.clone()),
+            None => Key::File(PathBuf::from(&m.path), m.dev.clone(), m.inode),
+        };
         let module = self.modules.entry(key).or_insert_with(|| {
+            // The process' own view of the file, even if it was replaced on
+            // disk since (map_files needs ptrace access and a live process),
+            // then the path, then the debug file of its build id: the first
+            // whose build id is the one the process ran.
             let own = PathBuf::from(format!(
                 "/proc/{}/map_files/{:x}-{:x}",
                 maps.pid, m.start, m.end
             ));
-            let module = Module::load(&own);
-            if module.loader.is_some() {
-                module
-            } else {
-                Module::load(Path::new(&m.path))
-            }
+            let id = m.build_id.as_deref();
+            [
+                Some(own),
+                Some(PathBuf::from(&m.path)),
+                id.and_then(debug_file),
+            ]
+            .into_iter()
+            .flatten()
+            .find_map(|p| Module::load(&p, id).filter(|m| m.loader.is_some()))
+            .unwrap_or_else(Module::none)
         });
-        match module.stated(offset) {
+        // The stated address: by the load bias the shim gave (a debug
+        // file's segments state no file offsets), else by the file's
+        // segments.
+        let probe = match m.bias {
+            Some(bias) => Some(addr.wrapping_sub(bias)),
+            None => module.stated(offset),
+        };
+        match probe {
             Some(probe) => module.name(probe, &module_name, offset),
             None => vec![NamedFrame {
                 function: None,
@@ -266,6 +362,73 @@ mod tests {
         assert_eq!(maps.find(0x7ffd1800).unwrap().path, "[stack]");
         assert!(maps.find(0x10).is_none());
         assert!(maps.find(0x5607b3177000).is_none(), "end is exclusive");
+    }
+
+    /// A function of this test binary, to be named by address.
+    #[inline(never)]
+    fn named_from_the_answer(x: u64) -> u64 {
+        std::hint::black_box(x).wrapping_mul(3)
+    }
+
+    /// This process' executable segment holding `addr`, as the shim would
+    /// give it, with `build_id`.
+    fn own_segment(addr: u64, build_id: Option<String>) -> Segment {
+        let maps = ProcessMaps::read(std::process::id()).unwrap();
+        let m = maps.find(addr).unwrap();
+        let data = fs::read("/proc/self/exe").unwrap();
+        let file = object::File::parse(&*data).unwrap();
+        // The ELF segment holding `addr`'s file offset, placed where the
+        // mapping put that offset (as the loader reports it to the shim).
+        let at = addr - m.start + m.offset;
+        let segment = file
+            .segments()
+            .find(|s| {
+                let (o, n) = s.file_range();
+                (o..o + n).contains(&at)
+            })
+            .unwrap();
+        let (offset, _) = segment.file_range();
+        let start = m.start.wrapping_add(offset).wrapping_sub(m.offset);
+        Segment {
+            start,
+            end: start + segment.size(),
+            offset,
+            vaddr: segment.address(),
+            build_id,
+            path: m.path.clone(),
+        }
+    }
+
+    /// A process that has exited (no /proc/PID/maps) is named from its
+    /// answer's segments, by the file whose build id it ran; a file whose
+    /// build id is another's names nothing (a rebuilt binary would name
+    /// the wrong functions).
+    #[test]
+    fn a_gone_process_is_named_by_its_build_id_and_never_by_another_file() {
+        let addr = named_from_the_answer as *const () as usize as u64;
+        let data = fs::read("/proc/self/exe").unwrap();
+        let id = object::File::parse(&*data)
+            .unwrap()
+            .build_id()
+            .unwrap()
+            .map(hex);
+        let gone = u32::MAX;
+        let maps = ProcessMaps::of_answer(gone, &[own_segment(addr, id.clone())]).unwrap();
+        let frames = Symbolizer::default().name(&maps, addr + 1);
+        assert!(
+            frames.iter().any(|f| f
+                .function
+                .as_deref()
+                .is_some_and(|n| n.contains("named_from_the_answer"))),
+            "{frames:?} (build id {id:?})"
+        );
+        let other = Some("00".repeat(20));
+        let maps = ProcessMaps::of_answer(gone, &[own_segment(addr, other)]).unwrap();
+        let frames = Symbolizer::default().name(&maps, addr + 1);
+        assert_eq!(frames.len(), 1, "{frames:?}");
+        assert_eq!(frames[0].function, None, "{frames:?}");
+        assert!(frames[0].display().contains("+0x"), "{frames:?}");
+        assert!(ProcessMaps::of_answer(gone, &[]).is_none());
     }
 
     #[test]

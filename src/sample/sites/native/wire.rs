@@ -1,15 +1,35 @@
-//! The shim's answer, version 1 (its specification: `shim/src/listen.rs`),
-//! parsed into a typed snapshot.
+//! The shim's answer, version 2 (its specification: `shim/src/listen.rs`),
+//! parsed into a typed snapshot. Version 1, without `m` lines, reads too.
 //!
 //! ```text
-//! leakwatch-native-sites 1 pid <pid> run <run> interval <bytes> samples <n> dropped <n>
+//! leakwatch-native-sites 2 pid <pid> run <run> interval <bytes> samples <n> dropped <n>
 //! s <live_bytes> <live_samples> <hex>,<hex>,…
+//! m <hex start> <hex end> <hex file offset> <hex stated address> <build id in hex, or -> <path>
 //! end
 //! ```
 
 /// The first word of every answer.
 pub const WIRE_FORMAT: &str = "leakwatch-native-sites";
-pub const WIRE_VERSION: u32 = 1;
+pub const WIRE_VERSION: u32 = 2;
+
+/// One executable segment of an object loaded in the process, as the shim
+/// saw it: the addresses can be named from this alone (the process may
+/// have exited since).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Segment {
+    pub start: u64,
+    pub end: u64,
+    /// Offset of `start` in the file.
+    pub offset: u64,
+    /// The address the object's ELF states for `start` (`start` minus the
+    /// load bias).
+    pub vaddr: u64,
+    /// The object's GNU build id, lowercase hex.
+    pub build_id: Option<String>,
+    /// As the loader has it: absolute for a file, else a name
+    /// (`linux-vdso.so.1`).
+    pub path: String,
+}
 
 /// One call stack's live sampled memory.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,6 +54,9 @@ pub struct Snapshot {
     pub samples: u64,
     pub dropped: u64,
     pub stacks: Vec<Stack>,
+    /// The loaded objects' executable segments (version 2; empty from a
+    /// version 1 shim).
+    pub segments: Vec<Segment>,
 }
 
 /// Parses one answer; the error says what is wrong with it.
@@ -45,9 +68,9 @@ pub fn parse_answer(text: &str) -> Result<Snapshot, String> {
         [format, ..] if *format != WIRE_FORMAT => {
             return Err(format!("it starts with {format:?}, not {WIRE_FORMAT:?}"));
         }
-        [_, version, ..] if *version != "1" => {
+        [_, version, ..] if *version != "1" && *version != "2" => {
             return Err(format!(
-                "version {version}, this leakwatch reads {WIRE_VERSION}"
+                "version {version}, this leakwatch reads 1 to {WIRE_VERSION}"
             ));
         }
         _ => {}
@@ -70,14 +93,52 @@ pub fn parse_answer(text: &str) -> Result<Snapshot, String> {
         samples: field("samples")?,
         dropped: field("dropped")?,
         stacks: Vec::new(),
+        segments: Vec::new(),
     };
     for line in lines {
         if line == "end" {
             return Ok(snapshot);
         }
-        snapshot.stacks.push(parse_stack(line)?);
+        if line.starts_with("m ") {
+            snapshot.segments.push(parse_segment(line)?);
+        } else {
+            snapshot.stacks.push(parse_stack(line)?);
+        }
     }
     Err("cut short: no end line".into())
+}
+
+fn parse_segment(line: &str) -> Result<Segment, String> {
+    let bad = || {
+        format!(
+            "not a segment line: {:?}",
+            line.chars().take(80).collect::<String>()
+        )
+    };
+    let fields: Vec<&str> = line.splitn(7, ' ').collect();
+    let [_, start, end, offset, vaddr, build_id, path] = fields.as_slice() else {
+        return Err(bad());
+    };
+    let hex = |v: &str| u64::from_str_radix(v, 16).map_err(|_| bad());
+    let (start, end, offset, vaddr) = (hex(start)?, hex(end)?, hex(offset)?, hex(vaddr)?);
+    let build_id = match *build_id {
+        "-" => None,
+        id if !id.is_empty() && id.bytes().all(|b| b.is_ascii_hexdigit()) => {
+            Some(id.to_ascii_lowercase())
+        }
+        _ => return Err(bad()),
+    };
+    if path.is_empty() {
+        return Err(bad());
+    }
+    Ok(Segment {
+        start,
+        end,
+        offset,
+        vaddr,
+        build_id,
+        path: path.to_string(),
+    })
 }
 
 fn parse_stack(line: &str) -> Result<Stack, String> {
@@ -125,6 +186,40 @@ mod tests {
     }
 
     #[test]
+    fn a_version_2_answer_names_its_objects_segments() {
+        let text = "leakwatch-native-sites 2 pid 42 run 3 interval 65536 samples 136 dropped 0\n\
+                    s 5629168 76 5607b3176738\n\
+                    m 5607b3176000 5607b3177000 1000 1000 AFF9ea26 /tmp/leaky daemon\n\
+                    m 7f38e3c21000 7f38e3c22562 0 0 - linux-vdso.so.1\nend\n";
+        let s = parse_answer(text).unwrap();
+        assert_eq!(s.stacks.len(), 1);
+        assert_eq!(
+            s.segments,
+            vec![
+                Segment {
+                    start: 0x5607b3176000,
+                    end: 0x5607b3177000,
+                    offset: 0x1000,
+                    vaddr: 0x1000,
+                    build_id: Some("aff9ea26".into()),
+                    path: "/tmp/leaky daemon".into(),
+                },
+                Segment {
+                    start: 0x7f38e3c21000,
+                    end: 0x7f38e3c22562,
+                    offset: 0,
+                    vaddr: 0,
+                    build_id: None,
+                    path: "linux-vdso.so.1".into(),
+                }
+            ]
+        );
+        let bad = "leakwatch-native-sites 2 pid 1 run 1 interval 1 samples 1 dropped 0\n\
+                   m 10 20 0 0 xyz /a\nend\n";
+        assert!(parse_answer(bad).unwrap_err().contains("not a segment"));
+    }
+
+    #[test]
     fn other_formats_and_cut_answers_are_refused() {
         assert!(
             parse_answer("leakwatch-py-sites 1\n")
@@ -132,9 +227,9 @@ mod tests {
                 .contains("not")
         );
         assert!(
-            parse_answer("leakwatch-native-sites 2 pid 1\n")
+            parse_answer("leakwatch-native-sites 3 pid 1\n")
                 .unwrap_err()
-                .contains("version 2")
+                .contains("version 3")
         );
         let cut = "leakwatch-native-sites 1 pid 1 run 1 interval 1 samples 1 dropped 0\ns 1 1 ab\n";
         assert!(parse_answer(cut).unwrap_err().contains("no end"));
