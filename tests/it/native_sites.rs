@@ -37,7 +37,9 @@ fn shim() -> PathBuf {
 /// sites, names, frames, verdicts and unit (`x`), the rates equal to the
 /// last digits samples.csv keeps.
 fn assert_report_rebuilds_native_sites(out: &Path, s: &serde_json::Value) {
-    let again = out.with_file_name("again");
+    let mut name = out.file_name().unwrap_or_default().to_os_string();
+    name.push("-rebuilt");
+    let again = out.with_file_name(name);
     let status = leakwatch()
         .arg("report")
         .arg(out)
