@@ -234,6 +234,13 @@ impl Tree {
             self.discover_by_listing(&listing, &mut out);
         } else {
             self.discover_by_children(&mut out);
+            if listed {
+                // Listings find new processes from the next sweep on: the
+                // `children` files go unread, and are not held.
+                for m in self.members.values_mut() {
+                    m.dir.release_children();
+                }
+            }
         }
         if listed {
             self.remember_foreign(&listing);
@@ -419,7 +426,7 @@ impl Tree {
     /// Opens and reads a process for the first time: its start time from
     /// `stat`, then the cheap tier.
     fn admit(&mut self, pid: u32) -> Result<Member, ProcError> {
-        let dir = self.root.open_dir(pid)?;
+        let dir = self.root.open_dir(pid)?.hold_files();
         let stat = dir.stat(&mut self.buf)?;
         let mut m = Member {
             dir,
