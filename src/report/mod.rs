@@ -30,10 +30,11 @@ pub enum ReportError {
 }
 
 /// Writes `bytes` to `dir/name` whole (through a temporary file and a
-/// rename), never through a link planted at that name.
+/// rename), never through a link planted at that name; not synced, as a
+/// report is rebuilt from samples.csv (`output::write_report`).
 pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<PathBuf, ReportError> {
     let path = dir.join(name);
-    output::write_atomic(&path, bytes)?;
+    output::write_report(&path, bytes)?;
     Ok(path)
 }
 

@@ -144,6 +144,9 @@ struct Listing {
     /// what a listing costs.
     entries: Option<usize>,
     probes: usize,
+    /// A listing `choose_listing` took to count the entries, for the sweep
+    /// that asked (one listing a sweep, not two).
+    taken: Option<Vec<(u32, u64)>>,
 }
 
 /// /proc entries a listing reads for the cost of one `children` read
@@ -221,7 +224,12 @@ impl Tree {
         self.sweeps += 1;
         let mut out = Sweep::default();
         let listed = self.choose_listing();
-        let listing = if listed { self.list() } else { Vec::new() };
+        let taken = self.listing.taken.take();
+        let listing = match taken {
+            Some(listing) if listed => listing,
+            _ if listed => self.list(),
+            _ => Vec::new(),
+        };
         self.read_members(&mut out);
         match self.members.get(&self.target).map(|m| m.state) {
             Some(State::Live | State::Unreadable) => {}
@@ -234,6 +242,13 @@ impl Tree {
             self.discover_by_listing(&listing, &mut out);
         } else {
             self.discover_by_children(&mut out);
+            if listed {
+                // Listings find new processes from the next sweep on: the
+                // `children` files go unread, and are not held.
+                for m in self.members.values_mut() {
+                    m.dir.release_children();
+                }
+            }
         }
         if listed {
             self.remember_foreign(&listing);
@@ -419,7 +434,7 @@ impl Tree {
     /// Opens and reads a process for the first time: its start time from
     /// `stat`, then the cheap tier.
     fn admit(&mut self, pid: u32) -> Result<Member, ProcError> {
-        let dir = self.root.open_dir(pid)?;
+        let dir = self.root.open_dir(pid)?.hold_files();
         let stat = dir.stat(&mut self.buf)?;
         let mut m = Member {
             dir,
@@ -460,7 +475,12 @@ impl Tree {
         }
         let entries = match self.listing.entries {
             Some(n) => n,
-            None => self.list().len(),
+            None => {
+                let listing = self.list();
+                let n = listing.len();
+                self.listing.taken = Some(listing);
+                n
+            }
         };
         let listing = entries / ENTRIES_PER_READ + self.listing.probes + 1;
         // Hysteresis: switch only when the other way is clearly cheaper.
