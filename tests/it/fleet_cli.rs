@@ -212,9 +212,11 @@ fn check_json_prints_the_gate_result() {
     assert!(o.stderr.is_empty(), "--json prints nothing else");
 }
 
-/// A stand-in for Prometheus' query_range: answers every request with the
-/// points of `series` (label set, values at t = 0, 60, … s) that fall in
-/// the request's [start, end], as the real API does; counts requests.
+/// A stand-in for Prometheus' query_range and instant queries of a range
+/// selector (`QUERY[Nms]` at `time`, the raw samples in (time − N ms,
+/// time]): answers every request with the points of `series` (label set,
+/// values at t = 0, 60, … s) that fall in the request's window, as the real
+/// API does; counts requests.
 fn fake_prometheus(
     series: Vec<(&'static str, Vec<Option<f64>>)>,
 ) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
@@ -234,7 +236,19 @@ fn fake_prometheus(
                     .and_then(|v| v.parse().ok())
                     .unwrap()
             };
-            let (start, end) = (param("start"), param("end"));
+            let (start, end) = if line.contains("/api/v1/query?") {
+                // query=mem%5B300000ms%5D&time=14340.000
+                let window_ms: f64 = line
+                    .split("%5B")
+                    .nth(1)
+                    .and_then(|w| w.split("ms%5D").next())
+                    .and_then(|w| w.parse().ok())
+                    .unwrap();
+                let time = param("time");
+                (time - window_ms / 1000.0, time)
+            } else {
+                (param("start"), param("end"))
+            };
             let result: Vec<String> = series
                 .iter()
                 .map(|(pod, values)| {
@@ -298,12 +312,21 @@ fn analyze_splits_restarts_and_gaps_into_lives_and_lists_the_worst_first() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{stderr}");
+    // The samples are a minute apart, coarser than the 1 s step: a probe of
+    // the raw samples, then the raw samples in two chunks.
     assert_eq!(
         requests.load(std::sync::atomic::Ordering::SeqCst),
-        2,
-        "two chunks"
+        3,
+        "a probe and two chunks"
     );
     let s = summary(&out);
+    assert!(
+        s["notes"]
+            .to_string()
+            .contains("as stored (raw samples about every 1m"),
+        "{}",
+        s["notes"]
+    );
     let labels: Vec<String> = s["series_labels"]
         .as_object()
         .unwrap()
