@@ -294,13 +294,18 @@ fn attach_60s(rt: Runtime, keep: bool, srv: &Server, out: &Path) -> Seen {
         std::thread::sleep(Duration::from_secs(3));
         (a0, from) = (anon(pid), Instant::now());
     }
-    let status = leakwatch()
+    let mut session = leakwatch()
         .args(["attach", &pid.to_string(), "--duration", "60s", "--quiet"])
         .arg("--out")
         .arg(out)
-        .status()
+        .spawn()
         .unwrap();
+    // The truth's window ends where the session's sampling does, 60 s after it began, not
+    // after its analysis and reports (seconds more in a debug build, in which a G1 heap
+    // under load may commit another chunk that no sample saw).
+    std::thread::sleep(Duration::from_secs(60).saturating_sub(from.elapsed()));
     let (a1, secs) = (anon(pid), from.elapsed().as_secs_f64());
+    let status = session.wait().unwrap();
     let (t1, own_secs) = (truth(rt, srv.port), own_from.elapsed().as_secs_f64());
     stop.store(true, Ordering::Relaxed);
     load.join().unwrap();
