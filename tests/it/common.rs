@@ -44,6 +44,22 @@ pub fn fixture() -> &'static str {
     })
 }
 
+/// `leakwatch report OUT --out AGAIN`: the reports rebuilt from OUT's
+/// samples.csv into AGAIN (exit 0 or 1, as the verdict says), and their
+/// summary.json.
+pub fn report_again(out: &Path, again: &Path) -> Value {
+    let status = leakwatch()
+        .arg("report")
+        .arg(out)
+        .arg("--out")
+        .arg(again)
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.code().is_some_and(|c| c <= 1), "{status}");
+    summary(again)
+}
+
 pub fn summary(dir: &Path) -> Value {
     let text = std::fs::read_to_string(dir.join("summary.json")).expect("summary.json");
     serde_json::from_str(&text).expect("summary.json parses")

@@ -40,16 +40,7 @@ fn assert_report_rebuilds_native_sites(out: &Path, s: &serde_json::Value) {
     let mut name = out.file_name().unwrap_or_default().to_os_string();
     name.push("-rebuilt");
     let again = out.with_file_name(name);
-    let status = leakwatch()
-        .arg("report")
-        .arg(out)
-        .arg("--out")
-        .arg(&again)
-        .stdout(std::process::Stdio::null())
-        .status()
-        .unwrap();
-    assert!(status.code().is_some_and(|c| c <= 1), "{status}");
-    let rebuilt = summary(&again);
+    let rebuilt = report_again(out, &again);
     let (was, now) = (
         s["native_sites"].as_array().expect("native_sites"),
         rebuilt["native_sites"]
@@ -98,30 +89,47 @@ fn compile(compiler: &str, source: &str, out: &Path, extra: &[&str]) -> Option<P
     }
 }
 
+/// `leakwatch run ARGS --native-sites --out DIR/out -- leaky_daemon client --leak LEAK
+/// --churn CHURN`, the fixture compiled into `dir` first (`None` where gcc is missing
+/// outside CI).
+fn run_leaky_daemon(
+    dir: &Path,
+    args: &[&str],
+    leak: u64,
+    churn: u64,
+) -> Option<std::process::Output> {
+    let daemon = compile(
+        "gcc",
+        "fixtures/native/leaky_daemon.c",
+        &dir.join("leaky_daemon"),
+        &[],
+    )?;
+    let output = leakwatch()
+        .env("LEAKWATCH_SHIM", shim())
+        .env("LEAKY_DAEMON_SOCKET", dir.join("d.sock"))
+        .arg("run")
+        .args(args)
+        .arg("--native-sites")
+        .arg("--out")
+        .arg(dir.join("out"))
+        .arg("--")
+        .arg(&daemon)
+        .args(["client", "--leak", &leak.to_string()])
+        .args(["--churn", &churn.to_string()])
+        .output()
+        .unwrap();
+    Some(output)
+}
+
 #[test]
 fn the_leaking_c_function_is_named_first_and_the_scratch_buffers_are_not_a_leak() {
     let tmp = tempfile::tempdir().unwrap();
-    let Some(daemon) = compile(
-        "gcc",
-        "fixtures/native/leaky_daemon.c",
-        &tmp.path().join("leaky_daemon"),
-        &[],
-    ) else {
-        return;
-    };
     let out = tmp.path().join("out");
     let leak: u64 = 4 << 20;
-    let output = leakwatch()
-        .env("LEAKWATCH_SHIM", shim())
-        .env("LEAKY_DAEMON_SOCKET", tmp.path().join("d.sock"))
-        .args(["run", "-n", "10", "--settle", "200ms", "--native-sites"])
-        .arg("--out")
-        .arg(&out)
-        .arg("--")
-        .arg(&daemon)
-        .args(["client", "--leak", &leak.to_string(), "--churn", "4194304"])
-        .output()
-        .unwrap();
+    let run = ["-n", "10", "--settle", "200ms"];
+    let Some(output) = run_leaky_daemon(tmp.path(), &run, leak, 4 << 20) else {
+        return;
+    };
     let stderr = String::from_utf8_lossy(&output.stderr);
     crate::common::assert_exit_matches_verdict(output.status, &out);
     let s = summary(&out);
@@ -268,27 +276,12 @@ fn a_leaking_cxx_method_in_a_shared_library_is_named_demangled_with_its_line() {
 #[test]
 fn the_block_table_grows_without_losing_or_keeping_a_sample() {
     let tmp = tempfile::tempdir().unwrap();
-    let Some(daemon) = compile(
-        "gcc",
-        "fixtures/native/leaky_daemon.c",
-        &tmp.path().join("leaky_daemon"),
-        &[],
-    ) else {
-        return;
-    };
     let out = tmp.path().join("out");
     let leak: u64 = 2 << 20;
-    let output = leakwatch()
-        .env("LEAKWATCH_SHIM", shim())
-        .env("LEAKY_DAEMON_SOCKET", tmp.path().join("d.sock"))
-        .args(["run", "-n", "20", "--settle", "100ms", "--native-sites"])
-        .args(["--native-interval", "1KiB", "--out"])
-        .arg(&out)
-        .arg("--")
-        .arg(&daemon)
-        .args(["client", "--leak", &leak.to_string(), "--churn", "2097152"])
-        .output()
-        .unwrap();
+    let run = ["-n", "20", "--settle", "100ms", "--native-interval", "1KiB"];
+    let Some(output) = run_leaky_daemon(tmp.path(), &run, leak, 2 << 20) else {
+        return;
+    };
     crate::common::assert_exit_matches_verdict(output.status, &out);
     let s = summary(&out);
     let sites = s["native_sites"].as_array().expect("native_sites");
