@@ -315,7 +315,7 @@ fn real_steps(c: &verdict::Classification) -> Vec<Step> {
 /// (even when the rate is the line's: too few teeth), else the estimate's
 /// own: the least-squares line's, or the last segment's line's; none for a
 /// fill rate.
-fn rate_ci(c: &verdict::Classification, xs: &[f64], ys: &[f64]) -> Option<(f64, f64)> {
+pub(crate) fn rate_ci(c: &verdict::Classification, xs: &[f64], ys: &[f64]) -> Option<(f64, f64)> {
     c.rate?;
     if c.rate_ci95.is_some() {
         return c.rate_ci95;

@@ -150,6 +150,33 @@ fn invert3(m: &[[f64; 3]; 3]) -> Option<[[f64; 3]; 3]> {
     Some(inv)
 }
 
+/// A random walk with drift, differenced (Box & Jenkins, ch. 4): the
+/// increments `(y[i] − y[i−1]) / (x[i] − x[i−1])`, each at the midpoint of
+/// its step, as `(midpoints, increments)`. A series whose every step adds
+/// its own independent error (a sum of sampled blocks' weights) is white
+/// noise about its rate once differenced.
+pub fn increments(x: &[f64], y: &[f64]) -> (Vec<f64>, Vec<f64>) {
+    x.windows(2)
+        .zip(y.windows(2))
+        .filter(|(xw, _)| xw[1] > xw[0])
+        .map(|(xw, yw)| ((xw[0] + xw[1]) / 2.0, (yw[1] - yw[0]) / (xw[1] - xw[0])))
+        .unzip()
+}
+
+/// The 95% CI of a random walk's drift: the t interval of its mean
+/// increment ([`increments`]). `None` below three increments.
+pub fn drift_ci95(x: &[f64], y: &[f64]) -> Option<(f64, f64)> {
+    let (_, d) = increments(x, y);
+    let n = d.len();
+    if n < 3 {
+        return None;
+    }
+    let m = mean(&d)?;
+    let var = d.iter().map(|v| (v - m).powi(2)).sum::<f64>() / (n - 1) as f64;
+    let half = student_t_quantile(0.975, (n - 1) as f64) * (var / n as f64).sqrt();
+    half.is_finite().then_some((m - half, m + half))
+}
+
 /// Least-squares line through `(x, y)`, with the slope's 95% CI from Student's t distribution
 /// with n−2 degrees of freedom.
 ///
@@ -882,6 +909,27 @@ mod tests {
         let (lo, hi) = f.slope_ci95.unwrap();
         assert!(close(lo, 0.8 - half, 1e-9) && close(hi, 0.8 + half, 1e-9));
         assert!(close(f.r2, 0.64, 1e-12));
+    }
+
+    #[test]
+    fn a_random_walks_drift_has_the_t_interval_of_its_increments() {
+        // Increments 0.8, 1.2, 0.9, 1.1 (x steps of 1, one of 2 counted per x): mean 1.0,
+        // sd 0.183, se 0.0913, t(0.975, 3) = 3.182: ±0.2906.
+        let x = [1.0, 2.0, 3.0, 4.0, 6.0];
+        let y = [0.0, 0.8, 2.0, 2.9, 5.1];
+        let (mid, d) = increments(&x, &y);
+        assert_eq!(mid, vec![1.5, 2.5, 3.5, 5.0]);
+        assert!(
+            d.iter()
+                .zip([0.8, 1.2, 0.9, 1.1])
+                .all(|(a, b)| (a - b).abs() < 1e-12)
+        );
+        let (lo, hi) = drift_ci95(&x, &y).unwrap();
+        assert!((lo - (1.0 - 0.2906)).abs() < 1e-3, "{lo}");
+        assert!((hi - (1.0 + 0.2906)).abs() < 1e-3, "{hi}");
+        // Too few increments; a repeated x is no step.
+        assert_eq!(drift_ci95(&x[..3], &y[..3]), None);
+        assert_eq!(increments(&[1.0, 1.0, 2.0], &[0.0, 5.0, 6.0]).1, vec![1.0]);
     }
 
     #[test]

@@ -85,6 +85,7 @@ impl Ctx<'_> {
         let para = stats::parabola_end(self.x, self.y);
         let speeds = para.filter(|p| {
             p.curvature > stats::student_t_quantile(1.0 - self.t.alpha, p.df) * p.curvature_se
+                && (!self.t.cumulative_errors || self.increments_rise())
         });
         let speeds = speeds.map(|p| {
             let upper = |p: &stats::ParabolaEnd| {
@@ -301,6 +302,18 @@ impl Ctx<'_> {
 }
 
 impl Ctx<'_> {
+    /// A random walk's curvature (`Thresholds::cumulative_errors`): its increments' own line
+    /// rises at one-sided α. A walk's parabola bends wherever its errors wandered; its
+    /// increments are independent, and rise only when the growth speeds up.
+    fn increments_rise(&self) -> bool {
+        let (mid, d) = stats::increments(self.x, self.y);
+        let Some(f) = (d.len() >= 4).then(|| stats::ols(&mid, &d)).flatten() else {
+            return false;
+        };
+        let t = stats::student_t_quantile(1.0 - self.t.alpha, (f.n - 2) as f64);
+        f.slope_se.is_some_and(|se| f.slope > t * se)
+    }
+
     /// Stops after the median `knot`: over up to `LATER_KNOTS` knots between it and the
     /// fourth point from the end, whether any tail is below half the line's slope at the
     /// quantile `t_tail`, and the lowest tail lower bound at that quantile. The median's

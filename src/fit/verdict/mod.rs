@@ -135,6 +135,12 @@ pub struct Thresholds {
     /// The series counts things (file descriptors, threads), not bytes: reasons print plain
     /// numbers ("+2.00/run"), not "+2 B/run".
     pub counts: bool,
+    /// Every step of x adds its own independent error, which stays: the series is a sum of
+    /// sampled blocks' weights (the native shim's estimate of what a stack holds; a leak's new
+    /// blocks are sampled afresh each run), a random walk with drift rather than a line plus
+    /// independent noise. The line's interval is then widened to its drift's
+    /// (`stats::drift_ci95`), and a curve is said to speed up only when its increments rise.
+    pub cumulative_errors: bool,
 }
 
 impl Default for Thresholds {
@@ -147,6 +153,7 @@ impl Default for Thresholds {
             display_unit: "x",
             display_scale: 1.0,
             counts: false,
+            cumulative_errors: false,
         }
     }
 }
@@ -463,9 +470,17 @@ impl<'a> Ctx<'a> {
         else {
             return Err("x does not vary or values overflow");
         };
-        let (Some(ci), Some(sd)) = (fit.slope_ci95, fit.residual_sd) else {
+        let (Some(mut ci), Some(sd)) = (fit.slope_ci95, fit.residual_sd) else {
             return Err("too few points for a confidence interval");
         };
+        if t.cumulative_errors {
+            // The drift's interval, centred on the line's slope (nearly the same estimate:
+            // both weigh the whole walk), where it is the wider.
+            if let Some((lo, hi)) = stats::drift_ci95(x, y) {
+                let half = (hi - lo) / 2.0;
+                ci = (ci.0.min(fit.slope - half), ci.1.max(fit.slope + half));
+            }
+        }
         Ok(Ctx {
             x,
             y,
