@@ -15,7 +15,10 @@
 
 use std::cell::Cell;
 use std::ffi::c_void;
+use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::sampler::{ThreadState, with_state};
 
 /// Cached rules (direct-mapped by return address).
 const CACHE: usize = 1 << 12;
@@ -39,17 +42,11 @@ unsafe extern "C" {
     fn _dl_find_object(address: *mut c_void, result: *mut DlFindObject) -> i32;
 }
 
-thread_local! {
-    /// The highest CFA libgcc reached on this thread's stack: the fast walk
-    /// reads nothing above it.
-    static TOP: Cell<usize> = const { Cell::new(0) };
-}
-
 /// Raises this thread's known stack top to `cfa` (from a libgcc walk).
 pub fn saw_cfa(cfa: usize) {
-    TOP.with(|t| {
-        if cfa > t.get() {
-            t.set(cfa);
+    with_state(|t| {
+        if cfa > t.top.get() {
+            t.top.set(cfa);
         }
     });
 }
@@ -141,7 +138,7 @@ fn rule_of(pc: usize) -> Option<Rule> {
 /// Whether libgcc has walked this thread's stack to its end yet (until
 /// then [`walk`] cannot bound its reads and gives up).
 pub fn top_known() -> bool {
-    TOP.with(Cell::get) != 0
+    with_state(|t| t.top.get()) != 0
 }
 
 /// Where an unwind starts: an instruction of a function still running on
@@ -178,13 +175,58 @@ impl Start {
     }
 }
 
+/// Rules looked up at each depth of a thread's last walk, checked before the
+/// shared cache: a thread that samples the same stack again (an allocation
+/// in a loop) finds them in a few lines of its own, where each depth's slot
+/// of the shared cache was a line the program's heap had evicted since the
+/// last sample.
+pub(crate) struct Recent {
+    /// The pc looked up at each depth and its packed rule (0: none).
+    slots: [(Cell<usize>, Cell<u64>); RECENT],
+}
+
+/// Depths a thread's [`Recent`] keeps.
+const RECENT: usize = 16;
+
+impl Recent {
+    pub(crate) const fn empty() -> Recent {
+        Recent {
+            slots: [const { (Cell::new(0), Cell::new(0)) }; RECENT],
+        }
+    }
+
+    /// The rule at `pc`, looked up at `depth` of a walk.
+    fn rule(&self, depth: usize, pc: usize) -> Option<Rule> {
+        let Some((at, rule)) = self.slots.get(depth) else {
+            return rule_of(pc);
+        };
+        if at.get() == pc && rule.get() != 0 {
+            return Some(Rule::unpack(rule.get()));
+        }
+        let r = rule_of(pc)?;
+        at.set(pc);
+        rule.set(r.pack());
+        Some(r)
+    }
+}
+
 /// The calling thread's return addresses into `frames`, innermost first,
 /// starting with the return address into the function `from` is in, which
-/// must still be running (a caller of this one); `None` when a
-/// frame is beyond the fast rules (then unwind with libgcc). A stack deeper
-/// than `frames` is cut there.
-pub fn walk(from: Start, frames: &mut [usize]) -> Option<usize> {
-    let top = TOP.with(Cell::get);
+/// must still be running (a caller of this one), and leaving out those in
+/// `skip` (the shim's own); the number kept, or `None` when a frame is
+/// beyond the fast rules (then unwind with libgcc). A stack deeper than
+/// `frames` is cut there.
+pub fn walk(from: Start, frames: &mut [usize], skip: Range<usize>) -> Option<usize> {
+    with_state(|t| walk_with(t, from, frames, skip))
+}
+
+fn walk_with(
+    t: &ThreadState,
+    from: Start,
+    frames: &mut [usize],
+    skip: Range<usize>,
+) -> Option<usize> {
+    let top = t.top.get();
     if top == 0 {
         return None;
     }
@@ -197,8 +239,8 @@ pub fn walk(from: Start, frames: &mut [usize]) -> Option<usize> {
     // The first pc is exact; later ones are return addresses, looked up at
     // the call instruction (pc - 1).
     let mut lookup = pc;
-    loop {
-        let rule = rule_of(lookup)?;
+    for looked in 0.. {
+        let rule = t.recent.rule(looked, lookup)?;
         if rule.ra_off == 0 {
             return Some(depth);
         }
@@ -224,13 +266,16 @@ pub fn walk(from: Start, frames: &mut [usize]) -> Option<usize> {
         if pc == 0 {
             return Some(depth);
         }
-        if depth == frames.len() {
-            return Some(depth);
+        if !skip.contains(&pc) {
+            let Some(slot) = frames.get_mut(depth) else {
+                return Some(depth);
+            };
+            *slot = pc;
+            depth += 1;
         }
-        frames[depth] = pc;
-        depth += 1;
         lookup = pc - 1;
     }
+    Some(depth)
 }
 
 /// Reads DWARF data from `p` forward.

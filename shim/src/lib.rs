@@ -33,7 +33,6 @@ mod listen;
 mod sampler;
 mod table;
 
-use std::cell::Cell;
 use std::ffi::c_void;
 
 use libc::size_t;
@@ -48,37 +47,31 @@ use glibc::{
 #[global_allocator]
 static OWN: glibc::Glibc = glibc::Glibc;
 
-thread_local! {
-    /// Set while this thread runs the shim's own code (a sample, a sampled
-    /// free, the answering thread): allocations made meanwhile (by the
-    /// unwinder, by a signal handler) pass straight through.
-    static BUSY: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Runs `f` unless this thread is already inside the shim.
+/// Runs `f` unless this thread is already inside the shim: its `busy` flag
+/// is set while it runs the shim's own code (a sample, a sampled free, the
+/// answering thread), and allocations made meanwhile (by the unwinder, by a
+/// signal handler) pass straight through.
 #[inline]
 fn guarded(f: impl FnOnce()) {
-    BUSY.with(|busy| {
-        if !busy.get() {
-            busy.set(true);
-            f();
-            busy.set(false);
-        }
-    });
+    let entered = sampler::with_state(|t| !t.busy.replace(true));
+    if entered {
+        f();
+        leave();
+    }
 }
 
 /// Marks this thread as inside the shim until [`leave`].
 pub(crate) fn enter() {
-    BUSY.with(|busy| busy.set(true));
+    sampler::with_state(|t| t.busy.set(true));
 }
 
 pub(crate) fn leave() {
-    BUSY.with(|busy| busy.set(false));
+    sampler::with_state(|t| t.busy.set(false));
 }
 
 /// Marks the current thread as the shim's own for good.
 pub(crate) fn mark_own_thread() {
-    BUSY.with(|busy| busy.set(true));
+    enter();
 }
 
 /// Allocates by `alloc`, a forwarding call into glibc for `size` bytes,

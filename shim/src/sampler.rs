@@ -29,13 +29,17 @@ const MAX_CHECKED_FRAMES: usize = 1024;
 /// at start (and the block table's shape when it grows), read everywhere.
 #[repr(C, align(64))]
 pub(crate) struct Hot {
-    /// COUNTDOWN's address minus the thread pointer, the same in every
+    /// The countdown's address ([`ThreadState`]) minus the thread pointer, the same in every
     /// thread when the shim's TLS is in the static TLS block (always for an
     /// object loaded at startup, as a preloaded one is); 0 until known and
     /// while idle. Reading it through the thread pointer spares every
     /// malloc a call of `__tls_get_addr`, the general-dynamic access of a
     /// shared object's TLS.
     countdown_from_tp: AtomicIsize,
+    /// The same offset, of the whole [`ThreadState`], set once known and
+    /// never cleared: the shim's own paths reach a thread's state through
+    /// it whether sampling or not.
+    state_from_tp: AtomicIsize,
     /// Mean bytes between samples.
     interval: AtomicU64,
     /// The shim's own text: frames in it are left off every stack.
@@ -54,6 +58,7 @@ pub(crate) struct Hot {
 
 pub(crate) static HOT: Hot = Hot {
     countdown_from_tp: AtomicIsize::new(0),
+    state_from_tp: AtomicIsize::new(0),
     interval: AtomicU64::new(DEFAULT_INTERVAL),
     own_start: AtomicUsize::new(0),
     own_end: AtomicUsize::new(0),
@@ -68,11 +73,53 @@ pub(crate) static HOT: Hot = Hot {
 /// TLS variant II; glibc's static block is a few KiB).
 const STATIC_TLS_MAX_BYTES: isize = 1 << 20;
 
-thread_local! {
-    /// Bytes left until this thread's next sample.
-    static COUNTDOWN: Cell<i64> = const { Cell::new(0) };
+/// What the shim keeps per thread, in one thread-local: one offset from the
+/// thread pointer reaches all of it ([`with_state`]), where each of its own
+/// was a call of `__tls_get_addr` (seven a sample: 77 instructions of its
+/// ≈ 800).
+#[repr(C)]
+pub(crate) struct ThreadState {
+    /// Bytes left until this thread's next sample. First: the fast path
+    /// reads it at `countdown_from_tp`.
+    countdown: Cell<i64>,
     /// xorshift state; 0 until the thread's first allocation seeds it.
-    static RNG: Cell<u64> = const { Cell::new(0) };
+    rng: Cell<u64>,
+    /// The highest CFA libgcc reached on this thread's stack: the fast walk
+    /// reads nothing above it ([`crate::cfi`]); 0 until known.
+    pub(crate) top: Cell<usize>,
+    /// Set while this thread runs the shim's own code ([`crate::guarded`]).
+    pub(crate) busy: Cell<bool>,
+    /// The rules of this thread's last walk, by depth ([`crate::cfi`]).
+    pub(crate) recent: crate::cfi::Recent,
+}
+
+thread_local! {
+    static STATE: ThreadState = const {
+        ThreadState {
+            countdown: Cell::new(0),
+            rng: Cell::new(0),
+            top: Cell::new(0),
+            busy: Cell::new(false),
+            recent: crate::cfi::Recent::empty(),
+        }
+    };
+}
+
+/// Runs `f` on this thread's state: at its offset from the thread pointer
+/// when that is known (the shim preloaded), else by the thread-local's
+/// own access.
+#[inline(always)]
+pub(crate) fn with_state<R>(f: impl FnOnce(&ThreadState) -> R) -> R {
+    let from_tp = HOT.state_from_tp.load(Ordering::Relaxed);
+    if from_tp != 0 {
+        let addr = (thread_pointer() as isize).wrapping_add(from_tp) as *const ThreadState;
+        // SAFETY: STATE lies at `from_tp` from every thread's pointer in the
+        // static TLS block (found in `find_tls_offset`), initialised from
+        // the TLS image (its initialiser is const, with no destructor);
+        // only this thread uses its own.
+        return f(unsafe { &*addr });
+    }
+    STATE.with(f)
 }
 
 #[inline]
@@ -111,15 +158,15 @@ pub fn count_slow(size: usize) -> Option<i64> {
     let from_tp = HOT.countdown_from_tp.load(Ordering::Relaxed);
     if from_tp != 0 {
         // Counted by count_fast already.
-        let left = COUNTDOWN.with(Cell::get);
+        let left = with_state(|t| t.countdown.get());
         return (left <= 0).then_some(left);
     }
     if !enabled() {
         return None;
     }
-    COUNTDOWN.with(|c| {
-        let left = c.get().wrapping_sub(size as i64);
-        c.set(left);
+    with_state(|t| {
+        let left = t.countdown.get().wrapping_sub(size as i64);
+        t.countdown.set(left);
         (left <= 0).then_some(left)
     })
 }
@@ -132,7 +179,7 @@ pub fn count_slow(size: usize) -> Option<i64> {
 #[inline(always)]
 fn tls_count(from_tp: isize, size: usize) -> i64 {
     let left: i64;
-    // SAFETY: in the static TLS block COUNTDOWN lies at `from_tp` from every
+    // SAFETY: in the static TLS block the countdown lies at `from_tp` from every
     // thread's pointer (checked in `start`), %fs-relative; only this thread
     // touches its own countdown, and nothing else in the asm.
     unsafe {
@@ -174,14 +221,16 @@ fn thread_pointer() -> usize {
     0
 }
 
-/// Finds COUNTDOWN's offset from the thread pointer if its TLS is static.
-fn find_countdown_offset() {
+/// Finds the thread state's offset from the thread pointer if its TLS is
+/// static.
+fn find_tls_offset() {
     if !cfg!(target_arch = "x86_64") {
         return;
     }
-    let addr = COUNTDOWN.with(|c| c.as_ptr() as usize);
+    let addr = STATE.with(|t| std::ptr::from_ref(t) as usize);
     let from_tp = (addr as isize).wrapping_sub(thread_pointer() as isize);
     if (-STATIC_TLS_MAX_BYTES..0).contains(&from_tp) {
+        HOT.state_from_tp.store(from_tp, Ordering::Relaxed);
         HOT.countdown_from_tp.store(from_tp, Ordering::Relaxed);
     }
 }
@@ -234,7 +283,7 @@ pub fn start(dir: &[u8], interval: u64, static_tls: bool) -> bool {
     }
     HOT.enabled.store(true, Ordering::Release);
     if static_tls {
-        find_countdown_offset();
+        find_tls_offset();
     }
     true
 }
@@ -278,17 +327,23 @@ pub fn sample(addr: usize, size: usize, left: i64, from: Start) {
     // the stack is unwound.
     table::prefetch(addr);
     let mean = interval() as f64;
-    if RNG.with(Cell::get) == 0 {
-        // A thread's first allocation: the countdown starts here, so the
-        // first block is not always sampled.
-        seed(addr);
-        let next = draw(mean) + left;
-        COUNTDOWN.with(|c| c.set(next));
-        if next > 0 {
-            return;
+    let first = with_state(|t| {
+        if t.rng.get() == 0 {
+            // A thread's first allocation: the countdown starts here, so
+            // the first block is not always sampled.
+            seed(t, addr);
+            let next = draw(t, mean) + left;
+            t.countdown.set(next);
+            if next > 0 {
+                return true;
+            }
         }
+        t.countdown.set(draw(t, mean));
+        false
+    });
+    if first {
+        return;
     }
-    COUNTDOWN.with(|c| c.set(draw(mean)));
     // P(sampled) = 1 - exp(-s/T) for a Poisson process of rate 1/T over the
     // block's bytes; dividing by it makes the estimate unbiased.
     let weight = weight(size as f64, mean);
@@ -308,16 +363,16 @@ pub fn sample(addr: usize, size: usize, left: i64, from: Start) {
     }
 }
 
-fn seed(addr: usize) {
+fn seed(t: &ThreadState, addr: usize) {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: clock_gettime writes into ts (vDSO, no allocation).
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut ts) };
-    let tls = RNG.with(|r| std::ptr::from_ref(r) as u64);
+    let tls = std::ptr::from_ref(t) as u64;
     let s = (addr as u64) ^ tls.rotate_left(17) ^ (ts.tv_nsec as u64).rotate_left(40);
-    RNG.with(|r| r.set(mix(s) | 1));
+    t.rng.set(mix(s) | 1);
 }
 
 /// The murmur3 finaliser: a well-spread 64-bit hash.
@@ -330,18 +385,39 @@ pub fn mix(mut h: u64) -> u64 {
 }
 
 /// An exponential draw of mean `mean` bytes, at least 1.
-fn draw(mean: f64) -> i64 {
-    let x = RNG.with(|r| {
-        let mut x = r.get();
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        r.set(x);
-        x
-    });
+fn draw(t: &ThreadState, mean: f64) -> i64 {
+    let mut x = t.rng.get();
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    t.rng.set(x);
     // Uniform in (0, 1]: 53 random bits, never 0.
     let u = ((x >> 11) + 1) as f64 / (1u64 << 53) as f64;
-    (-u.ln() * mean).max(1.0) as i64
+    (-ln(u) * mean).max(1.0) as i64
+}
+
+/// The natural logarithm of a normal `u > 0` (relative error below 2·10⁻¹²
+/// against libm's over 2·10⁷ draws), not libm's, whose code a sample would find out of cache
+/// (0.85% of an allocation-heavy program's time at a 64 KiB interval, a
+/// tenth of the shim's): `u = m · 2^e` with `m` in [√½, √2), and
+/// `ln m = 2 atanh(s)`, `s = (m − 1)/(m + 1)`, `|s| ≤ 0.172`, by its series
+/// to s¹³ (the first term left off, s¹⁵/15, is below 2·10⁻¹³).
+#[inline]
+fn ln(u: f64) -> f64 {
+    let bits = u.to_bits();
+    let mut e = ((bits >> 52) & 0x7ff) as i64 - 1023;
+    let mut m = f64::from_bits((bits & ((1 << 52) - 1)) | (1023 << 52));
+    if m > std::f64::consts::SQRT_2 {
+        m /= 2.0;
+        e += 1;
+    }
+    let s = (m - 1.0) / (m + 1.0);
+    let s2 = s * s;
+    let series = 1.0
+        + s2 * (1.0 / 3.0
+            + s2 * (1.0 / 5.0
+                + s2 * (1.0 / 7.0 + s2 * (1.0 / 9.0 + s2 * (1.0 / 11.0 + s2 / 13.0)))));
+    e as f64 * std::f64::consts::LN_2 + 2.0 * s * series
 }
 
 /// What a sampled block of `s` bytes stands for: `s / (1 - exp(-s/T))`.
@@ -498,19 +574,8 @@ fn top_known() -> bool {
 /// when it gave up.
 #[cfg(target_arch = "x86_64")]
 fn unwind_fast(frames: &mut [usize; MAX_FRAMES], from: Start) -> Option<usize> {
-    // Room for the shim's own frames, all innermost, besides the kept ones.
-    let mut raw = [0usize; MAX_FRAMES + 16];
-    let n = crate::cfi::walk(from, &mut raw)?;
     let own = HOT.own_start.load(Ordering::Relaxed)..HOT.own_end.load(Ordering::Relaxed);
-    let mut depth = 0;
-    for &ip in raw[..n].iter().filter(|ip| !own.contains(ip)) {
-        if depth == MAX_FRAMES {
-            break;
-        }
-        frames[depth] = ip;
-        depth += 1;
-    }
-    Some(depth)
+    crate::cfi::walk(from, frames, own)
 }
 
 #[cfg(not(target_arch = "x86_64"))]

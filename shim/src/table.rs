@@ -62,10 +62,18 @@ struct Locked {
     /// touched cost nothing, so the process holds ≈ 1.5× the slots in use.
     blocks: [[Block; BLOCKS]; 2],
     used: usize,
-    /// Live sampled blocks per filter granule (255: saturated, kept for
-    /// good); the bit in FILTER_BITS is set while it is not 0.
-    filter_counts: [u8; FILTER],
+    /// Granules more than one live sampled block maps to (blocks in
+    /// different 16 MiB windows, [`granule`]), with how many more: their
+    /// bit stays set until the last goes. Full: a granule that cannot be
+    /// recorded stays set for good (a free there only takes the lock).
+    shared: [(u32, u32); SHARED],
+    shared_used: usize,
 }
+
+/// Granules shared by live sampled blocks recorded (a pair of blocks
+/// `2^24` bytes apart modulo the filter: with `n` live samples, about
+/// `n² / 2^21` of them; 1,000 live samples share ≈ 0.5).
+const SHARED: usize = 64;
 
 struct Shared<T>(UnsafeCell<T>);
 // SAFETY: every access goes through the lock, or (frames) reads a slot
@@ -76,7 +84,8 @@ static LOCK: AtomicBool = AtomicBool::new(false);
 static LOCKED: Shared<Locked> = Shared(UnsafeCell::new(Locked {
     blocks: [[EMPTY; BLOCKS]; 2],
     used: 0,
-    filter_counts: [0; FILTER],
+    shared: [(0, 0); SHARED],
+    shared_used: 0,
 }));
 static FRAMES: Shared<[[usize; MAX_FRAMES]; STACKS]> =
     Shared(UnsafeCell::new([[0; MAX_FRAMES]; STACKS]));
@@ -108,6 +117,11 @@ pub static SAMPLES: AtomicU64 = AtomicU64::new(0);
 pub static DROPPED: AtomicU64 = AtomicU64::new(0);
 /// Frees not seen because a fork held the table.
 pub static MISSED_FREES: AtomicU64 = AtomicU64::new(0);
+
+/// Set for good once a shared granule could not be recorded: from then on
+/// no bit of the filter is cleared (frees of unsampled blocks in the
+/// granules of freed samples take the lock, and find nothing).
+static STICKY: AtomicBool = AtomicBool::new(false);
 
 /// Set while a fork holds the lock (`lock_for_fork` until `unlock_after_fork`).
 static FORKING: AtomicBool = AtomicBool::new(false);
@@ -191,13 +205,11 @@ pub fn prefetch(addr: usize) {
         let live = live_table();
         let t = LOCKED.0.get();
         // SAFETY: only addresses are computed, within the static tables
-        // (capacity ≤ BLOCKS, the granule < FILTER); nothing is read or
+        // (capacity ≤ BLOCKS); nothing is read or
         // written through them, and a prefetch never faults.
         unsafe {
             let block = (&raw const (*t).blocks[live]).cast::<Block>();
             _mm_prefetch(block.add(home(addr, capacity)).cast(), _MM_HINT_T0);
-            let count = (&raw const (*t).filter_counts).cast::<u8>();
-            _mm_prefetch(count.add(granule(addr)).cast(), _MM_HINT_T0);
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -294,11 +306,10 @@ fn insert_block(t: &mut Locked, addr: usize, weight: u64, stack: u32) -> bool {
     } else {
         t.used += 1;
         let g = granule(addr);
-        let count = &mut t.filter_counts[g];
-        if *count == 0 {
-            FILTER_BITS[g / 64].fetch_or(1 << (g % 64), Ordering::Relaxed);
+        let bit = 1 << (g % 64);
+        if FILTER_BITS[g / 64].fetch_or(bit, Ordering::Relaxed) & bit != 0 {
+            share(t, g as u32);
         }
-        *count = count.saturating_add(1);
     }
     live_blocks(t)[i] = Block {
         addr,
@@ -323,14 +334,9 @@ fn remove_block(t: &mut Locked, addr: usize) {
     let b = blocks[i];
     account(b.stack, -(b.weight as i64), -1);
     t.used -= 1;
-    // A saturated counter stays: it no longer knows how many it counts.
     let g = granule(addr);
-    let count = &mut t.filter_counts[g];
-    if *count != u8::MAX {
-        *count = count.saturating_sub(1);
-        if *count == 0 {
-            FILTER_BITS[g / 64].fetch_and(!(1 << (g % 64)), Ordering::Relaxed);
-        }
+    if !unshare(t, g as u32) {
+        FILTER_BITS[g / 64].fetch_and(!(1 << (g % 64)), Ordering::Relaxed);
     }
     // Backward-shift deletion keeps every probe chain unbroken without
     // tombstones (Knuth, TAOCP vol. 3, 6.4, algorithm R).
@@ -354,6 +360,35 @@ fn remove_block(t: &mut Locked, addr: usize) {
             i = j;
         }
     }
+}
+
+/// One more live sampled block in granule `g`, whose bit was set already.
+/// A full record leaves it unrecorded: its bit is then never cleared.
+fn share(t: &mut Locked, g: u32) {
+    let used = t.shared_used;
+    if let Some(entry) = t.shared[..used].iter_mut().find(|e| e.0 == g) {
+        entry.1 += 1;
+    } else if used < SHARED {
+        t.shared[used] = (g, 1);
+        t.shared_used += 1;
+    } else {
+        STICKY.store(true, Ordering::Relaxed);
+    }
+}
+
+/// One fewer live sampled block in granule `g`: true while others remain
+/// (or may: the record overflowed once), so its bit stays set.
+fn unshare(t: &mut Locked, g: u32) -> bool {
+    let used = t.shared_used;
+    if let Some(i) = t.shared[..used].iter().position(|e| e.0 == g) {
+        t.shared[i].1 -= 1;
+        if t.shared[i].1 == 0 {
+            t.shared[i] = t.shared[used - 1];
+            t.shared_used -= 1;
+        }
+        return true;
+    }
+    STICKY.load(Ordering::Relaxed)
 }
 
 /// Under the lock: every writer holds it, so a load and a store (no locked
