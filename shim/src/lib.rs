@@ -458,6 +458,50 @@ pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> i32 {
     if rc == -1 { -1 } else { 0 }
 }
 
+/// # Safety
+/// As C's `mremap` (variadic in C: the fifth argument, the new address, is
+/// passed, in the register a fixed fifth argument takes, only with
+/// `MREMAP_FIXED`, and read only then). A sampled mapping that is moved or
+/// resized keeps its sample where it lands, its weight scaled to the new
+/// length; without this, a mapping moved by `MREMAP_MAYMOVE` stayed counted
+/// at its old address for good, and its unmap at the new one was not seen.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mremap(
+    old: *mut c_void,
+    old_len: size_t,
+    new_len: size_t,
+    flags: i32,
+    new_addr: *mut c_void,
+) -> *mut c_void {
+    let new_addr = if flags & libc::MREMAP_FIXED != 0 {
+        new_addr
+    } else {
+        std::ptr::null_mut()
+    };
+    // Taken out before the call, put back after it: once moved, the old
+    // address may be mapped and sampled again by another thread at once.
+    // An old length of 0 makes a second mapping of a shared one, which
+    // stays: nothing moves.
+    let mut taken = None;
+    if old_len != 0 && table::maybe_sampled(old as usize) {
+        guarded(|| taken = table::take(old as usize));
+    }
+    // SAFETY: the raw system call, as glibc's mremap makes it.
+    let p = unsafe { libc::syscall(libc::SYS_mremap, old, old_len, new_len, flags, new_addr) };
+    if let Some(b) = taken {
+        let (at, len) = if p == -1 {
+            (old as usize, old_len)
+        } else {
+            (p as usize, new_len)
+        };
+        guarded(|| table::put_back(b, at, old_len, len));
+    }
+    if p == -1 {
+        return libc::MAP_FAILED;
+    }
+    p as *mut c_void
+}
+
 /// Runs when the shim is loaded, before the program's `main`.
 extern "C" fn init() {
     guarded(sampler::init);

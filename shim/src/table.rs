@@ -262,6 +262,49 @@ pub fn remove(addr: usize) {
     unlock();
 }
 
+/// A sampled block taken out of the table while its mapping is moved
+/// (`mremap`): its weight and stack, to be put back where it lands.
+pub struct Taken {
+    weight: u64,
+    stack: u32,
+}
+
+/// Takes `addr`'s block out, if it is a sampled one.
+pub fn take(addr: usize) -> Option<Taken> {
+    if !lock() {
+        MISSED_FREES.fetch_add(1, Ordering::Relaxed);
+        return None;
+    }
+    // SAFETY: the lock is held.
+    let t = unsafe { &mut *LOCKED.0.get() };
+    let b = remove_block(t, addr);
+    unlock();
+    b.map(|b| Taken {
+        weight: b.weight,
+        stack: b.stack,
+    })
+}
+
+/// Puts a taken block back at `addr`, its weight scaled from `old_len` to
+/// `new_len` bytes: it was sampled with the probability of its old size and
+/// weighed by it, so the scaled weight stays an unbiased estimate of the
+/// new size (as a block that was not sampled stays unsampled).
+pub fn put_back(b: Taken, addr: usize, old_len: usize, new_len: usize) {
+    let scaled = u128::from(b.weight) * new_len as u128 / (old_len.max(1) as u128);
+    let weight = u64::try_from(scaled).unwrap_or(u64::MAX);
+    if !lock() {
+        DROPPED.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    // SAFETY: the lock is held.
+    let t = unsafe { &mut *LOCKED.0.get() };
+    let kept = insert_block(t, addr, weight, b.stack);
+    unlock();
+    if !kept {
+        DROPPED.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 /// Doubles the live block table into the other one, if it may grow.
 fn grow(t: &mut Locked) -> bool {
     let (from, capacity) = (live_table(), capacity());
@@ -320,18 +363,20 @@ fn insert_block(t: &mut Locked, addr: usize, weight: u64, stack: u32) -> bool {
     true
 }
 
-fn remove_block(t: &mut Locked, addr: usize) {
+/// Forgets `addr`'s block, if sampled, and returns it.
+fn remove_block(t: &mut Locked, addr: usize) -> Option<Block> {
     let blocks = live_blocks(t);
     let (capacity, mask) = (blocks.len(), blocks.len() - 1);
     let mut i = home(addr, capacity);
     loop {
         match blocks[i].addr {
-            0 => return,
+            0 => return None,
             a if a == addr => break,
             _ => i = (i + 1) & mask,
         }
     }
     let b = blocks[i];
+    let removed = Some(b);
     account(b.stack, -(b.weight as i64), -1);
     t.used -= 1;
     let g = granule(addr);
@@ -347,7 +392,7 @@ fn remove_block(t: &mut Locked, addr: usize) {
         let next = blocks[j];
         if next.addr == 0 {
             blocks[i] = EMPTY;
-            return;
+            return removed;
         }
         let k = home(next.addr, capacity);
         let stays = if i <= j {
