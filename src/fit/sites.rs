@@ -135,7 +135,9 @@ pub fn fit_sites(sites: &[SiteSeries], fits: &[SeriesFit], found: &[Finding]) ->
 /// A site several processes hold (a pool) is judged per task, like worker
 /// leaks: idle runs and a recycled worker's unsampled last task neither
 /// dilute nor cancel it. One process's site is judged by its series.
-fn fit_site(s: &SiteSeries, fits: &[SeriesFit], found: &[Finding]) -> SiteFit {
+/// [`fit_sites`] keeps the ones worth listing; the false-leak study
+/// (benches/harness/site_verdicts.rs) counts every one.
+pub fn fit_site(s: &SiteSeries, fits: &[SeriesFit], found: &[Finding]) -> SiteFit {
     let (mut c, steps) = judge(s, MIN_SLOPE_BYTES, false);
     if let Some(st) = steps {
         c.reason = format!(
