@@ -109,7 +109,7 @@ pub struct RunArgs {
 
     /// Find the C, C++ and Rust call stacks whose memory grows run after
     /// run: the command runs with leakwatch's sampling allocator shim
-    /// preloaded (libleakwatch_shim.so beside the leakwatch binary), which
+    /// preloaded (libleakwatch_shim.so, built into leakwatch), which
     /// every process it starts inherits; after each run each process
     /// reports its live sampled bytes by stack and leakwatch names them.
     #[arg(long)]

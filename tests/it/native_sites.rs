@@ -110,9 +110,21 @@ fn run_leaky_daemon(
         &dir.join("leaky_daemon"),
         &[],
     )?;
-    let output = leakwatch()
-        .env("LEAKWATCH_SHIM", shim())
-        .env("LEAKY_DAEMON_SOCKET", dir.join("d.sock"))
+    let mut lw = leakwatch();
+    lw.env("LEAKWATCH_SHIM", shim());
+    Some(run_daemon_with(lw, &daemon, dir, args, leak, churn))
+}
+
+/// `lw run ARGS --native-sites --out DIR/out -- DAEMON client --leak LEAK --churn CHURN`.
+fn run_daemon_with(
+    mut lw: Command,
+    daemon: &Path,
+    dir: &Path,
+    args: &[&str],
+    leak: u64,
+    churn: u64,
+) -> std::process::Output {
+    lw.env("LEAKY_DAEMON_SOCKET", dir.join("d.sock"))
         .arg("run")
         .args(args)
         .arg("--native-sites")
@@ -125,12 +137,29 @@ fn run_leaky_daemon(
         .arg("--out")
         .arg(dir.join("out"))
         .arg("--")
-        .arg(&daemon)
+        .arg(daemon)
         .args(["client", "--leak", &leak.to_string()])
         .args(["--churn", &churn.to_string()])
         .output()
-        .unwrap();
-    Some(output)
+        .unwrap()
+}
+
+/// The first site of `out`'s summary.json: its name and frames.
+fn first_site(out: &Path) -> (String, Vec<String>) {
+    let s = summary(out);
+    let first = &s["native_sites"][0];
+    let frames = first["frames"]
+        .as_array()
+        .map(|f| {
+            f.iter()
+                .filter_map(|f| f.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default();
+    (
+        first["site"].as_str().unwrap_or_default().to_string(),
+        frames,
+    )
 }
 
 #[test]
@@ -190,6 +219,158 @@ fn the_leaking_c_function_is_named_first_and_the_scratch_buffers_are_not_a_leak(
     assert_report_rebuilds_native_sites(&out, &s);
 }
 
+/// Issue 21: an installed leakwatch is its binary alone (`cargo install`
+/// installs nothing else). With no shim beside it and no LEAKWATCH_SHIM it
+/// preloads the shim built into it, written once to
+/// TMPDIR/leakwatch-shim-<uid>/libleakwatch_shim-<hash>.so (0755, 0644),
+/// and names the leaking function.
+#[test]
+fn an_installed_leakwatch_alone_carries_its_shim_and_names_the_leak() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(daemon) = compile(
+        "gcc",
+        "fixtures/native/leaky_daemon.c",
+        &tmp.path().join("leaky_daemon"),
+        &[],
+    ) else {
+        return;
+    };
+    let bin = tmp.path().join("bin");
+    let tmpdir = tmp.path().join("tmp");
+    std::fs::create_dir(&bin).unwrap();
+    std::fs::create_dir(&tmpdir).unwrap();
+    std::fs::copy(env!("CARGO_BIN_EXE_leakwatch"), bin.join("leakwatch")).unwrap();
+    let mut lw = Command::new(bin.join("leakwatch"));
+    lw.env_remove("LEAKWATCH_SHIM").env("TMPDIR", &tmpdir);
+    let run = ["-n", "5", "--settle", "200ms"];
+    let output = run_daemon_with(lw, &daemon, tmp.path(), &run, 4 << 20, 0);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let out = tmp.path().join("out");
+    assert!(out.join("summary.json").exists(), "{stderr}");
+    let (site, _) = first_site(&out);
+    assert!(
+        site.starts_with("keep_request_state (") && site.contains("leaky_daemon.c:"),
+        "{site}\n{stderr}"
+    );
+    let cache = tmpdir.join(format!("leakwatch-shim-{}", nix::unistd::geteuid()));
+    let files: Vec<PathBuf> = std::fs::read_dir(&cache)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let name = files[0].file_name().unwrap().to_string_lossy().into_owned();
+    assert!(
+        name.starts_with("libleakwatch_shim-") && name.ends_with(".so"),
+        "{name}"
+    );
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(std::fs::metadata(&cache).unwrap().mode() & 0o777, 0o755);
+    assert_eq!(std::fs::metadata(&files[0]).unwrap().mode() & 0o777, 0o644);
+}
+
+/// A debug file placed at /usr/lib/debug/.build-id/ab/cdef….debug for one
+/// test, removed (with its directory, if it made it) when dropped.
+struct DebugFile {
+    path: PathBuf,
+    made_dir: bool,
+}
+
+impl Drop for DebugFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+        if self.made_dir {
+            let _ = std::fs::remove_dir(self.path.parent().unwrap());
+        }
+    }
+}
+
+/// Issue 21: the running binary is stripped (no DWARF, no .symtab: its
+/// static functions have no name in it) and its debug info lives only in a
+/// separate file under the GNU build-id layout
+/// (`objcopy --only-keep-debug`). leakwatch names the frames from that file:
+/// the stripped binary has the right build id too, and was taken in its
+/// place, naming nothing (`leaky_daemon+0x…`). The debug directory is the
+/// system's, so the test writes there as root with a build id of its own
+/// and removes it; it is skipped as another user (not under CI).
+#[test]
+fn a_stripped_daemon_is_named_from_its_debug_file_found_by_build_id() {
+    if !nix::unistd::geteuid().is_root() {
+        assert!(
+            !crate::common::ci(),
+            "CI runs as root: the test writes to /usr/lib/debug/.build-id"
+        );
+        eprintln!("skipped: writing to /usr/lib/debug/.build-id needs root");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let id = format!(
+        "{:016x}{:016x}{:08x}",
+        fastrand::u64(..),
+        fastrand::u64(..),
+        fastrand::u32(..)
+    );
+    let build_id = format!("-Wl,--build-id=0x{id}");
+    let daemon = tmp.path().join("leaky_daemon");
+    let Some(daemon) = compile(
+        "gcc",
+        "fixtures/native/leaky_daemon.c",
+        &daemon,
+        &[&build_id],
+    ) else {
+        return;
+    };
+    let dir = Path::new("/usr/lib/debug/.build-id").join(&id[..2]);
+    let made_dir = !dir.exists();
+    std::fs::create_dir_all(&dir).unwrap();
+    let debug = DebugFile {
+        path: dir.join(format!("{}.debug", &id[2..])),
+        made_dir,
+    };
+    let status = Command::new("objcopy")
+        .arg("--only-keep-debug")
+        .arg(&daemon)
+        .arg(&debug.path)
+        .status()
+        .unwrap();
+    assert!(status.success(), "objcopy --only-keep-debug: {status}");
+    let status = Command::new("strip")
+        .arg("--strip-all")
+        .arg(&daemon)
+        .status()
+        .unwrap();
+    assert!(status.success(), "strip: {status}");
+    // Stripped: no DWARF and no symbol table left; the build id is kept.
+    let data = std::fs::read(&daemon).unwrap();
+    let elf = object::File::parse(&*data).unwrap();
+    use object::Object;
+    assert!(elf.section_by_name(".debug_info").is_none());
+    assert!(elf.section_by_name(".symtab").is_none());
+    let kept: String = elf
+        .build_id()
+        .unwrap()
+        .unwrap()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(kept, id);
+
+    let mut lw = leakwatch();
+    lw.env("LEAKWATCH_SHIM", shim());
+    let run = ["-n", "5", "--settle", "200ms"];
+    let output = run_daemon_with(lw, &daemon, tmp.path(), &run, 4 << 20, 0);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let (site, frames) = first_site(&tmp.path().join("out"));
+    assert!(
+        site.starts_with("keep_request_state (") && site.contains("leaky_daemon.c:"),
+        "{site}\n{frames:#?}\n{stderr}"
+    );
+    assert!(
+        frames.iter().any(|f| f.starts_with("serve (")),
+        "{frames:#?}"
+    );
+    drop(debug);
+}
+
 #[test]
 fn a_missing_shim_is_an_error_that_names_the_fix() {
     let tmp = tempfile::tempdir().unwrap();
@@ -203,7 +384,9 @@ fn a_missing_shim_is_an_error_that_names_the_fix() {
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
-        stderr.contains("--native-sites") && stderr.contains("cargo build --release"),
+        stderr.contains("LEAKWATCH_SHIM=")
+            && stderr.contains("cargo build --release -p leakwatch-shim")
+            && stderr.contains("unset it"),
         "{stderr}"
     );
     assert!(

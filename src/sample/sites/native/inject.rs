@@ -223,7 +223,7 @@ fn preflight(pid: u32, comm: &str) -> Result<(), InjectError> {
         ))
     })?;
     let has = |name: &str| maps.lines().any(|l| l.contains(name));
-    if has(super::SHIM_FILE) {
+    if has(super::SHIM_STEM) {
         return Err(refuse(
             "it has the leakwatch shim already (started by `leakwatch run --native-sites`, or \
              attached to with --native-sites before: the shim stays for the process' life); its \

@@ -1,8 +1,8 @@
 //! `run --native-sites`: which C, C++ and Rust call stacks hold the memory.
 //! The command runs with the sampling allocator shim preloaded
-//! (`libleakwatch_shim.so`, the workspace's `shim/` crate, found beside the
-//! leakwatch binary); every process it starts inherits it, detached daemons
-//! and forked workers included. After each run's deep sample leakwatch asks
+//! (`libleakwatch_shim.so`, the workspace's `shim/` crate, built into the
+//! leakwatch binary: [`shim`]); every process it starts inherits it,
+//! detached daemons and forked workers included. After each run's deep sample leakwatch asks
 //! each process for its live sampled bytes by stack and names the frames
 //! itself ([`symbols`]); the stacks become site rows ([`rows`], source
 //! `native`), fitted and judged as Python sites are.
@@ -15,6 +15,7 @@
 
 pub mod inject;
 pub mod rows;
+mod shim;
 pub mod symbols;
 pub mod wire;
 
@@ -33,6 +34,9 @@ use crate::store::{Row, SiteSource};
 
 /// The shim's file name, beside the leakwatch binary.
 pub const SHIM_FILE: &str = "libleakwatch_shim.so";
+/// What every name of the shim starts with, in a process' maps (the copy
+/// written out of the binary is `libleakwatch_shim-<hash>.so`).
+pub const SHIM_STEM: &str = "libleakwatch_shim";
 /// Overrides where the shim is (an installed leakwatch, a test).
 pub const ENV_SHIM: &str = "LEAKWATCH_SHIM";
 /// Names D for the shim; without it the shim stays idle.
@@ -64,12 +68,24 @@ const MAX_ANSWER_BYTES: usize = 16 << 20;
 #[derive(Debug, thiserror::Error)]
 pub enum NativeSitesError {
     #[error(
-        "the --native-sites shim {path} is missing: build it with `cargo build --release \
-         --lib --bins --examples` (or `cargo build --release -p leakwatch-shim`) in the \
-         leakwatch repository and keep it beside the leakwatch binary (`cargo install` does \
-         not install it), or set {ENV_SHIM} to its path"
+        "{ENV_SHIM}={path} names no file: point it at a built {SHIM_FILE} (`cargo build \
+         --release -p leakwatch-shim` in the leakwatch repository), or unset it to use the shim \
+         built into leakwatch"
     )]
-    ShimMissing { path: PathBuf },
+    ShimOverride { path: PathBuf },
+    #[error(
+        "this leakwatch was built without its allocator shim (shim/ was missing or did not \
+         compile: see the build's warning) and there is no {beside}: install leakwatch from its \
+         repository with `cargo install --locked --path .`, which builds the shim in, or build \
+         it (`cargo build --release -p leakwatch-shim`) and set {ENV_SHIM} to \
+         target/release/{SHIM_FILE}"
+    )]
+    ShimMissing { beside: PathBuf },
+    #[error(
+        "cannot use {path} for the shim: {why} (or set TMPDIR to a directory of yours, or \
+         {ENV_SHIM} to a built {SHIM_FILE})"
+    )]
+    ShimCache { path: PathBuf, why: String },
     #[error(
         "cannot create the --native-sites directory in {parent}: {source}; set TMPDIR to a \
          writable directory"
@@ -95,7 +111,7 @@ pub struct NativeSites {
 impl NativeSites {
     /// Finds the shim and creates D in the temporary directory.
     pub fn prepare(interval_bytes: u64) -> Result<NativeSites, NativeSitesError> {
-        let shim = find_shim()?;
+        let shim = shim::find()?;
         NativeSites::prepare_in(&std::env::temp_dir(), shim, interval_bytes)
     }
 
@@ -332,23 +348,6 @@ impl Drop for NativeSites {
     }
 }
 
-/// `LEAKWATCH_SHIM`, else `libleakwatch_shim.so` beside the running binary.
-fn find_shim() -> Result<PathBuf, NativeSitesError> {
-    let path = match std::env::var_os(ENV_SHIM).filter(|p| !p.is_empty()) {
-        Some(p) => PathBuf::from(p),
-        None => std::env::current_exe()
-            .ok()
-            .and_then(|exe| Some(exe.parent()?.join(SHIM_FILE)))
-            .unwrap_or_else(|| PathBuf::from(SHIM_FILE)),
-    };
-    if path.is_file() {
-        // ld.so needs an absolute path (a relative one is searched for).
-        fs::canonicalize(&path).map_err(|_| NativeSitesError::ShimMissing { path })
-    } else {
-        Err(NativeSitesError::ShimMissing { path })
-    }
-}
-
 /// Creates a fresh directory `leakwatch-native-<pid>-<random>` in `parent`,
 /// mode 0700 (nobody else may connect or plant an endpoint), absolute.
 fn create_private_dir(parent: &Path) -> Result<PathBuf, NativeSitesError> {
@@ -399,11 +398,13 @@ mod tests {
     #[test]
     fn a_missing_shim_names_the_fix() {
         let err = NativeSitesError::ShimMissing {
-            path: PathBuf::from("/opt/leakwatch/libleakwatch_shim.so"),
+            beside: PathBuf::from("/opt/leakwatch/libleakwatch_shim.so"),
         };
         let text = err.to_string();
         assert!(
-            text.contains("cargo build --release") && text.contains(ENV_SHIM),
+            text.contains("cargo install --locked --path .")
+                && text.contains("cargo build --release -p leakwatch-shim")
+                && text.contains(ENV_SHIM),
             "{text}"
         );
     }

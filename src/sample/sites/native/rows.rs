@@ -153,7 +153,7 @@ impl NativeSession {
 /// has not yet allocated one interval has no endpoint yet: not noted).
 fn not_entered(pid: u32) -> Option<String> {
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
-    if maps.contains(super::SHIM_FILE) {
+    if maps.contains(super::SHIM_STEM) {
         return None;
     }
     let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
@@ -185,7 +185,7 @@ fn is_runtime(f: &NamedFrame) -> bool {
         "ld-linux",
         "libstdc++.so",
         "libgcc_s.so",
-        "libleakwatch_shim.so",
+        super::SHIM_STEM,
         "libc++.so",
     ];
     const FUNCTIONS: [&str; 21] = [

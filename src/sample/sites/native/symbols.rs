@@ -9,15 +9,16 @@
 //! shim gave one (its answer lists each loaded object's segments, build id
 //! and path), else by path, device and inode: a rebuilt binary at the same
 //! path is another file, and a file is used only if its build id is the
-//! one the process ran (else the debug file `/usr/lib/debug/.build-id/`
-//! has, else the frame is `module+0xOFFSET`). A process that exited
+//! one the process ran; the debug file `/usr/lib/debug/.build-id/` has
+//! for it names the frames when that file has no DWARF (stripped) or is
+//! gone; else the frame is `module+0xOFFSET`. A process that exited
 //! between its answer and the naming is named from the answer's segments.
 
 use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use object::{Object, ObjectSegment};
+use object::{Object, ObjectSection, ObjectSegment};
 
 use super::wire::Segment;
 
@@ -93,6 +94,9 @@ fn parse_maps(text: &str) -> Vec<Mapping> {
 struct Module {
     loader: Option<addr2line::Loader>,
     segments: Vec<(u64, u64, u64)>,
+    /// Whether the file has DWARF (`.debug_info`): a stripped binary has
+    /// only its symbol table.
+    dwarf: bool,
 }
 
 impl Module {
@@ -101,6 +105,7 @@ impl Module {
         Module {
             loader: None,
             segments: Vec::new(),
+            dwarf: false,
         }
     }
 
@@ -122,9 +127,13 @@ impl Module {
                 (off, size, s.address())
             })
             .collect();
+        let dwarf = file
+            .section_by_name(".debug_info")
+            .is_some_and(|s| s.size() > 0);
         Some(Module {
             loader: addr2line::Loader::new(path).ok(),
             segments,
+            dwarf,
         })
     }
 
@@ -306,22 +315,22 @@ impl Symbolizer {
         let module = self.modules.entry(key).or_insert_with(|| {
             // The process' own view of the file, even if it was replaced on
             // disk since (map_files needs ptrace access and a live process),
-            // then the path, then the debug file of its build id: the first
-            // whose build id is the one the process ran.
+            // else the path: the first whose build id is the one the process
+            // ran. Without DWARF (a stripped binary: its symbol table only)
+            // the debug file of its build id is preferred when it has DWARF;
+            // it is also the last resort.
             let own = PathBuf::from(format!(
                 "/proc/{}/map_files/{:x}-{:x}",
                 maps.pid, m.start, m.end
             ));
             let id = m.build_id.as_deref();
-            [
-                Some(own),
-                Some(PathBuf::from(&m.path)),
-                id.and_then(debug_file),
-            ]
-            .into_iter()
-            .flatten()
-            .find_map(|p| Module::load(&p, id).filter(|m| m.loader.is_some()))
-            .unwrap_or_else(Module::none)
+            let loaded = |p: &Path| Module::load(p, id).filter(|m| m.loader.is_some());
+            let debug = || id.and_then(debug_file).and_then(|p| loaded(&p));
+            match loaded(&own).or_else(|| loaded(Path::new(&m.path))) {
+                Some(module) if module.dwarf => module,
+                Some(module) => debug().filter(|d| d.dwarf).unwrap_or(module),
+                None => debug().unwrap_or_else(Module::none),
+            }
         });
         // The stated address: by the load bias the shim gave (a debug
         // file's segments state no file offsets), else by the file's
