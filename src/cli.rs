@@ -121,7 +121,7 @@ pub struct RunArgs {
         long,
         value_name = "SIZE",
         requires = "native_sites",
-        default_value = "128KiB"
+        default_value = "64KiB"
     )]
     pub native_interval: String,
 
@@ -214,7 +214,7 @@ pub struct AttachArgs {
         long,
         value_name = "SIZE",
         requires = "native_sites",
-        default_value = "128KiB",
+        default_value = "64KiB",
         help_heading = "Sampling"
     )]
     pub native_interval: String,

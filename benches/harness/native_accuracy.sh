@@ -5,12 +5,12 @@
 # Prints per repeat the leaking site's rate and CI, then: how many named the
 # right function first, were within 25% of the truth, had a CI covering it,
 # and how many called the scratch site a leak.
-# Usage: bash benches/harness/native_accuracy.sh [REPEATS=30] [LEAK=1048576] [INTERVAL=128KiB, the default]
+# Usage: bash benches/harness/native_accuracy.sh [REPEATS=30] [LEAK=1048576] [INTERVAL=64KiB]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 N=${1:-30}
 LEAK=${2:-1048576}
-INTERVAL=${3:-128KiB}
+INTERVAL=${3:-64KiB}
 cargo build --release --quiet
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

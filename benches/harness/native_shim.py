@@ -21,7 +21,7 @@ the spread of the estimate.
 
   python3 benches/harness/native_shim.py                 # the figures in the issue note
   python3 benches/harness/native_shim.py --pairs 2000000 --repeat 3
-  python3 benches/harness/native_shim.py --parts overhead --intervals 128   # the shim's cost alone, at the default
+  python3 benches/harness/native_shim.py --parts overhead --intervals 64   # the shim's cost alone
   LEAKWATCH_SHIM=/tmp/old.so python3 benches/harness/native_shim.py --parts overhead  # another build
 """
 
@@ -149,7 +149,7 @@ def shim_memory(keeper, d):
     """The shim's own resident memory in a process that holds 64 MiB in
     1 KiB blocks (its tables, its answering thread's stack)."""
     rss = {}
-    for name, env in (("without", dict(os.environ)), ("with", shim_env(d, 128 << 10))):
+    for name, env in (("without", dict(os.environ)), ("with", shim_env(d, 64 << 10))):
         p = subprocess.Popen([keeper, str(65536), "1024"], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         p.stdout.readline()
         if name == "with":
@@ -157,7 +157,7 @@ def shim_memory(keeper, d):
         rss[name] = rss_kib(p.pid)
         p.stdin.close()
         p.wait()
-    print(f"\nshim's own memory, 64 MiB live in 1 KiB blocks at 128 KiB (the default): {rss['with'] - rss['without']} KiB "
+    print(f"\nshim's own memory, 64 MiB live in 1 KiB blocks at 64 KiB: {rss['with'] - rss['without']} KiB "
           f"(RSS {rss['without']} -> {rss['with']} KiB)")
 
 
@@ -200,7 +200,7 @@ def memcached(d, repeat):
     print("\n| memcached, 400k sets + 400k gets | its CPU s | ratio |")
     print("|---|---:|---:|")
     print(f"| alone | {base:.2f} | 1.00x |")
-    for interval in (128 << 10, 512 << 10):
+    for interval in (64 << 10, 512 << 10):
         t = min(memcached_cpu(d, interval) for _ in range(repeat))
         print(f"| shim, interval {interval >> 10} KiB | {t:.2f} | {t / base:.2f}x |")
 
@@ -246,7 +246,7 @@ def accuracy(keeper, d, repeats):
     print(f"\n| live {truth >> 20} MiB in blocks of | interval | mean error | sd of the estimate | expected sd 1/sqrt(n) |")
     print("|---|---|---:|---:|---:|")
     for size in (64, 1024, 16384):
-        for interval in (16 << 10, 64 << 10, 128 << 10, 512 << 10):
+        for interval in (16 << 10, 64 << 10, 512 << 10):
             est = [estimate(keeper, d, interval, truth // size, size) for _ in range(repeats)]
             mean = sum(est) / len(est)
             sd = (sum((e - mean) ** 2 for e in est) / max(len(est) - 1, 1)) ** 0.5
@@ -262,7 +262,7 @@ def main():
     ap.add_argument("--parts", default="overhead,others,memory,memcached,accuracy",
                     help="which measurements, comma-separated (default: all; `others`: "
                     "jemalloc's profiler and heaptrack in the overhead table)")
-    ap.add_argument("--intervals", default="16,64,128,512",
+    ap.add_argument("--intervals", default="16,64,512",
                     help="the shim's mean sampling intervals for the overhead table, KiB")
     args = ap.parse_args()
     parts = set(args.parts.split(","))

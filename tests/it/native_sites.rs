@@ -10,12 +10,6 @@ use std::process::Command;
 
 use crate::common::*;
 
-/// The mean sampling interval of the tests that check a rate: their
-/// tolerances count the samples it gives (a leak of 4 MiB per run is ≈ 64
-/// of them per run). The default (128 KiB: issue 21's cost bound) halves
-/// them; benches/harness/native_accuracy.sh measures its accuracy.
-const PINNED_INTERVAL: &str = "64KiB";
-
 /// The shim beside the leakwatch binary under test, built (or found up to
 /// date) once per test process: `cargo test` does not build a cdylib, and a
 /// shim left from an older build would test old code.
@@ -128,12 +122,6 @@ fn run_daemon_with(
         .arg("run")
         .args(args)
         .arg("--native-sites")
-        .args(
-            (!args.contains(&"--native-interval"))
-                .then_some(["--native-interval", PINNED_INTERVAL])
-                .into_iter()
-                .flatten(),
-        )
         .arg("--out")
         .arg(dir.join("out"))
         .arg("--")
@@ -420,16 +408,7 @@ fn a_leaking_cxx_method_in_a_shared_library_is_named_demangled_with_its_line() {
         .env("LEAKWATCH_SHIM", shim())
         .env("LEAKY_DAEMON_SOCKET", tmp.path().join("d.sock"))
         .env("LEAKY_DAEMON_HANDLER", &handler)
-        .args([
-            "run",
-            "-n",
-            "10",
-            "--settle",
-            "200ms",
-            "--native-sites",
-            "--native-interval",
-            PINNED_INTERVAL,
-        ])
+        .args(["run", "-n", "10", "--settle", "200ms", "--native-sites"])
         .arg("--out")
         .arg(&out)
         .arg("--")
@@ -600,16 +579,7 @@ fn a_stripped_memcached_fed_new_keys_grows_at_its_own_total_malloced_rate() {
     let out = tmp.path().join("out");
     let output = leakwatch()
         .env("LEAKWATCH_SHIM", shim())
-        .args([
-            "run",
-            "-n",
-            "10",
-            "--settle",
-            "300ms",
-            "--native-sites",
-            "--native-interval",
-            PINNED_INTERVAL,
-        ])
+        .args(["run", "-n", "10", "--settle", "300ms", "--native-sites"])
         .arg("--out")
         .arg(&out)
         .args(["--", "python3"])
@@ -661,16 +631,7 @@ fn the_rust_fixtures_mmap_leak_is_named_by_its_rust_function() {
     let out = tmp.path().join("out");
     let output = leakwatch()
         .env("LEAKWATCH_SHIM", shim())
-        .args([
-            "run",
-            "-n",
-            "8",
-            "--settle",
-            "200ms",
-            "--native-sites",
-            "--native-interval",
-            PINNED_INTERVAL,
-        ])
+        .args(["run", "-n", "8", "--settle", "200ms", "--native-sites"])
         .arg("--out")
         .arg(&out)
         .args(["--", fixture(), "client", "--leak", "4MiB", "--socket"])
@@ -881,16 +842,7 @@ fn a_forked_pool_whose_workers_leak_per_task_is_judged_per_task() {
         .env("LEAKWATCH_SHIM", shim())
         .env("LEAKY_DAEMON_SOCKET", tmp.path().join("d.sock"))
         .env("LEAKY_DAEMON_WORKERS", "3")
-        .args([
-            "run",
-            "-n",
-            "12",
-            "--settle",
-            "200ms",
-            "--native-sites",
-            "--native-interval",
-            PINNED_INTERVAL,
-        ])
+        .args(["run", "-n", "12", "--settle", "200ms", "--native-sites"])
         .arg("--out")
         .arg(&out)
         .arg("--")
@@ -938,8 +890,7 @@ fn a_python_daemons_c_library_leak_is_seen_beside_its_python_line() {
     let output = leakwatch()
         .env("LEAKWATCH_SHIM", shim())
         .args(["run", "-n", "10", "--settle", "200ms"])
-        .args(["--native-sites", "--native-interval", PINNED_INTERVAL])
-        .args(["--py-sites", "--out"])
+        .args(["--native-sites", "--py-sites", "--out"])
         .arg(&out)
         .args(["--", "python3"])
         .arg(&script)
@@ -1009,13 +960,7 @@ fn have_gdb() -> bool {
 fn attach_native(pid: u32, duration: &str, out: &Path) -> Command {
     let mut c = leakwatch();
     c.env("LEAKWATCH_SHIM", shim())
-        .args([
-            "attach",
-            "--native-sites",
-            "--native-interval",
-            PINNED_INTERVAL,
-        ])
-        .args(["--duration", duration, "--out"])
+        .args(["attach", "--native-sites", "--duration", duration, "--out"])
         .arg(out)
         .arg(pid.to_string());
     c
