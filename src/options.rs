@@ -626,6 +626,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_native_interval_defaults_to_the_documented_one() {
+        use crate::cli::{Cli, Command};
+        use crate::sample::sites::native::DEFAULT_INTERVAL_BYTES;
+        use clap::Parser;
+        let run = Cli::parse_from(["leakwatch", "run", "--native-sites", "--", "true"]);
+        let attach = Cli::parse_from(["leakwatch", "attach", "--native-sites", "1"]);
+        let texts = match (run.command, attach.command) {
+            (Command::Run(r), Command::Attach(a)) => [r.native_interval, a.native_interval],
+            _ => panic!("not run and attach"),
+        };
+        for text in texts {
+            assert_eq!(native_interval(&text).unwrap(), DEFAULT_INTERVAL_BYTES);
+        }
+    }
+
+    #[test]
     fn serve_addresses_are_loopback_unless_public() {
         assert_eq!(
             serve_addr(":9464", false).unwrap().to_string(),

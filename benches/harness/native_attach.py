@@ -119,7 +119,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--pairs", type=int, default=10_000_000)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--intervals", default="128KiB,512KiB")
+    ap.add_argument("--intervals", default="64KiB,512KiB")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         exe = build(tmp)

@@ -262,7 +262,7 @@ def main():
     ap.add_argument("--parts", default="overhead,others,memory,memcached,accuracy",
                     help="which measurements, comma-separated (default: all; `others`: "
                     "jemalloc's profiler and heaptrack in the overhead table)")
-    ap.add_argument("--intervals", default="16,64,512",
+    ap.add_argument("--intervals", default="16,64,128,512",
                     help="the shim's mean sampling intervals for the overhead table, KiB")
     args = ap.parse_args()
     parts = set(args.parts.split(","))

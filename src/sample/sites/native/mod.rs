@@ -43,16 +43,21 @@ pub const ENV_SHIM: &str = "LEAKWATCH_SHIM";
 pub const ENV_DIR: &str = "LEAKWATCH_NATIVE_DIR";
 /// The mean sampling interval in bytes.
 pub const ENV_INTERVAL: &str = "LEAKWATCH_NATIVE_INTERVAL";
-/// The default `--native-interval`. The estimate of a stack's growth in a
-/// run is a Poisson count: its relative error is 1/√(growth / interval).
-/// At 64 KiB a stack growing 1 MiB per run is sampled 16 times per run,
-/// 160 times over 10 runs (≈ 8% standard error on the total); at 512 KiB
-/// (tcmalloc's and jemalloc's range) it would be 20 times (≈ 22%), too
-/// coarse for the 1 MiB/run within 25%. The cost: one unwind per
-/// 64 KiB allocated (a cached rule per return address: ≈ 0.3 µs a sample
-/// with its table insert, where libgcc's unwinder alone took ≈ 1.5 µs) and
-/// the hooks' own few instructions on every call;
-/// `benches/harness/native_shim.py` measures it.
+/// The default `--native-interval`, from the trade-off measured with
+/// `benches/harness/native_accuracy.sh`, `native_false_leaks.sh` (accuracy)
+/// and `native_shim.py` (cost). A stack's growth in a run is estimated from
+/// a Poisson count (relative error 1/√(growth / interval)) that accumulates
+/// run after run (a native site is judged as a random walk,
+/// `Thresholds::cumulative_errors`). A stack growing 1 MiB per run over 10
+/// runs: within 25% in 100 of 100 repeats at 64 KiB (sd 8.6%), in 93–96 at
+/// 128 KiB (sd 14–15%); one growing 256 KiB per run called a leak in 276 of
+/// 300 sessions at 64 KiB, 162 at 128 KiB. The cost hardly differs: on 10
+/// million malloc/free pairs of 16–1024 B, 1.17× the program's own time at
+/// 64 KiB and 1.16× at 128 KiB (median of 31 interleaved rounds), most of
+/// it the hooks, a preloaded library's own calls (1.04×) and the answering
+/// thread, which puts glibc's malloc in its multi-threaded mode (an idle
+/// thread alone: 1.05×). At 512 KiB (tcmalloc's and jemalloc's range) a
+/// 1 MiB/run stack gets 20 samples in 10 runs: too coarse.
 pub const DEFAULT_INTERVAL_BYTES: u64 = 64 * 1024;
 /// Longest socket path: `sun_path` holds 108 bytes with the final NUL.
 const MAX_SOCKET_PATH: usize = 107;
