@@ -5,12 +5,15 @@ what people run instead, all measured in the same run.
 Builds benches/harness/alloc_churn.c (malloc/free pairs of 16-1024 B through a
 ring of 4096 live blocks) with cc -O2 and the shim with cargo (release),
 then times the program: alone; with a preloaded malloc and free that only
-forward to glibc's (the floor of any such shim); with the shim at several
-mean sampling intervals (a huge one: the hooks alone); under heaptrack;
-and under jemalloc without and with its sampled profiler (Debian's
-libjemalloc2, lg_prof_sample 19 = 512 KiB, its default).
-Each figure is the best of --repeat runs' user + system CPU (wait4), and
-the ratio to the program alone. The shim's own memory: a process' RSS with
+forward to glibc's (the floor of any such shim); with one idle preloaded
+thread (the shim's answering thread costs that: glibc's malloc locks its
+arenas once a process has two threads); with the shim at several mean
+sampling intervals (a huge one: the hooks alone, no thread); under
+heaptrack; and under jemalloc without and with its sampled profiler
+(Debian's libjemalloc2, lg_prof_sample 19 = 512 KiB, its default).
+The program alone, forwarding, the thread and the shim run interleaved,
+--repeat rounds of each: the best user + system CPU (wait4), its ratio to
+the best alone, and the median over rounds of each round's ratio. The shim's own memory: a process' RSS with
 the shim minus without. A real server: memcached's own CPU time for a
 fixed pipelined load, with and without the shim.
 
@@ -39,6 +42,7 @@ BIN = os.path.join(ROOT, "target", "bench-bin")
 SHIM = os.environ.get("LEAKWATCH_SHIM") or os.path.join(ROOT, "target", "release", "libleakwatch_shim.so")
 JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
 FORWARD_SO = os.path.join(BIN, "forward.so")
+THREAD_SO = os.path.join(BIN, "idle_thread.so")
 
 KEEPER = r"""
 #include <stdio.h>
@@ -68,6 +72,19 @@ void free(void *p) { __libc_free(p); }
 """
 
 
+IDLE_THREAD = r"""
+#include <pthread.h>
+#include <unistd.h>
+/* One idle thread, as the shim's answering thread is between questions:
+ * glibc's malloc takes its arena locks once a process has two threads. */
+static void *idle(void *arg) { for (;;) pause(); return arg; }
+__attribute__((constructor)) static void start(void) {
+    pthread_t t;
+    if (pthread_create(&t, 0, idle, 0) == 0) pthread_detach(t);
+}
+"""
+
+
 def build():
     os.makedirs(BIN, exist_ok=True)
     subprocess.run(["cargo", "build", "--release", "--quiet", "-p", "leakwatch-shim"], cwd=ROOT, check=True)
@@ -82,6 +99,10 @@ def build():
     with open(forward_c, "w") as f:
         f.write(FORWARD)
     subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", FORWARD_SO, forward_c], check=True)
+    thread_c = os.path.join(BIN, "idle_thread.c")
+    with open(thread_c, "w") as f:
+        f.write(IDLE_THREAD)
+    subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", THREAD_SO, thread_c, "-lpthread"], check=True)
     return churn, keeper
 
 
@@ -114,28 +135,45 @@ def shim_env(d, interval):
 
 
 def overhead(churn, pairs, repeat, d, intervals, others):
+    """Interleaved: each of --repeat rounds runs every configuration once, so
+    that a slow spell of a shared machine falls on all of them; the best CPU
+    of each, and the median over rounds of its ratio to the same round's run
+    alone (steadier than the ratio of bests on a noisy machine)."""
     base_env = dict(os.environ)
     argv = [churn, str(pairs)]
-    base, base_rss = best(argv, base_env, repeat)
-    print(f"| {pairs:,} malloc/free pairs of 16-1024 B | CPU s | ratio | peak RSS (KiB) |")
-    print("|---|---:|---:|---:|")
-    print(f"| alone (glibc) | {base:.3f} | 1.00x | {base_rss} |")
-    t, rss = best(argv, dict(base_env, LD_PRELOAD=FORWARD_SO), repeat)
-    print(f"| forwarding only (preloaded malloc/free calling glibc's) | {t:.3f} | {t / base:.2f}x | {rss} |")
-    for interval in intervals:
-        t, rss = best(argv, shim_env(d, interval), repeat)
-        print(f"| shim, interval {interval >> 10} KiB | {t:.3f} | {t / base:.2f}x | {rss} (+{rss - base_rss}) |")
+    configs = [("alone (glibc)", base_env),
+               ("forwarding only (preloaded malloc/free calling glibc's)",
+                dict(base_env, LD_PRELOAD=FORWARD_SO)),
+               ("an idle thread (preloaded; glibc's malloc in its multi-threaded mode)",
+                dict(base_env, LD_PRELOAD=THREAD_SO))]
+    configs += [(f"shim, interval {interval >> 10} KiB", shim_env(d, interval)) for interval in intervals]
+    runs = {name: [] for name, _ in configs}
+    for _ in range(repeat):
+        for name, env in configs:
+            runs[name].append(cpu_of(argv, env))
+    base = min(r[0] for r in runs["alone (glibc)"])
+    base_rss = max(r[1] for r in runs["alone (glibc)"])
+    print(f"| {pairs:,} malloc/free pairs of 16-1024 B, {repeat} rounds | best CPU s | ratio of bests "
+          "| median ratio | peak RSS (KiB) |")
+    print("|---|---:|---:|---:|---:|")
+    for name, _ in configs:
+        t = min(r[0] for r in runs[name])
+        rss = max(r[1] for r in runs[name])
+        ratios = sorted(a[0] / b[0] for a, b in zip(runs[name], runs["alone (glibc)"]))
+        median = ratios[len(ratios) // 2]
+        extra = f" (+{rss - base_rss})" if name.startswith("shim") else ""
+        print(f"| {name} | {t:.3f} | {t / base:.2f}x | {median:.3f}x | {rss}{extra} |")
     if others and os.path.exists(JEMALLOC):
         env = dict(base_env, LD_PRELOAD=JEMALLOC)
         t, rss = best(argv, env, repeat)
-        print(f"| jemalloc, no profiling | {t:.3f} | {t / base:.2f}x | {rss} |")
+        print(f"| jemalloc, no profiling | {t:.3f} | {t / base:.2f}x | - | {rss} |")
         env = dict(env, MALLOC_CONF="prof:true,prof_active:true,lg_prof_sample:19")
         tp, rss = best(argv, env, repeat)
-        print(f"| jemalloc prof, 512 KiB | {tp:.3f} | {tp / base:.2f}x ({tp / t:.2f}x of jemalloc) | {rss} |")
+        print(f"| jemalloc prof, 512 KiB | {tp:.3f} | {tp / base:.2f}x ({tp / t:.2f}x of jemalloc) | - | {rss} |")
     if others and shutil.which("heaptrack"):
         out = os.path.join(d, "ht")
         t, _ = best(["/usr/bin/heaptrack", "-o", out, churn, str(pairs)], base_env, 1)
-        print(f"| heaptrack (1 run) | {t:.3f} | {t / base:.2f}x | - |")
+        print(f"| heaptrack (1 run) | {t:.3f} | {t / base:.2f}x | - | - |")
 
 
 def rss_kib(pid):
