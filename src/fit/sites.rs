@@ -78,9 +78,9 @@ fn thresholds(s: &SiteSeries, min_slope_abs: f64, counts: bool) -> verdict::Thre
         min_slope_abs,
         counts,
         // The shim's estimate of a stack's live bytes is a sum of sampled blocks' weights:
-        // each run's new blocks bring their own sampling error, which stays (a 1 MiB/run leak
-        // sampled at 64 KiB: its line's CI covered the truth in 14 of 30 repeats; its
-        // parabola bent upwards wherever the walk wandered, +30% at the "curve's end").
+        // each run's new blocks bring their own sampling error, which stays (a 1 MiB/run leak:
+        // at 64 KiB its line's CI covered the truth in 14 of 30 repeats; at 128 KiB its
+        // parabola bent upwards wherever the walk wandered, +32% at the "curve's end").
         // tracemalloc's sizes are exact.
         cumulative_errors: s.source == SiteSource::Native,
         ..verdict::Thresholds::default()

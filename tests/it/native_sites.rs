@@ -976,9 +976,22 @@ impl Daemon {
     }
 
     fn start_with(binary: &Path, bytes_per_second: u64, env: &[(&str, &OsStr)]) -> Daemon {
+        let mut c = Command::new(binary);
+        c.envs(env.iter().copied());
+        Daemon::spawn(c, bytes_per_second)
+    }
+
+    /// As nobody (setpriv, which execs it: the same pid).
+    fn start_as_nobody(binary: &Path, bytes_per_second: u64) -> Daemon {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(binary);
+        Daemon::spawn(c, bytes_per_second)
+    }
+
+    fn spawn(mut command: Command, bytes_per_second: u64) -> Daemon {
         use std::io::BufRead;
-        let mut child = Command::new(binary)
-            .envs(env.iter().copied())
+        let mut child = command
             .arg(bytes_per_second.to_string())
             .stdout(std::process::Stdio::piped())
             .spawn()
@@ -1112,6 +1125,69 @@ fn attach_native_sites_names_a_running_daemons_leaking_function_and_its_rate() {
         "{stderr}"
     );
     assert!(!tmp.path().join("again").exists());
+}
+
+/// As root, `attach --native-sites` on another user's daemon (nobody): the
+/// shim in it creates its socket with that user's rights, so leakwatch
+/// hands it the session's directory (still 0700) and connects with that
+/// user's filesystem rights; the leak is named. It was silently empty: the
+/// shim could not create its socket in root's directory.
+#[test]
+fn attach_native_sites_as_root_names_another_users_leak() {
+    use std::os::unix::fs::PermissionsExt;
+    if !nix::unistd::geteuid().is_root() {
+        assert!(!crate::common::ci(), "CI runs as root");
+        eprintln!("skipped: attaching to another user's process needs root");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    // nobody runs the daemon from here.
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let Some(binary) = compile(
+        "gcc",
+        "fixtures/native/attach_leaker.c",
+        &tmp.path().join("attach_leaker"),
+        &[],
+    ) else {
+        return;
+    };
+    if !have_gdb() {
+        return;
+    }
+    let per_second: u64 = 2 << 20;
+    let daemon = Daemon::start_as_nobody(&binary, per_second);
+    let out = tmp.path().join("out");
+    let output = attach_native(daemon.pid(), "12s", &out)
+        .args(["--interval", "500ms"])
+        .env("TMPDIR", "/tmp")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    crate::common::assert_exit_matches_verdict(output.status, &out);
+    let s = summary(&out);
+    let sites = s["native_sites"].as_array().expect("native_sites");
+    let first = sites
+        .first()
+        .unwrap_or_else(|| panic!("no native site\n{stderr}"));
+    assert!(
+        first["site"]
+            .as_str()
+            .unwrap()
+            .starts_with("leak_per_tick ("),
+        "{sites:#?}\n{stderr}"
+    );
+    assert_eq!(first["verdict"], "leak", "{first:#}");
+    assert_within(
+        "bytes per hour",
+        first["bytes_per_hour"].as_f64().unwrap(),
+        per_second as f64 * 3600.0,
+        0.3,
+    );
+    let (state, tracer, shimmed) = daemon.state();
+    assert!(
+        (state.starts_with('S') || state.starts_with('R')) && tracer == "0" && shimmed,
+        "{state} traced by {tracer}"
+    );
 }
 
 /// A library the daemon dlopens after the attach (full RELRO, bound at

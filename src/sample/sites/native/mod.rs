@@ -99,6 +99,17 @@ pub enum NativeSitesError {
          most {MAX_SOCKET_PATH} bytes); set TMPDIR to a shorter directory such as /tmp"
     )]
     PathTooLong { dir: PathBuf, len: usize },
+    #[error(
+        "process {pid} runs as uid {uid}, and the shim in it answers in {dir}, which leakwatch \
+         cannot give to that user: {source}; set TMPDIR to a local directory such as /tmp, or \
+         run leakwatch as uid {uid}"
+    )]
+    HandDir {
+        pid: u32,
+        uid: u32,
+        dir: PathBuf,
+        source: io::Error,
+    },
 }
 
 /// The private directory D of one session, and the shim that answers in it.
@@ -107,6 +118,63 @@ pub struct NativeSites {
     dir: PathBuf,
     shim: PathBuf,
     interval_bytes: u64,
+    /// The user D was handed to ([`NativeSites::hand_to`]), whose
+    /// filesystem rights leakwatch connects with.
+    answerer: Option<Ids>,
+}
+
+/// A process' filesystem uid and gid (the rights it creates files and
+/// connects to sockets with).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Ids {
+    uid: u32,
+    gid: u32,
+}
+
+impl Ids {
+    /// `pid`'s, from the fourth field of its status' Uid: and Gid: lines.
+    fn of(pid: u32) -> Option<Ids> {
+        let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let fs_id = |key: &str| -> Option<u32> {
+            let line = status.lines().find_map(|l| l.strip_prefix(key))?;
+            line.split_ascii_whitespace().nth(3)?.parse().ok()
+        };
+        Some(Ids {
+            uid: fs_id("Uid:")?,
+            gid: fs_id("Gid:")?,
+        })
+    }
+}
+
+/// This thread's filesystem rights switched to `ids` until dropped
+/// (setfsuid(2): per thread, and it leaves root's file capabilities only
+/// while the uid is 0).
+struct FsRights {
+    before: Ids,
+}
+
+impl FsRights {
+    fn assume(ids: Ids) -> FsRights {
+        // SAFETY: plain system calls on this thread's credentials; each
+        // returns the previous id.
+        let before = unsafe {
+            Ids {
+                gid: libc::setfsgid(ids.gid) as u32,
+                uid: libc::setfsuid(ids.uid) as u32,
+            }
+        };
+        FsRights { before }
+    }
+}
+
+impl Drop for FsRights {
+    fn drop(&mut self) {
+        // SAFETY: as above, back to what they were.
+        unsafe {
+            libc::setfsuid(self.before.uid);
+            libc::setfsgid(self.before.gid);
+        }
+    }
 }
 
 impl NativeSites {
@@ -126,6 +194,7 @@ impl NativeSites {
             dir,
             shim,
             interval_bytes,
+            answerer: None,
         };
         let len = sites.dir.as_os_str().len() + SOCKET_NAME_MAX;
         if len > MAX_SOCKET_PATH {
@@ -139,6 +208,41 @@ impl NativeSites {
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// Gives D to the user `pid` runs as, when leakwatch runs as root and
+    /// that user is another (root attached to another user's process): the
+    /// shim there creates its socket in D with that user's rights. D stays
+    /// 0700, and leakwatch then connects with that user's filesystem rights,
+    /// so that a socket path the user replaced (a symlink) leads nowhere
+    /// they could not connect to themselves. Not root: the injection refuses
+    /// another user's process first (ptrace), with its reason.
+    pub fn hand_to(&mut self, pid: u32) -> Result<(), NativeSitesError> {
+        let Some(ids) = Ids::of(pid) else {
+            // Gone: the injection says so next.
+            return Ok(());
+        };
+        // SAFETY: no preconditions.
+        let euid = unsafe { libc::geteuid() };
+        if euid != 0 || ids.uid == euid {
+            return Ok(());
+        }
+        std::os::unix::fs::chown(&self.dir, Some(ids.uid), Some(ids.gid)).map_err(|source| {
+            NativeSitesError::HandDir {
+                pid,
+                uid: ids.uid,
+                dir: self.dir.clone(),
+                source,
+            }
+        })?;
+        self.answerer = Some(ids);
+        Ok(())
+    }
+
+    /// Connects to `path` in D, with the rights of the user D was handed to.
+    fn connect(&self, path: &Path) -> io::Result<std::os::unix::net::UnixStream> {
+        let _rights = self.answerer.map(FsRights::assume);
+        super::connect(path)
     }
 
     pub fn interval_bytes(&self) -> u64 {
@@ -180,7 +284,7 @@ impl NativeSites {
         // Never a blocking connect: a process whose answering thread is stuck
         // (or that is stopped) fills its accept queue, and the next connect
         // would wait forever.
-        let mut stream = super::connect(&path).map_err(|e| {
+        let mut stream = self.connect(&path).map_err(|e| {
             if !Path::new(&format!("/proc/{pid}")).exists() {
                 let _ = fs::remove_file(&path);
                 format!("process {pid} has exited")
@@ -299,7 +403,8 @@ pub const ATTACH_EVERY: Duration = Duration::from_secs(2);
 impl NativeAttached {
     /// Finds the shim, creates D and loads the shim into `pid`.
     pub fn inject(pid: u32, interval_bytes: u64) -> Result<NativeAttached, NativeSitesError> {
-        let sites = NativeSites::prepare(interval_bytes)?;
+        let mut sites = NativeSites::prepare(interval_bytes)?;
+        sites.hand_to(pid)?;
         let injected = inject::inject(pid, &sites.shim, &sites.dir, interval_bytes)?;
         Ok(NativeAttached {
             sites,
@@ -333,7 +438,7 @@ impl NativeAttached {
     pub fn stop(&self) {
         for pid in self.sites.endpoints() {
             let path = self.sites.dir.join(format!("{pid}.sock"));
-            if let Ok(mut stream) = super::connect(&path) {
+            if let Ok(mut stream) = self.sites.connect(&path) {
                 let _ = stream.set_write_timeout(Some(Duration::from_secs(2)));
                 let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
                 let _ = stream.write_all(b"stop\n");
