@@ -250,16 +250,7 @@ pub fn insert(addr: usize, weight: u64, frames: &[usize]) {
 
 /// Forgets `addr` if it is a sampled block, before glibc frees it.
 pub fn remove(addr: usize) {
-    if !lock() {
-        // During a fork: the block stays counted (rare: a free that races a
-        // fork in another thread and hits a sampled block).
-        MISSED_FREES.fetch_add(1, Ordering::Relaxed);
-        return;
-    }
-    // SAFETY: the lock is held.
-    let t = unsafe { &mut *LOCKED.0.get() };
-    remove_block(t, addr);
-    unlock();
+    let _ = take(addr);
 }
 
 /// A sampled block taken out of the table while its mapping is moved
@@ -272,6 +263,8 @@ pub struct Taken {
 /// Takes `addr`'s block out, if it is a sampled one.
 pub fn take(addr: usize) -> Option<Taken> {
     if !lock() {
+        // During a fork: the block stays counted (rare: a free that races a
+        // fork in another thread and hits a sampled block).
         MISSED_FREES.fetch_add(1, Ordering::Relaxed);
         return None;
     }

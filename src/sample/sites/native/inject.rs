@@ -261,7 +261,8 @@ fn preflight(pid: u32, comm: &str) -> Result<(), InjectError> {
     Ok(())
 }
 
-fn field<'a>(status: &'a str, name: &str) -> Option<&'a str> {
+/// The value of a `/proc/PID/status` line (`Uid:`, `State:` …), trimmed.
+pub(super) fn field<'a>(status: &'a str, name: &str) -> Option<&'a str> {
     status
         .lines()
         .find_map(|l| l.strip_prefix(name))

@@ -136,8 +136,11 @@ impl Ids {
     fn of(pid: u32) -> Option<Ids> {
         let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
         let fs_id = |key: &str| -> Option<u32> {
-            let line = status.lines().find_map(|l| l.strip_prefix(key))?;
-            line.split_ascii_whitespace().nth(3)?.parse().ok()
+            inject::field(&status, key)?
+                .split_ascii_whitespace()
+                .nth(3)?
+                .parse()
+                .ok()
         };
         Some(Ids {
             uid: fs_id("Uid:")?,
