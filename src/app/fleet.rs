@@ -150,6 +150,14 @@ pub fn analyze(opts: &AnalyzeOptions) -> Result<Exit> {
         lives_per_series.insert(s.label_text(), lives.len());
         all_lives.extend(lives);
     }
+    let mut holds: Vec<f64> = Vec::new();
+    for life in &mut all_lives {
+        if let Some((firsts, every)) = prometheus::refreshes(&life.points) {
+            life.points = firsts;
+            holds.push(every);
+        }
+    }
+    let all_count = all_lives.len();
     let lives = fit::lives::worst_first(all_lives, |l| &l.points, start, opts.metric, &opts.fit);
     let counts: Vec<usize> = lives
         .iter()
@@ -190,6 +198,18 @@ pub fn analyze(opts: &AnalyzeOptions) -> Result<Exit> {
         }
     );
     let mut notes = vec![note];
+    if !holds.is_empty() {
+        holds.sort_by(f64::total_cmp);
+        notes.push(format!(
+            "{} of {} series hold each value between their exporter's refreshes (about every \
+             {}): each refresh is read once, as its repeats are not observations",
+            holds.len(),
+            all_count,
+            crate::units::format_duration(
+                Duration::try_from_secs_f64(holds[holds.len() / 2]).unwrap_or_default()
+            )
+        ));
+    }
     notes.extend(fit::lives::pooled_notes(
         lives
             .iter()

@@ -427,9 +427,87 @@ pub fn lives(series: &PromSeries, step: Duration) -> Vec<Life> {
     out
 }
 
+/// A gauge held between its exporter's refreshes: read each refresh once.
+///
+/// An exporter that refreshes slower than Prometheus scrapes it (cAdvisor's housekeeping
+/// every 10–15 s under a 1 s scrape; any cached collector) answers every scrape in between
+/// with the same value. Those repeats are not observations: a line through them counts each
+/// refresh's noise 15 times, and a steady gauge held 15 s read "leak" in 2.2–2.7% of
+/// 2,000 synthetic minutes (`tests/fit_accuracy.rs`). Held means: at least four runs of
+/// equal values, and the runs inside the window (the first and last are cut by it) mostly
+/// (4 in 5) of one length of two samples or more, within a quarter of it or one sample. A
+/// value that only rarely or irregularly changes is what the process did, and is kept.
+///
+/// Returns the first point of each run and the median time between refreshes, seconds.
+pub fn refreshes(points: &[(f64, f64)]) -> Option<(Vec<(f64, f64)>, f64)> {
+    let mut runs: Vec<(usize, usize)> = Vec::new();
+    for (i, p) in points.iter().enumerate() {
+        match runs.last_mut() {
+            Some((start, len)) if points[*start].1 == p.1 => *len += 1,
+            _ => runs.push((i, 1)),
+        }
+    }
+    if runs.len() < 4 {
+        return None;
+    }
+    let mut inside: Vec<usize> = runs[1..runs.len() - 1].iter().map(|r| r.1).collect();
+    inside.sort_unstable();
+    let median = inside[inside.len() / 2];
+    let near = |len: usize| len.abs_diff(median) <= (median / 4).max(1);
+    let regular = inside.iter().filter(|&&len| near(len)).count() * 5 >= inside.len() * 4;
+    if median < 2 || !regular {
+        return None;
+    }
+    let firsts: Vec<(f64, f64)> = runs.iter().map(|&(start, _)| points[start]).collect();
+    let mut gaps: Vec<f64> = firsts.windows(2).map(|w| w[1].0 - w[0].0).collect();
+    gaps.sort_by(f64::total_cmp);
+    let every = gaps[gaps.len() / 2];
+    Some((firsts, every))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Scrapes each second of a gauge refreshed every `every` s (its value: the refresh's
+    /// index), from `phase`.
+    fn held(n: usize, every: usize, phase: usize) -> Vec<(f64, f64)> {
+        (0..n)
+            .map(|i| (i as f64, ((i + phase) / every) as f64))
+            .collect()
+    }
+
+    #[test]
+    fn a_gauge_held_between_refreshes_is_read_once_per_refresh() {
+        let (firsts, every) = refreshes(&held(60, 15, 7)).unwrap();
+        assert_eq!(every, 15.0);
+        let x: Vec<f64> = firsts.iter().map(|p| p.0).collect();
+        assert_eq!(x, [0.0, 8.0, 23.0, 38.0, 53.0]);
+        // A scrape late or early by one sample is still a hold of about 15.
+        let mut p = held(90, 15, 0);
+        p[15].1 = 0.0;
+        p[44].1 = 3.0;
+        assert_eq!(refreshes(&p).unwrap().0.len(), 6);
+    }
+
+    #[test]
+    fn values_that_change_rarely_or_every_scrape_are_kept() {
+        // Every scrape new: nothing to collapse.
+        let every: Vec<(f64, f64)> = (0..60).map(|i| (i as f64, (i * 7 % 5) as f64)).collect();
+        assert!(refreshes(&every).is_none());
+        // Flat, or three values: what the process did.
+        assert!(refreshes(&held(60, 60, 0)).is_none());
+        assert!(refreshes(&held(60, 25, 0)).is_none());
+        // Irregular runs (2, 9, 3, 20, 4): an idle process that sometimes moves.
+        let lens = [5, 2, 9, 3, 20, 4, 6];
+        let mut p = Vec::new();
+        for (v, len) in lens.iter().enumerate() {
+            for _ in 0..*len {
+                p.push((p.len() as f64, v as f64));
+            }
+        }
+        assert!(refreshes(&p).is_none());
+    }
 
     fn q() -> RangeQuery {
         RangeQuery {

@@ -294,8 +294,8 @@ fn analyze_judges(port: u16, out: &Path, leak: &str, steady: &str, rate: f64) {
 /// scrape ≈100 times: the raw samples are read instead (one per scrape, their own timestamps),
 /// in two chunks joined, and say so. An expression that takes no range selector (`… + 0`) is
 /// read by steps: 2 min at 10 ms is 12,000 points a series, over the server's 11,000, pulled
-/// in two chunks and joined (a staircase of held values, so only the slope is compared, not
-/// the verdict of its shape). The slope is the same both ways.
+/// in two chunks and joined, each scrape held ≈100 steps, and read once per scrape
+/// (`prometheus::refreshes`). The slope is the same both ways.
 fn analyze_in_chunks(port: u16, out: &Path, leak: &str, rate: f64) {
     let selector = "leakwatch_series_memory_bytes{kind=\"anon\"}";
     for (query, raw) in [
@@ -329,8 +329,10 @@ fn analyze_in_chunks(port: u16, out: &Path, leak: &str, rate: f64) {
             );
             assert_eq!(found["verdict"], "leak", "{found}");
         } else {
-            assert!(n > 2000, "{found}");
+            // Each scrape held ≈100 steps: read once per scrape, as raw samples are.
+            assert!((20..=130).contains(&n), "{found}");
             assert!(notes.contains("every 10ms"), "{notes}");
+            assert!(notes.contains("hold each value"), "{notes}");
         }
         assert_within(
             "slope at 10 ms",
@@ -339,6 +341,57 @@ fn analyze_in_chunks(port: u16, out: &Path, leak: &str, rate: f64) {
             0.10,
         );
     }
+}
+
+/// `fixtures/real/metrics_server.py` refreshing its gauges every 3 s (a leak of 1 MiB/s and
+/// a steady one) while Prometheus scrapes it every second, and its port.
+fn cached_exporter() -> (Killed, u16) {
+    let port = free_port();
+    let mut child = Command::new("python3")
+        .arg(repo().join("fixtures/real/metrics_server.py"))
+        .args([
+            "--port",
+            &port.to_string(),
+            "--slope",
+            "1MiB",
+            "--hold",
+            "3",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    let stdout = child.stdout.take().unwrap();
+    BufReader::new(stdout).read_line(&mut line).unwrap();
+    assert!(line.contains("ready"), "metrics_server.py: {line}");
+    (Killed(child), port)
+}
+
+/// An exporter that holds each value 3 s under 1 s scrapes: Prometheus stores each value
+/// three times, and `analyze` reads each refresh of the leak once and says so; its slope is the
+/// truth's within 10%, the steady gauge stable.
+fn analyze_reads_each_refresh_once(port: u16, out: &Path) {
+    let o = analyze(port, "lw_fixture_bytes", "1s", out);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    eprintln!("analyze lw_fixture_bytes:\n{stderr}");
+    // 1 MiB/s fails the 1 GiB/h gate.
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    let s = summary(out);
+    let notes = s["notes"].to_string();
+    assert!(
+        // The steady gauge never changes: one value is not a hold.
+        notes.contains("1 of 2 series hold each value") && notes.contains("about every 3.0s"),
+        "{notes}"
+    );
+    let labels = s["series_labels"].as_object().unwrap();
+    assert!(labels["series:0"].as_str().unwrap().contains("leak"));
+    let found = series(&s, "series:0", "rss_bytes");
+    assert_eq!(found["verdict"], "leak", "{found}");
+    // One point per refresh: ≈ 40 s of scrapes in the 2 min range, every 3 s.
+    let n = found["n"].as_u64().unwrap();
+    assert!((8..=45).contains(&n), "{found}");
+    assert_within("held slope", found["slope"].as_f64().unwrap(), MIB, 0.10);
+    assert_eq!(series(&s, "series:1", "rss_bytes")["verdict"], "stable");
 }
 
 #[test]
@@ -355,7 +408,8 @@ fn prometheus_scrapes_serve_alerts_on_the_leak_only_and_analyze_finds_it() {
     let leaky = crate::targets_e2e::start_private(&["grow", "--rate", "2MiB"]);
     let steady = crate::targets_e2e::start_private(&["steady", "--size", "16MiB"]);
     let (p_leak, p_steady, p_prom) = (free_port(), free_port(), free_port());
-    let prom = start_prometheus(&prometheus, tmp.path(), p_prom, &[p_leak, p_steady]);
+    let (held, p_held) = cached_exporter();
+    let prom = start_prometheus(&prometheus, tmp.path(), p_prom, &[p_leak, p_steady, p_held]);
     let (out_leak, out_steady) = (tmp.path().join("leak"), tmp.path().join("steady"));
     let mut a_leak = attach_serving(leaky.pid(), p_leak, &out_leak, "30s");
     let mut a_steady = attach_serving(steady.pid(), p_steady, &out_steady, "30s");
@@ -373,6 +427,8 @@ fn prometheus_scrapes_serve_alerts_on_the_leak_only_and_analyze_finds_it() {
 
     analyze_judges(p_prom, &tmp.path().join("a1"), &leak, &calm, 2.0 * MIB);
     analyze_in_chunks(p_prom, &tmp.path().join("a2"), &leak, 2.0 * MIB);
+    analyze_reads_each_refresh_once(p_prom, &tmp.path().join("a5"));
+    drop(held);
     // Prometheus' own errors come back with the fix.
     let o = analyze(
         p_prom,
