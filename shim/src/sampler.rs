@@ -321,7 +321,7 @@ extern "C" fn after_fork_child() {
 }
 
 /// The allocation at `addr` of `size` bytes crossed this thread's countdown
-/// (`left` bytes past zero): draw the next one and record the sample.
+/// (`left` bytes past zero): record the sample and draw the next one.
 pub fn sample(addr: usize, size: usize, left: i64, from: Start) {
     // Its slot in the block table is likely out of cache: fetched while
     // the stack is unwound.
@@ -334,11 +334,8 @@ pub fn sample(addr: usize, size: usize, left: i64, from: Start) {
             seed(t, addr);
             let next = draw(t, mean) + left;
             t.countdown.set(next);
-            if next > 0 {
-                return true;
-            }
+            return next > 0;
         }
-        t.countdown.set(draw(t, mean));
         false
     });
     if first {
@@ -351,6 +348,9 @@ pub fn sample(addr: usize, size: usize, left: i64, from: Start) {
     let starting = !listen::started();
     let walk = unwind(&mut frames, starting, from);
     table::insert(addr, weight as u64, &frames[..walk.depth]);
+    // The next countdown last: nothing above waits for its logarithm (a chain of dependent
+    // multiplications), which the program's own code after the hook returns overlaps.
+    with_state(|t| t.countdown.set(draw(t, mean)));
     // pthread_create is not async-signal-safe: it allocates (the new
     // thread's TLS, under the arena lock) and takes the loader's locks. A
     // hook called from a signal handler that interrupted malloc, or from
