@@ -610,8 +610,9 @@ impl<'a> Ctx<'a> {
             c.set_rate(end.from, end.rate);
         }
         let dropped = format!(
-            "the last point gave back {} (it kept {})",
+            "the last point gave back {}: {} with it, at least {} kept",
             self.amount(gave_back),
+            self.per_x(whole.fit.slope),
             self.per_x(kept.max(0.0))
         );
         if c.verdict == Verdict::Leak && decide(&end, self.thr, false) != Verdict::Leak {
