@@ -15,9 +15,20 @@ pub struct Context {
     pub run: Option<u32>,
     pub t_seconds: f64,
     pub timestamp: String,
+    /// The instant `t_seconds` was read.
+    pub at: Instant,
 }
 
 impl Context {
+    /// This context, its time moved to now (rows read later in the batch: an answer that
+    /// came after the batch's page walks).
+    pub fn now(&self) -> Context {
+        Context {
+            t_seconds: self.t_seconds + self.at.elapsed().as_secs_f64(),
+            ..self.clone()
+        }
+    }
+
     /// A row of this batch for `scope`, with nothing measured yet.
     pub fn row(&self, scope: Scope) -> Row {
         Row {
@@ -63,6 +74,7 @@ impl Clock {
             run,
             t_seconds: self.elapsed(),
             timestamp: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            at: Instant::now(),
         }
     }
 }

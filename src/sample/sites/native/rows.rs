@@ -55,6 +55,10 @@ impl NativeSession {
             };
             match sites.ask(pid, run, timeout) {
                 Ok(snapshot) => {
+                    // A point of a site's series is when its table was read, not when the
+                    // batch began: over time (attach) the batch's page walks and the other
+                    // processes' answers came first, each taking longer under load.
+                    let ctx = &ctx.now();
                     answered.insert(pid);
                     if snapshot.dropped > 0 && self.noted.insert(pid) {
                         notes.push(format!(
