@@ -966,6 +966,25 @@ fn attach_native(pid: u32, duration: &str, out: &Path) -> Command {
     c
 }
 
+/// `fixtures/native/attach_leaker.c` built into `dir`, when gcc and gdb are there (else the
+/// test is skipped, or fails under CI).
+fn attach_leaker(dir: &Path) -> Option<PathBuf> {
+    let binary = compile(
+        "gcc",
+        "fixtures/native/attach_leaker.c",
+        &dir.join("attach_leaker"),
+        &[],
+    )?;
+    have_gdb().then_some(binary)
+}
+
+/// `attach --native-sites` of `pid` for 12 s at 500 ms into `out`, as the leak tests run it.
+fn attach_native_12s(pid: u32, out: &Path) -> Command {
+    let mut c = attach_native(pid, "12s", out);
+    c.args(["--interval", "500ms"]);
+    c
+}
+
 /// A daemon started by the test, not by leakwatch: `attach_leaker
 /// BYTES_PER_SECOND`, running once it printed "ready"; killed when dropped.
 struct Daemon(std::process::Child);
@@ -1046,24 +1065,13 @@ impl Drop for Daemon {
 #[test]
 fn attach_native_sites_names_a_running_daemons_leaking_function_and_its_rate() {
     let tmp = tempfile::tempdir().unwrap();
-    let Some(binary) = compile(
-        "gcc",
-        "fixtures/native/attach_leaker.c",
-        &tmp.path().join("attach_leaker"),
-        &[],
-    ) else {
+    let Some(binary) = attach_leaker(tmp.path()) else {
         return;
     };
-    if !have_gdb() {
-        return;
-    }
     let per_second: u64 = 2 << 20;
     let daemon = Daemon::start(&binary, per_second);
     let out = tmp.path().join("out");
-    let output = attach_native(daemon.pid(), "12s", &out)
-        .args(["--interval", "500ms"])
-        .output()
-        .unwrap();
+    let output = attach_native_12s(daemon.pid(), &out).output().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     crate::common::assert_exit_matches_verdict(output.status, &out);
     let s = summary(&out);
@@ -1143,22 +1151,13 @@ fn attach_native_sites_as_root_names_another_users_leak() {
     let tmp = tempfile::tempdir().unwrap();
     // nobody runs the daemon from here.
     std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let Some(binary) = compile(
-        "gcc",
-        "fixtures/native/attach_leaker.c",
-        &tmp.path().join("attach_leaker"),
-        &[],
-    ) else {
+    let Some(binary) = attach_leaker(tmp.path()) else {
         return;
     };
-    if !have_gdb() {
-        return;
-    }
     let per_second: u64 = 2 << 20;
     let daemon = Daemon::start_as_nobody(&binary, per_second);
     let out = tmp.path().join("out");
-    let output = attach_native(daemon.pid(), "12s", &out)
-        .args(["--interval", "500ms"])
+    let output = attach_native_12s(daemon.pid(), &out)
         .env("TMPDIR", "/tmp")
         .output()
         .unwrap();
