@@ -5,9 +5,7 @@
 //! * segments that are one line in all but name (every slope within a quarter of the overall
 //!   one, no jump over two x steps of it), or rises that keep the whole line's pace to the end
 //!   (a staircase: a GC heap or an allocator growing in chunks) → the straight-piece
-//!   estimator, steps included; rises without a step that slow one after the other into an
-//!   end wholly slower than the line may be a warm-up before a slower leak instead, and the
-//!   interval holds the end segment's too;
+//!   estimator, steps included;
 //! * jumps count as steps when significant at two-sided α (≈ σ·√(4/m₁ + 4/m₂)) and over
 //!   thr·Δx; segments rise or fall when beyond ±thr at one-sided α;
 //! * nothing rises, or it falls as much as it rises → the line, its interval reaching down to
