@@ -221,17 +221,11 @@ impl Ctx<'_> {
         if self.staircase(&ev, all_rise) {
             // Rises that keep coming — a GC heap or an allocator growing in chunks — at the
             // same long-run pace to the end: their line, steps included, is the end's rate.
-            // Rises without a step, the end's wholly slower than the line, may also be a
+            // Two rises without a step, the end's wholly slower than the line, may also be a
             // warm-up then a leak at the end's own pace: the interval holds the end's too.
             // The line over a few steps reads by where in their cycle the series ends: its
             // interval holds the staircase's phase too.
-            // More rises than two are a warm-up when each is slower than the one before (an
-            // exponential approach the search cut in pieces: 8 MiB of warm-up before a leak
-            // of 256 KiB/run over 50 runs at 64 KiB of noise was covered in 64%, now all);
-            // rises with flats between them keep coming.
-            let slowing = segs.windows(2).all(|w| w[1].slope <= w[0].slope);
-            let warmup =
-                ev.up_x.is_empty() && (ev.ramps < 2 || slowing) && end.ci95.1 < self.fit.slope;
+            let warmup = ev.up_x.is_empty() && ev.ramps < 2 && end.ci95.1 < self.fit.slope;
             let hull = [warmup.then_some(end.ci95), self.last_phase_spread(&ev)]
                 .into_iter()
                 .flatten()
