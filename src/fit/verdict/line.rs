@@ -301,7 +301,7 @@ impl Ctx<'_> {
     /// A random walk's curvature (`Thresholds::cumulative_errors`): its increments' own line
     /// rises at one-sided α. A walk's parabola bends wherever its errors wandered; its
     /// increments are independent, and rise only when the growth speeds up.
-    fn increments_rise(&self) -> bool {
+    pub(super) fn increments_rise(&self) -> bool {
         let (mid, d) = stats::increments(self.x, self.y);
         let Some(f) = (d.len() >= 4).then(|| stats::ols(&mid, &d)).flatten() else {
             return false;
@@ -515,6 +515,33 @@ mod tests {
             c.reason.contains("the last point gave back"),
             "{}",
             c.reason
+        );
+    }
+
+    /// A leak that speeds up exponentially (its rate rising 20-fold over 20 runs to 400 KB/run
+    /// at the last, 0.4% of 100 MB), with ±250 KB of fixed wiggles: the line averages the
+    /// end with the slow start (≈ 130 KB/run) and its interval stopped short of the end rate;
+    /// it reaches up to a parabola's end now. Only the upper end moves.
+    #[test]
+    fn a_leak_that_speeds_up_has_its_end_rate_inside_the_interval() {
+        let (n, end) = (20, 0.4 * MB);
+        let tau = (n - 1) as f64 / 3.0;
+        let x: Vec<f64> = (1..=n).map(|v| v as f64).collect();
+        let y: Vec<f64> = x
+            .iter()
+            .enumerate()
+            .map(|(i, &r)| {
+                let rise = end * tau / 3.0_f64.exp() * (((r - 1.0) / tau).exp() - 1.0);
+                let wiggle = ((i * 7919 % 13) as f64 - 6.0) / 6.0 * 0.25 * MB;
+                100.0 * MB + rise + wiggle
+            })
+            .collect();
+        let c = classify(&x, &y, None, &Thresholds::default());
+        let e = c.end_rate.unwrap();
+        assert!(e.ci95.0 <= end && end <= e.ci95.1, "{c:#?}");
+        assert!(
+            e.ci95.0 < 0.2 * MB,
+            "the lower end stays the line's: {c:#?}"
         );
     }
 }
