@@ -5,7 +5,9 @@
 //! * segments that are one line in all but name (every slope within a quarter of the overall
 //!   one, no jump over two x steps of it), or rises that keep the whole line's pace to the end
 //!   (a staircase: a GC heap or an allocator growing in chunks) → the straight-piece
-//!   estimator, steps included;
+//!   estimator, steps included; rises without a step that slow one after the other into an
+//!   end wholly slower than the line may be a warm-up before a slower leak instead, and the
+//!   interval holds the end segment's too;
 //! * jumps count as steps when significant at two-sided α (≈ σ·√(4/m₁ + 4/m₂)) and over
 //!   thr·Δx; segments rise or fall when beyond ±thr at one-sided α;
 //! * nothing rises, or it falls as much as it rises → the line, its interval reaching down to
@@ -223,14 +225,21 @@ impl Ctx<'_> {
             // same long-run pace to the end: their line, steps included, is the end's rate.
             // Two rises without a step, the end's wholly slower than the line, may also be a
             // warm-up then a leak at the end's own pace: the interval holds the end's too.
+            // So may more rises, each slower than the one before (an exponential approach
+            // the search cut in pieces: 8 MiB of warm-up before 256 KiB/run over 50 runs);
+            // those are still rises that keep coming, so no later stop is looked for (one
+            // let a V8 heap's flat wait at the end read as a stop).
             // The line over a few steps reads by where in their cycle the series ends: its
             // interval holds the staircase's phase too.
-            let warmup = ev.up_x.is_empty() && ev.ramps < 2 && end.ci95.1 < self.fit.slope;
+            let no_step = ev.up_x.is_empty() && end.ci95.1 < self.fit.slope;
+            let slowing = segs.windows(2).all(|w| w[1].slope <= w[0].slope);
+            let two_rises = no_step && ev.ramps < 2;
+            let warmup = two_rises || no_step && slowing;
             let hull = [warmup.then_some(end.ci95), self.last_phase_spread(&ev)]
                 .into_iter()
                 .flatten()
                 .reduce(|a, b| (a.0.min(b.0), a.1.max(b.1)));
-            return self.judge_line_within(c, hull, !warmup, !ev.up_x.is_empty());
+            return self.judge_line_within(c, hull, !two_rises, !ev.up_x.is_empty());
         }
         if ev.down_total > 0.5 * ev.up_total {
             let rising = self.mk.s > 0.0 && self.mk.p_two_sided < self.t.alpha && self.ci.0 > 0.0;
