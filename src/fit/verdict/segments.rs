@@ -529,6 +529,11 @@ impl Ctx<'_> {
     ///   stopped: the 95% CI of the end's line widened for its residuals' autocorrelation,
     ///   `stats::ols_ar1_ci95`) to the whole line's upper one (they keep coming).
     ///
+    /// Either way it reaches up to the pace the steps kept up to the last one (from the first
+    /// point to the first after it): steps whose gaps grow with them (a heap doubling its
+    /// chunks) have a long-run rate above any line's through them (×2 over 50 runs: covered
+    /// in 87.5–92.5% without it).
+    ///
     /// A leak when the lower end clears the threshold; an end flat after a fill that had
     /// already slowed leaves it open (a G1 heap sizing itself rose in two steps, then
     /// 1.8 MiB/h).
@@ -552,7 +557,15 @@ impl Ctx<'_> {
                 .filter(|_| n - last.start >= 5)
                 .map_or(f64::NEG_INFINITY, |o| o.0),
         };
-        let high = phase.map_or(f64::NEG_INFINITY, |p| p.1);
+        // The pace the steps kept up to the last one (from the first point to the first
+        // after it) bounds what the next would bring: a staircase whose gaps grow with its
+        // steps (a heap doubling its chunks) reads its long-run rate above any line's.
+        let pace = (last_step < n && last_step > 0)
+            .then(|| (self.y[last_step] - self.y[0]) / (self.x[last_step] - self.x[0]))
+            .filter(|p| p.is_finite());
+        let high = phase
+            .map_or(f64::NEG_INFINITY, |p| p.1)
+            .max(pace.unwrap_or(f64::NEG_INFINITY));
         let staircase = EndRate::new(
             RateFrom::Staircase,
             self.fit.slope,
