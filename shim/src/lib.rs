@@ -139,7 +139,7 @@ extern "C" fn slow_pvalloc(size: size_t) -> *mut c_void {
 fn counted_slow(size: usize, alloc: impl FnOnce() -> *mut c_void) -> *mut c_void {
     match sampler::count_slow(size) {
         None => alloc(),
-        Some(left) => sampled(alloc(), size, left),
+        Some(left) => sampled(alloc(), size, left, 0),
     }
 }
 
@@ -147,12 +147,12 @@ fn counted_slow(size: usize, alloc: impl FnOnce() -> *mut c_void) -> *mut c_void
 /// not sampled (the next allocation crosses again).
 #[cold]
 #[inline(never)]
-fn sampled(p: *mut c_void, size: usize, countdown: i64) -> *mut c_void {
+fn sampled(p: *mut c_void, size: usize, countdown: i64, mapped: usize) -> *mut c_void {
     if !p.is_null() {
         // The stack is unwound from here (the hook's caller is one frame
         // up), while this function runs.
         let from = sampler::Start::here();
-        guarded(|| sampler::sample(p as usize, size, countdown, from));
+        guarded(|| sampler::sample(p as usize, size, countdown, from, mapped));
     }
     p
 }
@@ -419,12 +419,12 @@ pub unsafe extern "C" fn mmap(
     let p = p as *mut c_void;
     if flags & libc::MAP_ANONYMOUS != 0 {
         if flags & libc::MAP_FIXED != 0 {
-            // Mapped over whatever was there, a sampled mapping included.
-            on_free(p);
+            // Mapped over whatever was there, sampled mappings included.
+            unmapped(p, len);
         }
         if !sampler::count_fast(len) {
             if let Some(left) = sampler::count_slow(len) {
-                sampled(p, len, left);
+                sampled(p, len, left, len);
             }
         }
     }
@@ -446,13 +446,24 @@ pub unsafe extern "C" fn mmap64(
     unsafe { mmap(addr, len, prot, flags, fd, off) }
 }
 
+/// Forgets the sampled mappings in `len` bytes at `p`, keeping what is
+/// left of one unmapped in part (`table::unmap`).
+/// Nothing but two loads when no sampled mapping is recorded and `p` passes
+/// no filter bit (as a free of an unsampled block).
+#[inline]
+fn unmapped(p: *mut c_void, len: usize) {
+    if table::any_mapping() || table::maybe_sampled(p as usize) {
+        guarded(|| table::unmap(p as usize, len));
+    }
+}
+
 /// # Safety
-/// As C's `munmap`. A sampled mapping is forgotten when it is unmapped from
-/// its start (a partial unmap from the start forgets all of it; one that
-/// starts inside it is not seen).
+/// As C's `munmap`. A sampled mapping unmapped in part (its start, its end,
+/// a hole inside: allocators that map ahead and give back what they did not
+/// use) stays counted for the bytes left.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> i32 {
-    on_free(addr);
+    unmapped(addr, len);
     // SAFETY: the raw system call, as glibc's munmap makes it.
     let rc = unsafe { libc::syscall(libc::SYS_munmap, addr, len) };
     if rc == -1 { -1 } else { 0 }

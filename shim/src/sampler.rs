@@ -322,7 +322,7 @@ extern "C" fn after_fork_child() {
 
 /// The allocation at `addr` of `size` bytes crossed this thread's countdown
 /// (`left` bytes past zero): record the sample and draw the next one.
-pub fn sample(addr: usize, size: usize, left: i64, from: Start) {
+pub fn sample(addr: usize, size: usize, left: i64, from: Start, mapped: usize) {
     // Its slot in the block table is likely out of cache: fetched while
     // the stack is unwound.
     table::prefetch(addr);
@@ -347,7 +347,7 @@ pub fn sample(addr: usize, size: usize, left: i64, from: Start) {
     let mut frames = [0usize; MAX_FRAMES];
     let starting = !listen::started();
     let walk = unwind(&mut frames, starting, from);
-    table::insert(addr, weight as u64, &frames[..walk.depth]);
+    table::insert(addr, weight as u64, &frames[..walk.depth], mapped);
     // The next countdown last: nothing above waits for its logarithm (a chain of dependent
     // multiplications), which the program's own code after the hook returns overlaps.
     with_state(|t| t.countdown.set(draw(t, mean)));

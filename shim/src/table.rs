@@ -12,7 +12,7 @@
 //! without the lock.
 
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::sampler::{HOT, MAX_FRAMES, mix};
 
@@ -68,7 +68,19 @@ struct Locked {
     /// recorded stays set for good (a free there only takes the lock).
     shared: [(u32, u32); SHARED],
     shared_used: usize,
+    /// The sampled anonymous mappings (start, length in bytes), sorted by start, so that an
+    /// unmap of part of one (`unmap`) keeps the rest counted. Full: a mapping sampled then is
+    /// forgotten only when unmapped from its start, as a block is.
+    maps: [(usize, usize); MAPS],
+    maps_used: usize,
 }
+
+/// Sampled mappings recorded at once (16 KiB; at the default interval nearly every mapping
+/// of 1 MiB or more is sampled: CPython's arenas of a 4 GiB heap).
+const MAPS: usize = 4096;
+/// How many mappings are recorded: a munmap takes the lock only when some are (or its
+/// address passes the filter).
+static MAPPED: AtomicUsize = AtomicUsize::new(0);
 
 /// Granules shared by live sampled blocks recorded (a pair of blocks
 /// `2^24` bytes apart modulo the filter: with `n` live samples, about
@@ -86,6 +98,8 @@ static LOCKED: Shared<Locked> = Shared(UnsafeCell::new(Locked {
     used: 0,
     shared: [(0, 0); SHARED],
     shared_used: 0,
+    maps: [(0, 0); MAPS],
+    maps_used: 0,
 }));
 static FRAMES: Shared<[[usize; MAX_FRAMES]; STACKS]> =
     Shared(UnsafeCell::new([[0; MAX_FRAMES]; STACKS]));
@@ -232,8 +246,9 @@ pub fn maybe_sampled(addr: usize) -> bool {
 }
 
 /// Records a sampled block of `weight` estimated bytes allocated from
-/// `frames`.
-pub fn insert(addr: usize, weight: u64, frames: &[usize]) {
+/// `frames`; `mapped`: the length of the anonymous mapping it is (0 for a
+/// block of the heap).
+pub fn insert(addr: usize, weight: u64, frames: &[usize], mapped: usize) {
     SAMPLES.fetch_add(1, Ordering::Relaxed);
     if !lock() {
         DROPPED.fetch_add(1, Ordering::Relaxed);
@@ -242,6 +257,9 @@ pub fn insert(addr: usize, weight: u64, frames: &[usize]) {
     // SAFETY: the lock is held.
     let t = unsafe { &mut *LOCKED.0.get() };
     let kept = stack_slot(t, frames).is_some_and(|stack| insert_block(t, addr, weight, stack));
+    if kept && mapped > 0 {
+        record_map(t, addr, mapped);
+    }
     unlock();
     if !kept {
         DROPPED.fetch_add(1, Ordering::Relaxed);
@@ -258,6 +276,8 @@ pub fn remove(addr: usize) {
 pub struct Taken {
     weight: u64,
     stack: u32,
+    /// Recorded as a mapping (`insert`'s `mapped`).
+    mapped: bool,
 }
 
 /// Takes `addr`'s block out, if it is a sampled one.
@@ -271,10 +291,12 @@ pub fn take(addr: usize) -> Option<Taken> {
     // SAFETY: the lock is held.
     let t = unsafe { &mut *LOCKED.0.get() };
     let b = remove_block(t, addr);
+    let mapped = b.is_some() && forget_map(t, addr).is_some();
     unlock();
     b.map(|b| Taken {
         weight: b.weight,
         stack: b.stack,
+        mapped,
     })
 }
 
@@ -292,10 +314,118 @@ pub fn put_back(b: Taken, addr: usize, old_len: usize, new_len: usize) {
     // SAFETY: the lock is held.
     let t = unsafe { &mut *LOCKED.0.get() };
     let kept = insert_block(t, addr, weight, b.stack);
+    if kept && b.mapped {
+        record_map(t, addr, new_len);
+    }
     unlock();
     if !kept {
         DROPPED.fetch_add(1, Ordering::Relaxed);
     }
+}
+
+/// Before `len` bytes at `addr` are unmapped (munmap, or a fixed mapping over them): every
+/// sampled mapping they cover is forgotten, and of one they cover in part the rest stays
+/// counted, its weight in proportion to the bytes left (as `put_back` scales a resized
+/// one). A block at `addr` that is not a recorded mapping is forgotten as a free forgets it.
+pub fn unmap(addr: usize, len: usize) {
+    let len = pages(len);
+    if MAPPED.load(Ordering::Relaxed) == 0 {
+        if maybe_sampled(addr) {
+            remove(addr);
+        }
+        return;
+    }
+    if !lock() {
+        MISSED_FREES.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    // SAFETY: the lock is held.
+    let t = unsafe { &mut *LOCKED.0.get() };
+    let end = addr.saturating_add(len.max(1));
+    let mut hit = false;
+    // The recorded mappings are sorted and disjoint: those that overlap [addr, end) are
+    // the run before the first that starts at or after `end`.
+    let mut i = t.maps[..t.maps_used].partition_point(|m| m.0 < end);
+    while i > 0 && t.maps[i - 1].0 + t.maps[i - 1].1 > addr {
+        i -= 1;
+        let (start, mlen) = t.maps[i];
+        hit = true;
+        forget_map(t, start);
+        let Some(b) = remove_block(t, start) else {
+            continue;
+        };
+        let pieces = [(start, addr.min(start + mlen).saturating_sub(start)), {
+            let from = end.max(start);
+            (from, (start + mlen).saturating_sub(from))
+        }];
+        for (at, left) in pieces.into_iter().filter(|p| p.1 > 0) {
+            let scaled = u128::from(b.weight) * left as u128 / (mlen.max(1) as u128);
+            let weight = u64::try_from(scaled).unwrap_or(u64::MAX);
+            if insert_block(t, at, weight, b.stack) {
+                record_map(t, at, left);
+            } else {
+                DROPPED.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+    if !hit && maybe_sampled(addr) {
+        let _ = remove_block(t, addr);
+    }
+    unlock();
+}
+
+/// `len` rounded up to whole pages, as the kernel maps and unmaps them.
+fn pages(len: usize) -> usize {
+    static PAGE: AtomicUsize = AtomicUsize::new(0);
+    let mut page = PAGE.load(Ordering::Relaxed);
+    if page == 0 {
+        // SAFETY: no preconditions; it reads the auxiliary vector, allocates nothing.
+        let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        page = usize::try_from(size)
+            .ok()
+            .filter(|p| p.is_power_of_two())
+            .unwrap_or(4096);
+        PAGE.store(page, Ordering::Relaxed);
+    }
+    len.saturating_add(page - 1) & !(page - 1)
+}
+
+/// Whether any sampled mapping is recorded (read without the lock).
+#[inline]
+pub fn any_mapping() -> bool {
+    MAPPED.load(Ordering::Relaxed) > 0
+}
+
+/// Records a sampled mapping, in start order; a full record leaves it out.
+fn record_map(t: &mut Locked, addr: usize, len: usize) {
+    let len = pages(len);
+    let used = t.maps_used;
+    if used >= MAPS {
+        return;
+    }
+    let i = t.maps[..used].partition_point(|m| m.0 < addr);
+    if i < used && t.maps[i].0 == addr {
+        t.maps[i].1 = len;
+        return;
+    }
+    t.maps.copy_within(i..used, i + 1);
+    t.maps[i] = (addr, len);
+    t.maps_used += 1;
+    MAPPED.store(t.maps_used, Ordering::Relaxed);
+}
+
+/// Forgets the record of the mapping at `addr`, if any, and returns its length.
+fn forget_map(t: &mut Locked, addr: usize) -> Option<usize> {
+    let used = t.maps_used;
+    let i = t.maps[..used].partition_point(|m| m.0 < addr);
+    if i >= used || t.maps[i].0 != addr {
+        return None;
+    }
+    let len = t.maps[i].1;
+    t.maps.copy_within(i + 1..used, i);
+    t.maps_used -= 1;
+    MAPPED.store(t.maps_used, Ordering::Relaxed);
+    Some(len)
 }
 
 /// Doubles the live block table into the other one, if it may grow.

@@ -383,6 +383,67 @@ fn a_missing_shim_is_an_error_that_names_the_fix() {
     );
 }
 
+/// A handler that maps 4 × 1 MiB per request and unmaps three quarters of it (its start,
+/// its end, a hole inside) keeps 1 MiB per request: the site reads that, not 4 MiB (the
+/// mapping counted whole) nor 0 (forgotten with its start, as before stop 31).
+#[test]
+fn a_mapping_unmapped_in_part_is_counted_for_what_is_left() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (Some(daemon), Some(handler)) = (
+        compile(
+            "gcc",
+            "fixtures/native/leaky_daemon.c",
+            &tmp.path().join("leaky_daemon"),
+            &[],
+        ),
+        compile(
+            "gcc",
+            "fixtures/native/mapped_pool.c",
+            &tmp.path().join("libmapped_pool.so"),
+            &["-shared", "-fPIC"],
+        ),
+    ) else {
+        return;
+    };
+    let out = tmp.path().join("out");
+    let leak: u64 = 1 << 20;
+    let output = leakwatch()
+        .env("LEAKWATCH_SHIM", shim())
+        .env("LEAKY_DAEMON_SOCKET", tmp.path().join("d.sock"))
+        .env("LEAKY_DAEMON_HANDLER", &handler)
+        .args(["run", "-n", "10", "--settle", "200ms", "--native-sites"])
+        .arg("--out")
+        .arg(&out)
+        .arg("--")
+        .arg(&daemon)
+        .args(["client", "--leak", &leak.to_string(), "--churn", "0"])
+        .output()
+        .unwrap();
+    crate::common::assert_exit_matches_verdict(output.status, &out);
+    let s = summary(&out);
+    let sites = s["native_sites"].as_array().expect("native_sites");
+    let site = sites
+        .iter()
+        .find(|site| {
+            site["site"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("map_ahead ("))
+        })
+        .unwrap_or_else(|| panic!("no map_ahead site: {sites:#?}"));
+    assert_eq!(site["verdict"], "leak", "{site:#}");
+    eprintln!(
+        "map_ahead: {:.0} B/run kept of 4 MiB mapped, truth {leak}",
+        site["bytes_per_run"].as_f64().unwrap_or(0.0)
+    );
+    // 4 MiB mappings are far above the interval: always sampled, at their size.
+    assert_within(
+        "bytes per run",
+        site["bytes_per_run"].as_f64().unwrap(),
+        leak as f64,
+        0.05,
+    );
+}
+
 #[test]
 fn a_leaking_cxx_method_in_a_shared_library_is_named_demangled_with_its_line() {
     let tmp = tempfile::tempdir().unwrap();
