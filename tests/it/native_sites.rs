@@ -383,43 +383,52 @@ fn a_missing_shim_is_an_error_that_names_the_fix() {
     );
 }
 
-/// A handler that maps 4 × 1 MiB per request and unmaps three quarters of it (its start,
-/// its end, a hole inside) keeps 1 MiB per request: the site reads that, not 4 MiB (the
-/// mapping counted whole) nor 0 (forgotten with its start, as before stop 31).
-#[test]
-fn a_mapping_unmapped_in_part_is_counted_for_what_is_left() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (Some(daemon), Some(handler)) = (
-        compile(
-            "gcc",
-            "fixtures/native/leaky_daemon.c",
-            &tmp.path().join("leaky_daemon"),
-            &[],
-        ),
-        compile(
-            "gcc",
-            "fixtures/native/mapped_pool.c",
-            &tmp.path().join("libmapped_pool.so"),
-            &["-shared", "-fPIC"],
-        ),
-    ) else {
-        return;
-    };
-    let out = tmp.path().join("out");
-    let leak: u64 = 1 << 20;
+/// `leakwatch run -n 10 --native-sites -- leaky_daemon client --leak LEAK --churn CHURN`
+/// with the daemon's handler compiled by `compiler` from `source` into `lib` in `dir`
+/// (`LEAKY_DAEMON_HANDLER`); the output directory, or `None` where the compiler is missing
+/// outside CI.
+fn run_with_handler(
+    dir: &Path,
+    (compiler, source, lib): (&str, &str, &str),
+    leak: u64,
+    churn: u64,
+) -> Option<PathBuf> {
+    let daemon = compile(
+        "gcc",
+        "fixtures/native/leaky_daemon.c",
+        &dir.join("leaky_daemon"),
+        &[],
+    )?;
+    let handler = compile(compiler, source, &dir.join(lib), &["-shared", "-fPIC"])?;
+    let out = dir.join("out");
     let output = leakwatch()
         .env("LEAKWATCH_SHIM", shim())
-        .env("LEAKY_DAEMON_SOCKET", tmp.path().join("d.sock"))
+        .env("LEAKY_DAEMON_SOCKET", dir.join("d.sock"))
         .env("LEAKY_DAEMON_HANDLER", &handler)
         .args(["run", "-n", "10", "--settle", "200ms", "--native-sites"])
         .arg("--out")
         .arg(&out)
         .arg("--")
         .arg(&daemon)
-        .args(["client", "--leak", &leak.to_string(), "--churn", "0"])
+        .args(["client", "--leak", &leak.to_string()])
+        .args(["--churn", &churn.to_string()])
         .output()
         .unwrap();
     crate::common::assert_exit_matches_verdict(output.status, &out);
+    Some(out)
+}
+
+/// A handler that maps 4 × 1 MiB per request and unmaps three quarters of it (its start,
+/// its end, a hole inside) keeps 1 MiB per request: the site reads that, not 4 MiB (the
+/// mapping counted whole) nor 0 (forgotten with its start, as before stop 31).
+#[test]
+fn a_mapping_unmapped_in_part_is_counted_for_what_is_left() {
+    let tmp = tempfile::tempdir().unwrap();
+    let leak: u64 = 1 << 20;
+    let handler = ("gcc", "fixtures/native/mapped_pool.c", "libmapped_pool.so");
+    let Some(out) = run_with_handler(tmp.path(), handler, leak, 0) else {
+        return;
+    };
     let s = summary(&out);
     let sites = s["native_sites"].as_array().expect("native_sites");
     let site = sites
@@ -447,37 +456,11 @@ fn a_mapping_unmapped_in_part_is_counted_for_what_is_left() {
 #[test]
 fn a_leaking_cxx_method_in_a_shared_library_is_named_demangled_with_its_line() {
     let tmp = tempfile::tempdir().unwrap();
-    let (Some(daemon), Some(handler)) = (
-        compile(
-            "gcc",
-            "fixtures/native/leaky_daemon.c",
-            &tmp.path().join("leaky_daemon"),
-            &[],
-        ),
-        compile(
-            "g++",
-            "fixtures/native/cxx_cache.cpp",
-            &tmp.path().join("libcxx_cache.so"),
-            &["-shared", "-fPIC"],
-        ),
-    ) else {
+    let leak: u64 = 4 << 20;
+    let handler = ("g++", "fixtures/native/cxx_cache.cpp", "libcxx_cache.so");
+    let Some(out) = run_with_handler(tmp.path(), handler, leak, 4 << 20) else {
         return;
     };
-    let out = tmp.path().join("out");
-    let leak: u64 = 4 << 20;
-    let output = leakwatch()
-        .env("LEAKWATCH_SHIM", shim())
-        .env("LEAKY_DAEMON_SOCKET", tmp.path().join("d.sock"))
-        .env("LEAKY_DAEMON_HANDLER", &handler)
-        .args(["run", "-n", "10", "--settle", "200ms", "--native-sites"])
-        .arg("--out")
-        .arg(&out)
-        .arg("--")
-        .arg(&daemon)
-        .args(["client", "--leak", &leak.to_string(), "--churn", "4194304"])
-        .output()
-        .unwrap();
-    crate::common::assert_exit_matches_verdict(output.status, &out);
     let s = summary(&out);
     let sites = s["native_sites"].as_array().expect("native_sites");
     let first = &sites[0];
