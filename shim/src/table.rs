@@ -291,7 +291,7 @@ pub fn take(addr: usize) -> Option<Taken> {
     // SAFETY: the lock is held.
     let t = unsafe { &mut *LOCKED.0.get() };
     let b = remove_block(t, addr);
-    let mapped = b.is_some() && forget_map(t, addr).is_some();
+    let mapped = b.is_some() && forget_map(t, addr);
     unlock();
     b.map(|b| Taken {
         weight: b.weight,
@@ -414,18 +414,17 @@ fn record_map(t: &mut Locked, addr: usize, len: usize) {
     MAPPED.store(t.maps_used, Ordering::Relaxed);
 }
 
-/// Forgets the record of the mapping at `addr`, if any, and returns its length.
-fn forget_map(t: &mut Locked, addr: usize) -> Option<usize> {
+/// Forgets the record of the mapping at `addr`; false if there was none.
+fn forget_map(t: &mut Locked, addr: usize) -> bool {
     let used = t.maps_used;
     let i = t.maps[..used].partition_point(|m| m.0 < addr);
     if i >= used || t.maps[i].0 != addr {
-        return None;
+        return false;
     }
-    let len = t.maps[i].1;
     t.maps.copy_within(i + 1..used, i);
     t.maps_used -= 1;
     MAPPED.store(t.maps_used, Ordering::Relaxed);
-    Some(len)
+    true
 }
 
 /// Doubles the live block table into the other one, if it may grow.

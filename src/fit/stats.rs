@@ -76,6 +76,18 @@ pub struct ParabolaEnd {
     pub df: f64,
 }
 
+impl ParabolaEnd {
+    /// The upper end of the 95% interval of its slope at the last point.
+    pub fn slope_upper95(&self) -> f64 {
+        self.slope + student_t_quantile(0.975, self.df) * self.slope_se
+    }
+
+    /// Whether it bends upwards at one-sided level `alpha`.
+    pub fn bends_up(&self, alpha: f64) -> bool {
+        self.curvature > student_t_quantile(1.0 - alpha, self.df) * self.curvature_se
+    }
+}
+
 /// The parabola of `ParabolaEnd`. `None` with fewer than five points, fewer than three
 /// distinct x, or non-finite values.
 pub fn parabola_end(x: &[f64], y: &[f64]) -> Option<ParabolaEnd> {

@@ -132,6 +132,13 @@ fn run_daemon_with(
         .unwrap()
 }
 
+/// The site of `sites` (summary.json's `native_sites`) whose name starts with `prefix`.
+fn site_named<'a>(sites: &'a [serde_json::Value], prefix: &str) -> Option<&'a serde_json::Value> {
+    sites
+        .iter()
+        .find(|x| x["site"].as_str().is_some_and(|n| n.starts_with(prefix)))
+}
+
 /// The first site of `out`'s summary.json: its name and frames.
 fn first_site(out: &Path) -> (String, Vec<String>) {
     let s = summary(out);
@@ -193,13 +200,7 @@ fn the_leaking_c_function_is_named_first_and_the_scratch_buffers_are_not_a_leak(
         "{frames:#?}"
     );
     // The scratch buffers hold 4 MiB at every answer: listed, never a leak.
-    let scratch = sites
-        .iter()
-        .find(|x| {
-            x["site"]
-                .as_str()
-                .is_some_and(|n| n.starts_with("build_scratch_buffers ("))
-        })
+    let scratch = site_named(sites, "build_scratch_buffers (")
         .unwrap_or_else(|| panic!("the scratch site is listed (it holds 4 MiB): {sites:#?}"));
     assert_ne!(scratch["verdict"], "leak", "{scratch:#}");
     assert!(scratch["held_bytes"].as_f64().unwrap() > 2e6, "{scratch:#}");
@@ -431,14 +432,8 @@ fn a_mapping_unmapped_in_part_is_counted_for_what_is_left() {
     };
     let s = summary(&out);
     let sites = s["native_sites"].as_array().expect("native_sites");
-    let site = sites
-        .iter()
-        .find(|site| {
-            site["site"]
-                .as_str()
-                .is_some_and(|n| n.starts_with("map_ahead ("))
-        })
-        .unwrap_or_else(|| panic!("no map_ahead site: {sites:#?}"));
+    let site =
+        site_named(sites, "map_ahead (").unwrap_or_else(|| panic!("no map_ahead site: {sites:#?}"));
     assert_eq!(site["verdict"], "leak", "{site:#}");
     eprintln!(
         "map_ahead: {:.0} B/run kept of 4 MiB mapped, truth {leak}",
@@ -513,10 +508,7 @@ fn the_block_table_grows_without_losing_or_keeping_a_sample() {
     let s = summary(&out);
     let sites = s["native_sites"].as_array().expect("native_sites");
     let find = |prefix: &str| {
-        sites
-            .iter()
-            .find(|x| x["site"].as_str().is_some_and(|n| n.starts_with(prefix)))
-            .unwrap_or_else(|| panic!("no site {prefix}: {sites:#?}"))
+        site_named(sites, prefix).unwrap_or_else(|| panic!("no site {prefix}: {sites:#?}"))
     };
     let kept = find("keep_request_state (");
     assert_eq!(kept["verdict"], "leak", "{kept:#}");
@@ -1142,11 +1134,7 @@ fn attach_native_sites_names_a_running_daemons_leaking_function_and_its_rate() {
         per_second as f64 * 3600.0,
         0.2,
     );
-    if let Some(scratch) = sites.iter().find(|x| {
-        x["site"]
-            .as_str()
-            .is_some_and(|n| n.starts_with("scratch_per_tick ("))
-    }) {
+    if let Some(scratch) = site_named(sites, "scratch_per_tick (") {
         assert_ne!(scratch["verdict"], "leak", "{scratch:#}");
     }
     assert!(

@@ -84,17 +84,16 @@ impl Ctx<'_> {
         // second half as well (when that has five points), the higher of the two.
         let para = stats::parabola_end(self.x, self.y);
         let speeds = para.filter(|p| {
-            p.curvature > stats::student_t_quantile(1.0 - self.t.alpha, p.df) * p.curvature_se
-                && (!self.t.cumulative_errors || self.increments_rise())
+            p.bends_up(self.t.alpha) && (!self.t.cumulative_errors || self.increments_rise())
         });
         let speeds = speeds.map(|p| {
-            let upper = |p: &stats::ParabolaEnd| {
-                p.slope + stats::student_t_quantile(0.975, p.df) * p.slope_se
-            };
             let half = self.x.partition_point(|&v| v <= knot);
             match stats::parabola_end(&self.x[half..], &self.y[half..]) {
-                Some(h) => (h.slope.max(p.slope), upper(&h).max(upper(&p))),
-                None => (p.slope, upper(&p)),
+                Some(h) => (
+                    h.slope.max(p.slope),
+                    h.slope_upper95().max(p.slope_upper95()),
+                ),
+                None => (p.slope, p.slope_upper95()),
             }
         });
         // A curve that bends upwards rises even when its residuals' autocorrelation widens

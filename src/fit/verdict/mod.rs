@@ -664,15 +664,11 @@ impl<'a> Ctx<'a> {
             return c;
         }
         let n = self.x.len();
-        let upper =
-            |p: &stats::ParabolaEnd| p.slope + stats::student_t_quantile(0.975, p.df) * p.slope_se;
         // Ends nearer the last point lag an exponential less, but bend wherever a heap's
         // chunks came late: they are read only when the whole series bends upwards at
         // one-sided α (the acceleration is the series', not its end's).
         let whole = stats::parabola_end(self.x, self.y);
-        let accelerates = whole.is_some_and(|p| {
-            p.curvature > stats::student_t_quantile(1.0 - self.t.alpha, p.df) * p.curvature_se
-        });
+        let accelerates = whole.is_some_and(|p| p.bends_up(self.t.alpha));
         let windows: &[usize] = if accelerates {
             &[n / 2, n - n / 3, n - n / 4]
         } else {
@@ -683,7 +679,7 @@ impl<'a> Ctx<'a> {
             .filter(|&&from| n - from >= MIN_END_PARABOLA)
             .filter_map(|&from| stats::parabola_end(&self.x[from..], &self.y[from..]))
             .chain(whole)
-            .map(|p| upper(&p))
+            .map(|p| p.slope_upper95())
             .reduce(f64::max);
         // A parabola through a perfect line ends at the line's slope, give or take rounding.
         if let Some(top) = top.filter(|&t| t > end.ci95.1 + 1e-9 * end.ci95.1.abs()) {

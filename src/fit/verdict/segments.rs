@@ -201,9 +201,8 @@ impl Ctx<'_> {
         } else if let Some(p) = para {
             // An end that speeds up (bends upwards at one-sided α): up to its parabola's
             // slope at the last point.
-            let t = stats::student_t_quantile(1.0 - self.t.alpha, p.df);
-            if p.curvature > t * p.curvature_se {
-                end = end.upper_to(p.slope + stats::student_t_quantile(0.975, p.df) * p.slope_se);
+            if p.bends_up(self.t.alpha) {
+                end = end.upper_to(p.slope_upper95());
             }
         }
         if self.one_line(segs, &ev.steps, sigma) {
