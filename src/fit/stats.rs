@@ -96,11 +96,18 @@ pub fn parabola_end(x: &[f64], y: &[f64]) -> Option<ParabolaEnd> {
         return None;
     }
     let x_end = x.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let x_first = x.iter().copied().fold(f64::INFINITY, f64::min);
+    // u in units of the span (−1 … 0): in seconds, Σu⁴ over a 600 s attach is 10¹² times Σ1,
+    // and the normal equations read as singular (no parabola beyond a span of about 60).
+    let span = x_end - x_first;
+    if span <= 0.0 {
+        return None;
+    }
     let y_mean = mean(y)?;
-    // Normal equations of y − ȳ = a + b·u + c·u², u = x − x_end (sums of u^k and u^k·y).
+    // Normal equations of y − ȳ = a + b·u + c·u², u = (x − x_end)/span (sums of u^k, u^k·y).
     let (mut su, mut sy) = ([0.0; 5], [0.0; 3]);
     for (&xi, &yi) in x.iter().zip(y) {
-        let u = xi - x_end;
+        let u = (xi - x_end) / span;
         let mut p = 1.0;
         for (k, s) in su.iter_mut().enumerate() {
             *s += p;
@@ -123,17 +130,18 @@ pub fn parabola_end(x: &[f64], y: &[f64]) -> Option<ParabolaEnd> {
         .iter()
         .zip(y)
         .map(|(&xi, &yi)| {
-            let u = xi - x_end;
+            let u = (xi - x_end) / span;
             let r = yi - y_mean - (coef[0] + coef[1] * u + coef[2] * u * u);
             r * r
         })
         .sum();
     let df = n as f64 - 3.0;
+    // Back to x units: per span for the slope, per span² for the curvature.
     let p = ParabolaEnd {
-        slope: coef[1],
-        slope_se: (ssr / df * inv[1][1]).sqrt(),
-        curvature: coef[2],
-        curvature_se: (ssr / df * inv[2][2]).sqrt(),
+        slope: coef[1] / span,
+        slope_se: (ssr / df * inv[1][1]).sqrt() / span,
+        curvature: coef[2] / (span * span),
+        curvature_se: (ssr / df * inv[2][2]).sqrt() / (span * span),
         df,
     };
     let finite = [p.slope, p.slope_se, p.curvature, p.curvature_se];
@@ -808,6 +816,13 @@ mod tests {
         assert!(p.curvature.abs() < 3.0 * p.curvature_se, "{p:?}");
         assert!(parabola_end(&x[..4], &y[..4]).is_none());
         assert!(parabola_end(&[1.0; 6], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).is_none());
+        // Seconds of a long attach: the same parabola over 600 s (its normal equations span
+        // twelve orders of magnitude unscaled, and read as singular beyond about 60).
+        let x: Vec<f64> = (0..600).map(f64::from).collect();
+        let y: Vec<f64> = x.iter().map(|&v| 5e8 + 3e4 * v - 20.0 * v * v).collect();
+        let p = parabola_end(&x, &y).unwrap();
+        assert!((p.slope - (3e4 - 40.0 * 599.0)).abs() < 1e-6 * 3e4, "{p:?}");
+        assert!((p.curvature + 20.0).abs() < 1e-9 * 20.0, "{p:?}");
     }
 
     #[test]
