@@ -543,4 +543,26 @@ mod tests {
             "the lower end stays the line's: {c:#?}"
         );
     }
+
+    /// A worker's saw-tooth over 13 runs (reports/examples/leaky-pool): no trend, and a
+    /// parabola through its end reaches far above the line; the reason names where the
+    /// interval ends, not only the line's "noise allows growth up to".
+    #[test]
+    fn an_inconclusive_reason_names_the_end_a_curve_may_reach() {
+        let x: Vec<f64> = (0..13).map(f64::from).collect();
+        let y: Vec<f64> = [
+            18.3, 20.3, 22.3, 24.3, 26.3, 18.4, 20.4, 22.4, 24.4, 26.4, 18.4, 20.4, 22.4,
+        ]
+        .iter()
+        .map(|v| v * MB)
+        .collect();
+        let c = classify(&x, &y, None, &Thresholds::default());
+        assert_eq!(c.verdict, Verdict::Inconclusive, "{c:#?}");
+        let e = c.end_rate.unwrap();
+        assert!(e.ci95.1 > 2.0 * MB, "{c:#?}");
+        assert!(
+            c.reason.contains("if it speeds up, its end may reach"),
+            "{c:#?}"
+        );
+    }
 }

@@ -686,6 +686,14 @@ impl<'a> Ctx<'a> {
         // A parabola through a perfect line ends at the line's slope, give or take rounding.
         if let Some(top) = top.filter(|&t| t > end.ci95.1 + 1e-9 * end.ci95.1.abs()) {
             c.end_rate = Some(end.upper_to(top));
+            if c.verdict == Verdict::Inconclusive {
+                // The reason names the line's upper end; the interval now reaches further.
+                c.reason = format!(
+                    "{}; if it speeds up, its end may reach {}",
+                    c.reason,
+                    self.per_x(top)
+                );
+            }
         }
         c
     }
