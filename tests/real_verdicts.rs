@@ -273,6 +273,27 @@ fn real_churning_daemon_is_judged_by_its_troughs() {
     assert_ne!(without["verdict"], "leak");
 }
 
+/// A psql session and the process feeding it: waited for by `wait`, killed on drop (a test
+/// that fails half-way leaves no feeder blocked on its request FIFO).
+struct Session(Vec<std::process::Child>);
+
+impl Session {
+    fn wait(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
 /// A PostgreSQL 15 server on a Unix socket in its own directory, run as the
 /// `postgres` user (initdb refuses root); stopped on drop.
 struct Postgres {
@@ -312,14 +333,14 @@ impl Postgres {
     }
 
     /// One psql session fed by fixtures/real/pg_session.py for `seconds`:
-    /// the backend's pid, and the child processes to wait for.
-    fn session(&self, seconds: u32, deallocate: bool) -> (u32, Vec<std::process::Child>) {
+    /// the backend's pid, and the session to wait for.
+    fn session(&self, seconds: u32, deallocate: bool) -> (u32, Session) {
         self.session_fed(&[&seconds.to_string()], deallocate)
     }
 
     /// One psql session fed by pg_session.py with `args` (and `--deallocate`); its `ctx`
     /// lines go to `truth_file(deallocate)` when it ends.
-    fn session_fed(&self, args: &[&str], deallocate: bool) -> (u32, Vec<std::process::Child>) {
+    fn session_fed(&self, args: &[&str], deallocate: bool) -> (u32, Session) {
         let mut feed = Command::new(real::python());
         feed.arg(real::fixture("pg_session.py")).args(args);
         if deallocate {
@@ -345,7 +366,7 @@ impl Postgres {
             let kept: Vec<String> = lines.map_while(Result::ok).collect();
             std::fs::write(truth, kept.join("\n")).unwrap();
         });
-        (pid, vec![feed, psql])
+        (pid, Session(vec![feed, psql]))
     }
 
     fn truth_file(&self, deallocate: bool) -> PathBuf {
@@ -398,7 +419,7 @@ impl Drop for Postgres {
 /// drops) prepared statements; returns the summary and the truth, bytes/s.
 fn attach_postgres(deallocate: bool) -> Option<(Value, f64)> {
     let pg = Postgres::start()?;
-    let (pid, mut children) = pg.session(70, deallocate);
+    let (pid, mut session) = pg.session(70, deallocate);
     let t = tmp();
     let dir = out(&t, "pg");
     let now = || {
@@ -421,9 +442,7 @@ fn attach_postgres(deallocate: bool) -> Option<(Value, f64)> {
         .status()
         .unwrap();
     let to = now();
-    for c in &mut children {
-        let _ = c.wait();
-    }
+    session.wait();
     let s = summary(&dir);
     let leak = s["verdict"] == "leak";
     assert_eq!(
@@ -490,11 +509,28 @@ struct PgRun {
     own_per_run: f64,
 }
 
+impl PgRun {
+    /// The backend's anon series, its figures printed for the note under `label`.
+    fn anon_fit(&self, label: &str) -> &Value {
+        let anon = series(&self.summary, &format!("pid:{}", self.pid), "anon_bytes");
+        real::skip_note(&format!(
+            "{label}: {} {}, anon {} B/run (grew {:.0}), its memory contexts {:.0} B/run; exit {:?}",
+            self.summary["verdict"],
+            anon["verdict"],
+            anon["rate"],
+            self.anon_per_run,
+            self.own_per_run,
+            self.exit
+        ));
+        anon
+    }
+}
+
 fn run_postgres(deallocate: bool) -> Option<PgRun> {
     let pg = Postgres::start()?;
     let requests = pg.dir.path().join("requests");
     let dir = requests.display().to_string();
-    let (pid, mut children) = pg.session_fed(&["--requests", &dir], deallocate);
+    let (pid, mut session) = pg.session_fed(&["--requests", &dir], deallocate);
     let request = |word: &str| {
         let status = Command::new(real::python())
             .arg(real::fixture("pg_request.py"))
@@ -522,9 +558,7 @@ fn run_postgres(deallocate: bool) -> Option<PgRun> {
         .unwrap();
     let a1 = anon();
     request("quit");
-    for c in &mut children {
-        let _ = c.wait();
-    }
+    session.wait();
     // Let the reader thread write the truth file.
     std::thread::sleep(std::time::Duration::from_millis(300));
     let ctx = pg.contexts(deallocate);
@@ -545,11 +579,7 @@ fn real_postgres_backend_keeping_prepared_statements_per_run_is_a_leak() {
     let Some(r) = run_postgres(false) else {
         return;
     };
-    let anon = series(&r.summary, &format!("pid:{}", r.pid), "anon_bytes");
-    real::skip_note(&format!(
-        "postgres backend run: {} {}, anon {} B/run (grew {:.0}), its memory contexts {:.0} B/run; exit {:?}",
-        r.summary["verdict"], anon["verdict"], anon["rate"], r.anon_per_run, r.own_per_run, r.exit
-    ));
+    let anon = r.anon_fit("postgres backend run");
     assert_eq!(anon["verdict"], "leak", "{anon:#}");
     assert_eq!(r.exit, Some(1), "a leak exits 1");
     within(
@@ -566,11 +596,7 @@ fn real_postgres_backend_deallocating_its_statements_per_run_is_no_leak() {
     let Some(r) = run_postgres(true) else {
         return;
     };
-    let anon = series(&r.summary, &format!("pid:{}", r.pid), "anon_bytes");
-    real::skip_note(&format!(
-        "postgres backend deallocating run: {} {}, anon {} B/run (grew {:.0}), its memory contexts {:.0} B/run; exit {:?}",
-        r.summary["verdict"], anon["verdict"], anon["rate"], r.anon_per_run, r.own_per_run, r.exit
-    ));
+    let anon = r.anon_fit("postgres backend deallocating run");
     assert!(
         r.own_per_run.abs() < 64.0 * KIB as f64,
         "the backend's own contexts moved {} B/run",

@@ -89,6 +89,16 @@ fn compile(compiler: &str, source: &str, out: &Path, extra: &[&str]) -> Option<P
     }
 }
 
+/// fixtures/native/leaky_daemon.c compiled into `dir` (`None` where gcc is missing outside CI).
+fn leaky_daemon(dir: &Path) -> Option<PathBuf> {
+    compile(
+        "gcc",
+        "fixtures/native/leaky_daemon.c",
+        &dir.join("leaky_daemon"),
+        &[],
+    )
+}
+
 /// `leakwatch run ARGS --native-sites --out DIR/out -- leaky_daemon client --leak LEAK
 /// --churn CHURN`, the fixture compiled into `dir` first (`None` where gcc is missing
 /// outside CI).
@@ -98,12 +108,7 @@ fn run_leaky_daemon(
     leak: u64,
     churn: u64,
 ) -> Option<std::process::Output> {
-    let daemon = compile(
-        "gcc",
-        "fixtures/native/leaky_daemon.c",
-        &dir.join("leaky_daemon"),
-        &[],
-    )?;
+    let daemon = leaky_daemon(dir)?;
     let mut lw = leakwatch();
     lw.env("LEAKWATCH_SHIM", shim());
     Some(run_daemon_with(lw, &daemon, dir, args, leak, churn))
@@ -216,12 +221,7 @@ fn the_leaking_c_function_is_named_first_and_the_scratch_buffers_are_not_a_leak(
 #[test]
 fn an_installed_leakwatch_alone_carries_its_shim_and_names_the_leak() {
     let tmp = tempfile::tempdir().unwrap();
-    let Some(daemon) = compile(
-        "gcc",
-        "fixtures/native/leaky_daemon.c",
-        &tmp.path().join("leaky_daemon"),
-        &[],
-    ) else {
+    let Some(daemon) = leaky_daemon(tmp.path()) else {
         return;
     };
     let bin = tmp.path().join("bin");
@@ -394,12 +394,7 @@ fn run_with_handler(
     leak: u64,
     churn: u64,
 ) -> Option<PathBuf> {
-    let daemon = compile(
-        "gcc",
-        "fixtures/native/leaky_daemon.c",
-        &dir.join("leaky_daemon"),
-        &[],
-    )?;
+    let daemon = leaky_daemon(dir)?;
     let handler = compile(compiler, source, &dir.join(lib), &["-shared", "-fPIC"])?;
     let out = dir.join("out");
     let output = leakwatch()
@@ -864,12 +859,7 @@ fn a_static_daemon_the_shim_cannot_enter_is_named_with_the_reason() {
 #[test]
 fn a_forked_pool_whose_workers_leak_per_task_is_judged_per_task() {
     let tmp = tempfile::tempdir().unwrap();
-    let Some(daemon) = compile(
-        "gcc",
-        "fixtures/native/leaky_daemon.c",
-        &tmp.path().join("leaky_daemon"),
-        &[],
-    ) else {
+    let Some(daemon) = leaky_daemon(tmp.path()) else {
         return;
     };
     let out = tmp.path().join("out");
