@@ -109,12 +109,24 @@ pub fn python() -> PathBuf {
     }
 }
 
-/// A loopback TCP port that was free a moment ago.
+/// A loopback TCP port that was free a moment ago, below the kernel's
+/// ephemeral range (32768–60999 here): a port the kernel handed out could be
+/// handed again as the local end of any test's outgoing connection before
+/// the server that was given it binds (a gunicorn pool that "did not answer
+/// on port" in one CI run). Each test process starts from its own pid.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    const LOW: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    let start = std::process::id().wrapping_mul(7_919);
+    for _ in 0..SPAN {
+        let port = (LOW + start.wrapping_add(NEXT.fetch_add(97, Ordering::Relaxed)) % SPAN) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port in {LOW}..{}", LOW + SPAN)
 }
 
 /// Waits until 127.0.0.1:port accepts a connection.
