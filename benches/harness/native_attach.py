@@ -6,7 +6,7 @@ The program (below) allocates and frees N pairs of 16-1024 B through a ring of
 4096 live blocks, as benches/harness/alloc_churn.c does, but only once a
 trigger file exists: it idles in clock_nanosleep until then, a safe point for
 the injection. Each figure is the best of --repeat runs of the churn's own CPU
-time (getrusage of the whole process: the shim's answering thread included),
+time (getrusage of the whole process: the shim's patching thread included),
 alone and with leakwatch attached with --native-sites at each interval; the
 ratio to alone; and the pause leakwatch reports (gdb's attach to its detach).
 The shim is injected (dlopened, its GOT entries patched), so its thread-locals

@@ -6,8 +6,9 @@ Builds benches/harness/alloc_churn.c (malloc/free pairs of 16-1024 B through a
 ring of 4096 live blocks) with cc -O2 and the shim with cargo (release),
 then times the program: alone; with a preloaded malloc and free that only
 forward to glibc's (the floor of any such shim); with one idle preloaded
-thread (the shim's answering thread costs that: glibc's malloc locks its
-arenas once a process has two threads); with the shim at several mean
+thread (what a thread of the shim's own would cost: glibc's malloc locks
+its arenas once a process has two threads; the shim keeps its tables in a
+file instead); with the shim at several mean
 sampling intervals (a huge one: the hooks alone, no thread); under
 heaptrack; and under jemalloc without and with its sampled profiler
 (Debian's libjemalloc2, lg_prof_sample 19 = 512 KiB, its default).
@@ -18,14 +19,15 @@ the shim minus without. A real server: memcached's own CPU time for a
 fixed pipelined load, with and without the shim.
 
 Also the accuracy of the estimate itself (no fit): a program that keeps a
-known number of bytes in blocks of one size, answered through the real
-socket, over --accuracy-repeats programs per interval: the mean error and
+known number of bytes in blocks of one size, read from its real sites
+file, over --accuracy-repeats programs per interval: the mean error and
 the spread of the estimate.
 
   python3 benches/harness/native_shim.py                 # the figures in the issue note
   python3 benches/harness/native_shim.py --pairs 2000000 --repeat 3
   python3 benches/harness/native_shim.py --parts overhead --intervals 64   # the shim's cost alone
   LEAKWATCH_SHIM=/tmp/old.so python3 benches/harness/native_shim.py --parts overhead  # another build
+  python3 benches/harness/native_shim.py --parts overhead --compare /tmp/old.so  # both, interleaved
 """
 
 import argparse
@@ -75,7 +77,7 @@ void free(void *p) { __libc_free(p); }
 IDLE_THREAD = r"""
 #include <pthread.h>
 #include <unistd.h>
-/* One idle thread, as the shim's answering thread is between questions:
+/* One idle thread, as a thread of the shim would be between questions:
  * glibc's malloc takes its arena locks once a process has two threads. */
 static void *idle(void *arg) { for (;;) pause(); return arg; }
 __attribute__((constructor)) static void start(void) {
@@ -128,13 +130,13 @@ def best(argv, env, repeat):
     return min(r[0] for r in runs), max(r[1] for r in runs)
 
 
-def shim_env(d, interval):
+def shim_env(d, interval, shim=None):
     env = dict(os.environ)
-    env.update(LD_PRELOAD=SHIM, LEAKWATCH_NATIVE_DIR=d, LEAKWATCH_NATIVE_INTERVAL=str(interval))
+    env.update(LD_PRELOAD=shim or SHIM, LEAKWATCH_NATIVE_DIR=d, LEAKWATCH_NATIVE_INTERVAL=str(interval))
     return env
 
 
-def overhead(churn, pairs, repeat, d, intervals, others):
+def overhead(churn, pairs, repeat, d, intervals, others, compare=None):
     """Interleaved: each of --repeat rounds runs every configuration once, so
     that a slow spell of a shared machine falls on all of them; the best CPU
     of each, and the median over rounds of its ratio to the same round's run
@@ -147,6 +149,9 @@ def overhead(churn, pairs, repeat, d, intervals, others):
                ("an idle thread (preloaded; glibc's malloc in its multi-threaded mode)",
                 dict(base_env, LD_PRELOAD=THREAD_SO))]
     configs += [(f"shim, interval {interval >> 10} KiB", shim_env(d, interval)) for interval in intervals]
+    if compare:
+        configs += [(f"shim {compare}, interval {interval >> 10} KiB", shim_env(d, interval, compare))
+                    for interval in intervals]
     runs = {name: [] for name, _ in configs}
     for _ in range(repeat):
         for name, env in configs:
@@ -185,7 +190,7 @@ def rss_kib(pid):
 
 def shim_memory(keeper, d):
     """The shim's own resident memory in a process that holds 64 MiB in
-    1 KiB blocks (its tables, its answering thread's stack)."""
+    1 KiB blocks (its tables and its sites file's pages)."""
     rss = {}
     for name, env in (("without", dict(os.environ)), ("with", shim_env(d, 64 << 10))):
         p = subprocess.Popen([keeper, str(65536), "1024"], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
@@ -244,26 +249,29 @@ def memcached(d, repeat):
 
 
 def ask_when_ready(d, pid):
-    path = os.path.join(d, f"{pid}.sock")
+    """The live bytes of each stack in process pid's sites file, once the
+    shim has made it (its layout: shim/src/layout.rs)."""
+    path = os.path.join(d, f"{pid}.sites")
     for _ in range(100):
         if os.path.exists(path):
-            return ask(path)
+            return read_sites(path)
         time.sleep(0.01)
-    return ""
+    return []
 
 
-def ask(path):
-    s = socket.socket(socket.AF_UNIX)
-    s.connect(path)
-    s.sendall(b"snapshot 1\n")
-    data = b""
-    while not data.endswith(b"end\n"):
-        chunk = s.recv(65536)
-        if not chunk:
-            break
-        data += chunk
-    s.close()
-    return data.decode()
+def read_sites(path):
+    header, stacks, slot = 4096, 1 << 13, 32
+    with open(path, "rb") as f:
+        if f.read(8) != b"lwsites\0":
+            return []
+        f.seek(header)
+        slots = f.read(stacks * slot)
+    live = []
+    for i in range(stacks):
+        s = slots[i * slot:(i + 1) * slot]
+        if int.from_bytes(s[0:4], "little"):
+            live.append(int.from_bytes(s[8:16], "little", signed=True))
+    return live
 
 
 def estimate(keeper, d, interval, count, size):
@@ -271,12 +279,12 @@ def estimate(keeper, d, interval, count, size):
     p = subprocess.Popen([keeper, str(count), str(size)], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
         p.stdout.readline()
-        text = ask_when_ready(d, p.pid)
+        live = ask_when_ready(d, p.pid)
     finally:
         p.stdin.close()
         p.wait()
     # The keep() stack is the one holding the most.
-    return max((int(line.split()[1]) for line in text.splitlines() if line.startswith("s ")), default=0)
+    return max(live, default=0)
 
 
 def accuracy(keeper, d, repeats):
@@ -302,6 +310,8 @@ def main():
                     "jemalloc's profiler and heaptrack in the overhead table)")
     ap.add_argument("--intervals", default="16,64,128,512",
                     help="the shim's mean sampling intervals for the overhead table, KiB")
+    ap.add_argument("--compare", metavar="SO",
+                    help="another build of the shim, interleaved in the overhead table")
     args = ap.parse_args()
     parts = set(args.parts.split(","))
     intervals = [int(k) << 10 for k in args.intervals.split(",")]
@@ -310,7 +320,7 @@ def main():
         os.chmod(d, 0o700)
         print(f"shim: {SHIM}")
         if "overhead" in parts:
-            overhead(churn, args.pairs, args.repeat, d, intervals, "others" in parts)
+            overhead(churn, args.pairs, args.repeat, d, intervals, "others" in parts, args.compare)
         if "memory" in parts:
             shim_memory(keeper, d)
         if "memcached" in parts:

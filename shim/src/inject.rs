@@ -14,7 +14,7 @@
 //! the same allocator either way. A program whose allocator is not glibc's
 //! (jemalloc, tcmalloc, another preloaded one) is refused.
 //!
-//! Objects loaded later are found by the answering thread, which looks for
+//! Objects loaded later are found by the patching thread, which looks for
 //! new ones every [`RESCAN`] and patches an object only once the loader has
 //! finished with it (its RELRO pages read-only). Hooking `dlopen` itself
 //! would call it from the shim: glibc resolves a bare name against its
@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use crate::sampler;
 
-/// How often the answering thread looks for objects loaded since.
+/// How often the patching thread looks for objects loaded since.
 pub const RESCAN: Duration = Duration::from_millis(200);
 
 /// Set by a successful [`leakwatch_inject`].
@@ -188,7 +188,10 @@ pub unsafe extern "C" fn leakwatch_inject(config: *const c_char) -> i32 {
     }
     INJECTED.store(true, Ordering::Release);
     let patched = patch_all(&hooks);
-    crate::listen::ensure_started();
+    crate::enter();
+    crate::table::make_sites_file();
+    crate::leave();
+    crate::patcher::ensure_started();
     patched.min(i32::MAX as usize) as i32
 }
 
@@ -197,7 +200,7 @@ pub fn injected() -> bool {
     INJECTED.load(Ordering::Acquire)
 }
 
-/// From the answering thread: patches the objects loaded since the last
+/// From the patching thread: patches the objects loaded since the last
 /// look, if any.
 pub fn rescan() {
     if !injected() || !sampler::enabled() || current_adds() == ADDS_SEEN.load(Ordering::Acquire) {

@@ -17,20 +17,25 @@
 //!   pointers needed): by cached rules per return address ([`cfi`]), by
 //!   libgcc's `_Unwind_Backtrace` where they do not reach; it is kept in
 //!   fixed tables ([`table`]); nothing in a hook allocates.
-//! - A thread answers leakwatch on `D/<pid>.sock` with the live sampled bytes
-//!   by stack ([`listen`]): addresses, and the loaded objects' segments
-//!   with their build ids; leakwatch symbolises.
+//! - Each process keeps its stacks and their live bytes in `D/<pid>.sites`, a
+//!   file mapped shared ([`sites`], its layout [`layout`]), which leakwatch
+//!   reads after each run: return addresses only; leakwatch names them from
+//!   the process' maps. No thread, no socket.
 //! - Or, loaded into a running process by `attach --native-sites`
 //!   ([`inject`]): configured by the call, the GOT entries of every
-//!   loaded object redirected to the hooks.
+//!   loaded object redirected to the hooks; a thread ([`patcher`]) patches
+//!   the objects loaded later.
 
 #[cfg(target_arch = "x86_64")]
 mod cfi;
 mod glibc;
 #[cfg(target_arch = "x86_64")]
 mod inject;
-mod listen;
+mod layout;
+#[cfg(target_arch = "x86_64")]
+mod patcher;
 mod sampler;
+mod sites;
 mod table;
 
 use std::ffi::c_void;
@@ -42,14 +47,14 @@ use glibc::{
     __libc_valloc,
 };
 
-// Allocations of the shim itself (the answering thread) go straight to
+// Allocations of the shim itself (the patching thread) go straight to
 // glibc, never through the hooks.
 #[global_allocator]
 static OWN: glibc::Glibc = glibc::Glibc;
 
 /// Runs `f` unless this thread is already inside the shim: its `busy` flag
 /// is set while it runs the shim's own code (a sample, a sampled free, the
-/// answering thread), and allocations made meanwhile (by the unwinder, by a
+/// patching thread), and allocations made meanwhile (by the unwinder, by a
 /// signal handler) pass straight through.
 #[inline]
 fn guarded(f: impl FnOnce()) {

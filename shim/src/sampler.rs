@@ -7,18 +7,18 @@ use std::sync::atomic::{
     AtomicBool, AtomicIsize, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering,
 };
 
-use crate::{listen, table};
+use crate::{sites, table};
 
-/// The private directory D leakwatch listens in; the shim is idle without it.
+/// The private directory D where the shim keeps each process' sites file; idle without it.
 const ENV_DIR: &CStr = c"LEAKWATCH_NATIVE_DIR";
 /// Mean bytes between samples.
 const ENV_INTERVAL: &CStr = c"LEAKWATCH_NATIVE_INTERVAL";
 /// The default mean interval (leakwatch passes its own; see its docs).
 const DEFAULT_INTERVAL: u64 = 512 * 1024;
 /// Frames kept per sampled stack, innermost first.
-pub const MAX_FRAMES: usize = 48;
+pub use crate::layout::MAX_FRAMES;
 
-/// How far a sample that may start the answering thread unwinds to look for
+/// How far a sample that may start the patching thread unwinds to look for
 /// a signal frame beyond the frames it keeps.
 const MAX_CHECKED_FRAMES: usize = 1024;
 
@@ -46,7 +46,7 @@ pub(crate) struct Hot {
     own_start: AtomicUsize,
     own_end: AtomicUsize,
     /// The dynamic loader's text: a sample taken inside it (its TLS setup
-    /// in pthread_create, dlopen) must not start the answering thread.
+    /// in pthread_create, dlopen) must not start the patching thread.
     loader_start: AtomicUsize,
     loader_end: AtomicUsize,
     /// The block table's capacity and which of its two is live
@@ -253,20 +253,22 @@ pub fn init() {
         // SAFETY: as above.
         parse_u64(unsafe { CStr::from_ptr(interval) }.to_bytes())
     };
-    start(
+    if start(
         dir,
         interval.filter(|&n| n > 0).unwrap_or(DEFAULT_INTERVAL),
         true,
-    );
+    ) {
+        sites::remove_stale();
+    }
 }
 
-/// Starts sampling, answering in `dir`: finds the shim's own text, warms the
+/// Starts sampling, its sites file in `dir`: finds the shim's own text, warms the
 /// unwinder up (its first use may allocate) and registers the fork
 /// handlers. `static_tls`: the shim was loaded at startup (preloaded), so
 /// its thread-locals are in the static TLS block; false when it was
 /// dlopened into a running process. False if `dir` is unusable.
 pub fn start(dir: &[u8], interval: u64, static_tls: bool) -> bool {
-    if dir.is_empty() || !listen::set_dir(dir) {
+    if !sites::set_dir(dir) {
         return false;
     }
     HOT.interval.store(interval, Ordering::Relaxed);
@@ -301,7 +303,7 @@ pub(crate) fn parse_u64(text: &[u8]) -> Option<u64> {
 
 /// The lock is held across fork so the child never inherits a table half
 /// written (other threads skip their samples meanwhile, `table::lock`); the
-/// child then answers on its own endpoint. The forking thread
+/// child then makes its own sites file. The forking thread
 /// counts as inside the shim meanwhile: a signal handler that allocates
 /// there must pass straight through, not wait for the lock it holds.
 extern "C" fn before_fork() {
@@ -315,8 +317,12 @@ extern "C" fn after_fork_parent() {
 }
 
 extern "C" fn after_fork_child() {
+    // Still under the lock: no sample can reach the parent's file.
+    sites::forked();
+    sites::remove_stale();
+    #[cfg(target_arch = "x86_64")]
+    crate::patcher::forked();
     table::unlock_after_fork();
-    listen::forked();
     crate::leave();
 }
 
@@ -345,7 +351,7 @@ pub fn sample(addr: usize, size: usize, left: i64, from: Start, mapped: usize) {
     // block's bytes; dividing by it makes the estimate unbiased.
     let weight = weight(size as f64, mean);
     let mut frames = [0usize; MAX_FRAMES];
-    let starting = !listen::started();
+    let starting = patcher_wanted();
     let walk = unwind(&mut frames, starting, from);
     table::insert(addr, weight as u64, &frames[..walk.depth], mapped);
     // The next countdown last: nothing above waits for its logarithm (a chain of dependent
@@ -358,9 +364,20 @@ pub fn sample(addr: usize, size: usize, left: i64, from: Start, mapped: usize) {
     // (the stress test hung in tcache_init that way: SIGALRM's handler
     // mapped memory while main's pthread_create held main_arena). Such a
     // sample is kept; the thread starts at the next one from plain code.
+    #[cfg(target_arch = "x86_64")]
     if starting && walk.plain {
-        listen::ensure_started();
+        crate::patcher::ensure_started();
     }
+}
+
+/// Whether this process needs the patching thread and has none yet: a
+/// process the shim was injected into (and its forked children), which
+/// must patch the objects it loads later. A preloaded shim has no thread.
+fn patcher_wanted() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return crate::inject::injected() && !crate::patcher::started();
+    #[cfg(not(target_arch = "x86_64"))]
+    false
 }
 
 fn seed(t: &ThreadState, addr: usize) {

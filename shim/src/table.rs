@@ -8,13 +8,15 @@
 //! The block and stack tables are written under one spin lock, taken only
 //! by a sample (one per interval of bytes) and by a free that passes the
 //! filter. A stack, once published (its depth stored with release order),
-//! never changes, so the answering thread reads stacks and their live bytes
-//! without the lock.
+//! never changes. Every write to a stack is repeated in the process' sites
+//! file ([`sites`](crate::sites)), which leakwatch reads.
 
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
+pub use crate::layout::STACKS;
 use crate::sampler::{HOT, MAX_FRAMES, mix};
+use crate::sites;
 
 /// Sampled blocks live at once, at most (at the default interval, 2^17
 /// covers a live heap of ≈ 48 GiB at three quarters full).
@@ -27,8 +29,6 @@ const BLOCKS: usize = 1 << 17;
 /// ≈ 48 MiB of live heap at 64 KiB) stay in cache, and a process with more
 /// live heap gets a table in proportion.
 pub(crate) const FIRST_BLOCKS: usize = 1 << 10;
-/// Distinct call stacks.
-pub const STACKS: usize = 1 << 13;
 /// Granules of the filter, one bit each (128 KiB of bits). A granule is
 /// 16 bytes of address (malloc's alignment), taken straight from the
 /// address, not hashed: the frees of a heap's neighbouring blocks read
@@ -254,15 +254,44 @@ pub fn insert(addr: usize, weight: u64, frames: &[usize], mapped: usize) {
         DROPPED.fetch_add(1, Ordering::Relaxed);
         return;
     }
+    if sites::missing() {
+        sites::create(crate::sampler::interval(), copy_stacks);
+    }
     // SAFETY: the lock is held.
     let t = unsafe { &mut *LOCKED.0.get() };
     let kept = stack_slot(t, frames).is_some_and(|stack| insert_block(t, addr, weight, stack));
     if kept && mapped > 0 {
         record_map(t, addr, mapped);
     }
-    unlock();
     if !kept {
         DROPPED.fetch_add(1, Ordering::Relaxed);
+    }
+    sites::counts(
+        SAMPLES.load(Ordering::Relaxed),
+        DROPPED.load(Ordering::Relaxed),
+    );
+    unlock();
+}
+
+/// Makes the sites file now if there is none (a process the shim was
+/// injected into: leakwatch finds it at once).
+pub fn make_sites_file() {
+    if !lock() {
+        return;
+    }
+    if sites::missing() {
+        sites::create(crate::sampler::interval(), copy_stacks);
+    }
+    unlock();
+}
+
+/// Into a new sites file, under the lock: every stack published so far.
+fn copy_stacks() {
+    for i in 0..STACKS {
+        if let Some((frames, live, blocks)) = stack(i) {
+            sites::publish(i, frames);
+            sites::account(i, live, blocks);
+        }
     }
 }
 
@@ -559,12 +588,17 @@ fn unshare(t: &mut Locked, g: u32) -> bool {
 }
 
 /// Under the lock: every writer holds it, so a load and a store (no locked
-/// read-modify-write) keep the sums exact; the answering thread only reads.
+/// read-modify-write) keep the sums exact; the sites file gets them too.
 fn account(stack: u32, bytes: i64, blocks: i64) {
     let slot = &STACK_SLOTS[stack as usize];
     let (live, count) = (&slot.live, &slot.blocks);
-    live.store(live.load(Ordering::Relaxed) + bytes, Ordering::Relaxed);
-    count.store(count.load(Ordering::Relaxed) + blocks, Ordering::Relaxed);
+    let (live_now, count_now) = (
+        live.load(Ordering::Relaxed) + bytes,
+        count.load(Ordering::Relaxed) + blocks,
+    );
+    live.store(live_now, Ordering::Relaxed);
+    count.store(count_now, Ordering::Relaxed);
+    sites::account(stack as usize, live_now, count_now);
 }
 
 /// The slot of `frames`, added if new; `None` when the table is full.
@@ -588,6 +622,7 @@ fn stack_slot(_locked: &mut Locked, frames: &[usize]) -> Option<u32> {
             STACK_SLOTS[i]
                 .depth
                 .store(frames.len().max(1) as u32, Ordering::Release);
+            sites::publish(i, frames);
             return Some(i as u32);
         }
         if STACK_SLOTS[i].hash.load(Ordering::Relaxed) == hash

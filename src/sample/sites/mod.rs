@@ -40,7 +40,7 @@
 //!
 //! Today: [`python`] (`run --py-sites`, tracemalloc through a Unix socket
 //! per process) and [`native`] (`run --native-sites`, a preloaded sampling
-//! allocator shim answering on a Unix socket per process).
+//! allocator shim keeping a file per process).
 
 pub mod native;
 pub mod python;
@@ -84,9 +84,9 @@ pub struct Collected {
     pub notes: Vec<String>,
 }
 
-/// The pids with an endpoint (`<pid>.sock`) in a tracer's private
-/// directory, ascending; both tracers' processes answer there.
-fn endpoints(dir: &Path) -> Vec<u32> {
+/// The pids with an endpoint (`<pid><suffix>`: a socket `.sock`, a sites
+/// file `.sites`) in a tracer's private directory, ascending.
+fn endpoints(dir: &Path, suffix: &str) -> Vec<u32> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
@@ -94,7 +94,7 @@ fn endpoints(dir: &Path) -> Vec<u32> {
         .filter_map(|e| e.ok())
         .filter_map(|e| {
             let name = e.file_name();
-            let stem = name.as_bytes().strip_suffix(b".sock")?;
+            let stem = name.as_bytes().strip_suffix(suffix.as_bytes())?;
             std::str::from_utf8(stem).ok()?.parse().ok()
         })
         .collect();
@@ -105,7 +105,7 @@ fn endpoints(dir: &Path) -> Vec<u32> {
 /// Connects to a tracer's endpoint without blocking: a Unix socket whose
 /// accept queue is full (a process whose answering thread hangs, or that is
 /// stopped) fails with EAGAIN at once instead of blocking leakwatch; std's
-/// connect would wait forever. Both tracers connect through it.
+/// connect would wait forever.
 pub(super) fn connect(path: &Path) -> io::Result<UnixStream> {
     let bytes = path.as_os_str().as_bytes();
     // SAFETY: sockaddr_un is plain data; all-zero is a valid value.

@@ -1,7 +1,7 @@
 //! `attach --native-sites PID`: loads the shim into a process leakwatch did
 //! not start, as `heaptrack -p` does. gdb attaches, makes one of the
 //! target's threads call `dlopen` of the shim and then its
-//! `leakwatch_inject` (the interval and the directory it answers in given
+//! `leakwatch_inject` (the interval and the directory it keeps its file in given
 //! by the call, not the environment), and detaches; the shim redirects
 //! the GOT entries of the allocation functions itself (`shim/src/inject.rs`).
 //!
@@ -102,7 +102,7 @@ pub enum InjectError {
     Gdb { pid: u32, detail: String },
 }
 
-/// The shim is in the target and answering.
+/// The shim is in the target and sampling.
 #[derive(Debug, Clone)]
 pub struct Injected {
     /// How long the target was stopped under gdb, from attach to detach.
@@ -113,7 +113,7 @@ pub struct Injected {
     pub thread: u32,
 }
 
-/// Loads `shim` into `pid`, answering in `dir` and sampling once per
+/// Loads `shim` into `pid`, its file in `dir` and sampling once per
 /// `interval_bytes`.
 pub fn inject(
     pid: u32,

@@ -2,10 +2,10 @@
 //! The command runs with the sampling allocator shim preloaded
 //! (`libleakwatch_shim.so`, the workspace's `shim/` crate, built into the
 //! leakwatch binary: [`shim`]); every process it starts inherits it,
-//! detached daemons and forked workers included. After each run's deep sample leakwatch asks
-//! each process for its live sampled bytes by stack and names the frames
-//! itself ([`symbols`]); the stacks become site rows ([`rows`], source
-//! `native`), fitted and judged as Python sites are.
+//! detached daemons and forked workers included. Each process keeps its live sampled bytes
+//! by stack in a file of D, `<pid>.sites` ([`file`]); after each run's deep sample leakwatch
+//! reads them and names the frames itself ([`symbols`]); the stacks become site rows
+//! ([`rows`], source `native`), fitted and judged as Python sites are.
 //!
 //! It plugs into the run driver as a [`Sites`] tracer ([`NativeTracer`]):
 //! [`NativeTracer::prepare`] once (finds the shim, creates the private
@@ -13,20 +13,21 @@
 //! `LEAKWATCH_NATIVE_DIR`, `LEAKWATCH_NATIVE_INTERVAL`); `collect` after
 //! each run; Drop removes D.
 
+pub mod file;
 pub mod inject;
 pub mod rows;
 mod shim;
 pub mod symbols;
-pub mod wire;
 
 use std::ffi::{OsStr, OsString};
 use std::fs;
-use std::io::{self, Read, Write};
-use std::os::unix::fs::DirBuilderExt;
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use wire::Snapshot;
+use file::Snapshot;
+use file::layout::{AT_STOP, MAX_DIR, SUFFIX};
 
 use super::{Collected, Sites};
 use crate::sample::Context;
@@ -59,11 +60,6 @@ pub const ENV_INTERVAL: &str = "LEAKWATCH_NATIVE_INTERVAL";
 /// thread alone: 1.05×). At 512 KiB (tcmalloc's and jemalloc's range) a
 /// 1 MiB/run stack gets 20 samples in 10 runs: too coarse.
 pub const DEFAULT_INTERVAL_BYTES: u64 = 64 * 1024;
-/// Longest socket path: `sun_path` holds 108 bytes with the final NUL.
-const MAX_SOCKET_PATH: usize = 107;
-const SOCKET_NAME_MAX: usize = "/4194304.sock".len();
-/// An answer larger than this is refused (8192 stacks of 48 frames fit).
-const MAX_ANSWER_BYTES: usize = 16 << 20;
 
 /// Setting up `--native-sites` failed. Each message names the path and the fix.
 #[derive(Debug, thiserror::Error)]
@@ -95,12 +91,12 @@ pub enum NativeSitesError {
     #[error(transparent)]
     Inject(#[from] inject::InjectError),
     #[error(
-        "the --native-sites directory {dir} is too long for a Unix socket path ({len} of at \
-         most {MAX_SOCKET_PATH} bytes); set TMPDIR to a shorter directory such as /tmp"
+        "the --native-sites directory {dir} is too long for the shim ({len} of at most \
+         {MAX_DIR} bytes); set TMPDIR to a shorter directory such as /tmp"
     )]
     PathTooLong { dir: PathBuf, len: usize },
     #[error(
-        "process {pid} runs as uid {uid}, and the shim in it answers in {dir}, which leakwatch \
+        "process {pid} runs as uid {uid}, and the shim in it keeps its file in {dir}, which leakwatch \
          cannot give to that user: {source}; set TMPDIR to a local directory such as /tmp, or \
          run leakwatch as uid {uid}"
     )]
@@ -112,19 +108,18 @@ pub enum NativeSitesError {
     },
 }
 
-/// The private directory D of one session, and the shim that answers in it.
+/// The private directory D of one session, where the shim keeps its files.
 #[derive(Debug)]
 pub struct NativeSites {
     dir: PathBuf,
     shim: PathBuf,
     interval_bytes: u64,
     /// The user D was handed to ([`NativeSites::hand_to`]), whose
-    /// filesystem rights leakwatch connects with.
-    answerer: Option<Ids>,
+    /// filesystem rights leakwatch opens the files in D with.
+    owner: Option<Ids>,
 }
 
-/// A process' filesystem uid and gid (the rights it creates files and
-/// connects to sockets with).
+/// A process' filesystem uid and gid (the rights it creates and opens files with).
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Ids {
     uid: u32,
@@ -197,10 +192,10 @@ impl NativeSites {
             dir,
             shim,
             interval_bytes,
-            answerer: None,
+            owner: None,
         };
-        let len = sites.dir.as_os_str().len() + SOCKET_NAME_MAX;
-        if len > MAX_SOCKET_PATH {
+        let len = sites.dir.as_os_str().len();
+        if len > MAX_DIR {
             return Err(NativeSitesError::PathTooLong {
                 dir: sites.dir.clone(),
                 len,
@@ -215,11 +210,12 @@ impl NativeSites {
 
     /// Gives D to the user `pid` runs as, when leakwatch runs as root and
     /// that user is another (root attached to another user's process): the
-    /// shim there creates its socket in D with that user's rights. D stays
-    /// 0700, and leakwatch then connects with that user's filesystem rights,
-    /// so that a socket path the user replaced (a symlink) leads nowhere
-    /// they could not connect to themselves. Not root: the injection refuses
-    /// another user's process first (ptrace), with its reason.
+    /// shim there creates its file in D with that user's rights. D stays
+    /// 0700, and leakwatch then opens the files in D with that user's
+    /// filesystem rights and without following a link, so that a path the
+    /// user replaced leads nowhere they could not read themselves. Not root:
+    /// the injection refuses another user's process first (ptrace), with its
+    /// reason.
     pub fn hand_to(&mut self, pid: u32) -> Result<(), NativeSitesError> {
         let Some(ids) = Ids::of(pid) else {
             // Gone: the injection says so next.
@@ -238,14 +234,23 @@ impl NativeSites {
                 source,
             }
         })?;
-        self.answerer = Some(ids);
+        self.owner = Some(ids);
         Ok(())
     }
 
-    /// Connects to `path` in D, with the rights of the user D was handed to.
-    fn connect(&self, path: &Path) -> io::Result<std::os::unix::net::UnixStream> {
-        let _rights = self.answerer.map(FsRights::assume);
-        super::connect(path)
+    /// Opens process `pid`'s file in D (`write`: to set its stop flag),
+    /// with the rights of the user D was handed to, not following a link.
+    fn open(&self, pid: u32, write: bool) -> io::Result<fs::File> {
+        let _rights = self.owner.map(FsRights::assume);
+        fs::OpenOptions::new()
+            .read(!write)
+            .write(write)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(self.file_of(pid))
+    }
+
+    fn file_of(&self, pid: u32) -> PathBuf {
+        self.dir.join(format!("{pid}{SUFFIX}"))
     }
 
     pub fn interval_bytes(&self) -> u64 {
@@ -267,82 +272,27 @@ impl NativeSites {
         ]
     }
 
-    /// The pids with an endpoint in D, ascending.
+    /// The pids with a sites file in D, ascending.
     pub fn endpoints(&self) -> Vec<u32> {
-        super::endpoints(&self.dir)
+        super::endpoints(&self.dir, SUFFIX)
     }
 
-    /// Removes the endpoint of `pid` if that process has exited.
+    /// Removes the file of `pid` if that process has exited.
     pub fn forget_if_gone(&self, pid: u32) {
         if !Path::new(&format!("/proc/{pid}")).exists() {
-            let _ = fs::remove_file(self.dir.join(format!("{pid}.sock")));
+            let _ = fs::remove_file(self.file_of(pid));
         }
     }
 
-    /// Asks process `pid` for its live sampled stacks. A dead process' endpoint is
-    /// removed; the error is a sentence for a note.
-    pub fn ask(&self, pid: u32, run: u32, timeout: Duration) -> Result<Snapshot, String> {
-        let path = self.dir.join(format!("{pid}.sock"));
-        let started = Instant::now();
-        // Never a blocking connect: a process whose answering thread is stuck
-        // (or that is stopped) fills its accept queue, and the next connect
-        // would wait forever.
-        let mut stream = self.connect(&path).map_err(|e| {
-            if !Path::new(&format!("/proc/{pid}")).exists() {
-                let _ = fs::remove_file(&path);
-                format!("process {pid} has exited")
-            } else if e.raw_os_error() == Some(libc::EAGAIN) {
-                format!(
-                    "process {pid} does not take connections on {} (its queue is full: stuck or \
-                     stopped)",
-                    path.display()
-                )
-            } else {
-                format!("process {pid} does not answer on {}: {e}", path.display())
-            }
-        })?;
-        // A read or write timeout shows as WouldBlock (EAGAIN) on a socket.
-        let io = |e: io::Error| match e.kind() {
-            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
-                format!("process {pid} did not answer within {timeout:?}")
-            }
-            _ => format!("cannot talk to process {pid}: {e}"),
-        };
-        stream.set_write_timeout(Some(timeout)).map_err(io)?;
-        stream
-            .write_all(format!("snapshot {run}\n").as_bytes())
-            .map_err(io)?;
-        let mut text = Vec::new();
-        let mut buf = [0u8; 64 * 1024];
-        while !text.ends_with(b"end\n") {
-            let left = timeout
-                .checked_sub(started.elapsed())
-                .filter(|d| !d.is_zero())
-                .ok_or_else(|| format!("process {pid} did not answer within {timeout:?}"))?;
-            stream.set_read_timeout(Some(left)).map_err(io)?;
-            match stream.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => text.extend_from_slice(&buf[..n]),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(io(e)),
-            }
-            if text.len() > MAX_ANSWER_BYTES {
-                return Err(format!(
-                    "process {pid} answered more than {MAX_ANSWER_BYTES} bytes"
-                ));
-            }
-        }
-        let text = String::from_utf8_lossy(&text);
-        let snapshot = wire::parse_answer(&text)
-            .map_err(|e| format!("the answer of process {pid} is not the shim's: {e}"))?;
-        if snapshot.pid != pid {
-            return Err(format!(
-                "endpoint {} answered for process {}",
-                path.display(),
-                snapshot.pid
-            ));
-        }
-        Ok(snapshot)
+    /// Reads process `pid`'s live sampled stacks from its file; the error
+    /// is a sentence for a note.
+    pub fn read(&self, pid: u32) -> Result<Snapshot, String> {
+        let path = self.file_of(pid);
+        let file = self
+            .open(pid, false)
+            .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+        file::read(&file, pid)
+            .map_err(|e| format!("{} is not the shim's sites file: {e}", path.display()))
     }
 }
 
@@ -375,11 +325,9 @@ impl Sites for NativeTracer {
         self.sites.env(std::env::var_os("LD_PRELOAD").as_deref())
     }
 
-    fn collect(&mut self, ctx: &Context, sampled: &[Row], timeout: Duration) -> Collected {
-        // The shim answers from a table in memory: a process that takes
-        // longer than a few seconds is stuck, not busy.
-        let timeout = timeout.min(Duration::from_secs(10));
-        let (rows, notes) = self.session.collect(&self.sites, ctx, sampled, timeout);
+    /// Reads the files: no process is asked, so nothing waits (`_timeout`).
+    fn collect(&mut self, ctx: &Context, sampled: &[Row], _timeout: Duration) -> Collected {
+        let (rows, notes) = self.session.collect(&self.sites, ctx, sampled);
         Collected { rows, notes }
     }
 }
@@ -397,10 +345,10 @@ pub struct NativeAttached {
     last: Option<Instant>,
 }
 
-/// How often `attach --native-sites` asks for the sites: each answer is a
-/// point of every site's series (a table formatted by the shim and named
-/// by leakwatch: milliseconds), and a few seconds apart is enough for
-/// growth over minutes and hours.
+/// How often `attach --native-sites` reads the sites: each reading is a
+/// point of every site's series (a file read and its frames named by
+/// leakwatch: milliseconds), and a few seconds apart is enough for growth
+/// over minutes and hours.
 pub const ATTACH_EVERY: Duration = Duration::from_secs(2);
 
 impl NativeAttached {
@@ -427,9 +375,7 @@ impl NativeAttached {
     /// and the children it forked since), as rows of this sample.
     pub fn collect(&mut self, ctx: &Context, sampled: &[Row]) -> Collected {
         self.last = Some(Instant::now());
-        let (mut rows, notes) =
-            self.session
-                .collect(&self.sites, ctx, sampled, Duration::from_secs(10));
+        let (mut rows, notes) = self.session.collect(&self.sites, ctx, sampled);
         for row in &mut rows {
             row.site_source = Some(SiteSource::Native);
         }
@@ -437,15 +383,12 @@ impl NativeAttached {
     }
 
     /// At the end: the shim in each process stops sampling (its hooks stay,
-    /// forwarding to glibc: a process cannot unload them safely).
+    /// forwarding to glibc: a process cannot unload them safely), within
+    /// 200 ms of the stop flag set in its file (the shim looks that often).
     pub fn stop(&self) {
         for pid in self.sites.endpoints() {
-            let path = self.sites.dir.join(format!("{pid}.sock"));
-            if let Ok(mut stream) = self.sites.connect(&path) {
-                let _ = stream.set_write_timeout(Some(Duration::from_secs(2)));
-                let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-                let _ = stream.write_all(b"stop\n");
-                let _ = stream.read(&mut [0u8; 64]);
+            if let Ok(file) = self.sites.open(pid, true) {
+                let _ = file.write_all_at(&1u64.to_ne_bytes(), AT_STOP as u64);
             }
         }
     }
@@ -458,7 +401,7 @@ impl Drop for NativeSites {
 }
 
 /// Creates a fresh directory `leakwatch-native-<pid>-<random>` in `parent`,
-/// mode 0700 (nobody else may connect or plant an endpoint), absolute.
+/// mode 0700 (nobody else may read the files or plant one), absolute.
 fn create_private_dir(parent: &Path) -> Result<PathBuf, NativeSitesError> {
     use std::hash::{BuildHasher, Hasher};
     let fail = |source| NativeSitesError::CreateDir {

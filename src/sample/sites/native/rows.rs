@@ -1,16 +1,15 @@
-//! `run --native-sites`: after each run's deep sample, every process with
-//! the shim is asked for its live sampled stacks, leakwatch names their
+//! `run --native-sites`: after each run's deep sample, the file of every
+//! process with the shim gives its live sampled stacks, leakwatch names their
 //! frames, and each stack is filed under its *site*: its first frame outside
 //! the allocator and the runtimes (malloc, `operator new`, `std::`,
 //! `alloc::` …). A site's live bytes in each process become a `site` row of
 //! samples.csv, as a Python line's do, so the same fits and verdicts apply.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
 
 use super::NativeSites;
+use super::file::Snapshot;
 use super::symbols::{NamedFrame, ProcessMaps, Symbolizer};
-use super::wire::Snapshot;
 use crate::sample::Context;
 use crate::store::{Row, Scope, Tier};
 /// Frames shown per traceback.
@@ -24,42 +23,49 @@ pub struct NativeSession {
     tracebacks: BTreeSet<(Scope, String)>,
     /// Processes already noted.
     noted: BTreeSet<u32>,
+    /// (pid, slot) of the stacks that held memory at a reading: listed at
+    /// every later one, at 0 once freed, so their series go on. A stack
+    /// that never held memory when read is left out.
+    listed: BTreeSet<(u32, u32)>,
 }
 
 impl NativeSession {
-    /// Asks every process with the shim after `ctx`'s run, each within
-    /// `timeout` (the shim only formats its table: milliseconds); `sampled`
-    /// are the rows of this run's deep sample (which scope each pid is in).
-    /// Returns the rows, and notes for processes that could not be asked or
-    /// entered.
+    /// Reads the file of every process with the shim after `ctx`'s run;
+    /// `sampled` are the rows of this run's deep sample (which scope each
+    /// pid is in). Returns the rows, and notes for processes that could not
+    /// be read or entered.
     pub fn collect(
         &mut self,
         sites: &NativeSites,
         ctx: &Context,
         sampled: &[Row],
-        timeout: Duration,
     ) -> (Vec<Row>, Vec<String>) {
-        let run = ctx.run.unwrap_or(0);
         let mut rows = Vec::new();
         let mut notes = Vec::new();
-        let mut answered = BTreeSet::new();
+        let mut read = BTreeSet::new();
         for pid in sites.endpoints() {
             let Some(process) = sampled
                 .iter()
                 .find(|r| r.pid == pid && r.is_process_sample())
             else {
                 // Not followed (the command's own processes, gone by now):
-                // its endpoint goes once it has exited.
+                // its file goes once it has exited.
                 sites.forget_if_gone(pid);
                 continue;
             };
-            match sites.ask(pid, run, timeout) {
-                Ok(snapshot) => {
+            match sites.read(pid) {
+                Ok(mut snapshot) => {
                     // A point of a site's series is when its table was read, not when the
                     // batch began: over time (attach) the batch's page walks and the other
-                    // processes' answers came first, each taking longer under load.
+                    // processes' files came first, each taking longer under load.
                     let ctx = &ctx.now();
-                    answered.insert(pid);
+                    read.insert(pid);
+                    snapshot.stacks.retain(|s| {
+                        if s.bytes > 0 {
+                            self.listed.insert((pid, s.slot));
+                        }
+                        self.listed.contains(&(pid, s.slot))
+                    });
                     if snapshot.dropped > 0 && self.noted.insert(pid) {
                         notes.push(format!(
                             "process {pid}: the --native-sites shim's tables were full for {} \
@@ -67,23 +73,27 @@ impl NativeSession {
                             snapshot.dropped, snapshot.samples
                         ));
                     }
-                    rows.extend(self.rows_of(ctx, process, &snapshot));
+                    match self.rows_of(ctx, process, &snapshot) {
+                        Some(more) => rows.extend(more),
+                        None if self.noted.insert(pid) => notes.push(format!(
+                            "--native-sites: process {pid} exited before its frames could be \
+                             named"
+                        )),
+                        None => {}
+                    }
                 }
                 Err(why) if self.noted.insert(pid) => notes.push(format!("--native-sites: {why}")),
                 Err(_) => {}
             }
         }
-        notes.extend(self.silent(sampled, &answered));
+        notes.extend(self.silent(sampled, &read));
         (rows, notes)
     }
 
-    /// One row per site of the process, its traceback the first time.
-    fn rows_of(&mut self, ctx: &Context, process: &Row, snapshot: &Snapshot) -> Vec<Row> {
-        // The process may have exited since it answered: its answer's
-        // segments still name its frames.
-        let Some(maps) = ProcessMaps::of_answer(process.pid, &snapshot.segments) else {
-            return Vec::new();
-        };
+    /// One row per site of the process, its traceback the first time;
+    /// `None` when its maps are gone (it exited), which name the frames.
+    fn rows_of(&mut self, ctx: &Context, process: &Row, snapshot: &Snapshot) -> Option<Vec<Row>> {
+        let maps = ProcessMaps::read(process.pid)?;
         // site → (bytes, samples, the frames of its largest stack and its bytes)
         let mut by_site: BTreeMap<String, (u64, u64, Vec<NamedFrame>, u64)> = BTreeMap::new();
         for stack in &snapshot.stacks {
@@ -126,12 +136,12 @@ impl NativeSession {
             }
             rows.push(row(site, bytes, Some(samples)));
         }
-        rows
+        Some(rows)
     }
 
-    /// Processes of the followed scopes that have no endpoint and cannot
-    /// have one: the shim never entered them. Noted once each, with why.
-    fn silent(&mut self, sampled: &[Row], answered: &BTreeSet<u32>) -> Vec<String> {
+    /// Processes of the followed scopes that have no file and cannot have
+    /// one: the shim never entered them. Noted once each, with why.
+    fn silent(&mut self, sampled: &[Row], read: &BTreeSet<u32>) -> Vec<String> {
         let pids: BTreeSet<u32> = sampled
             .iter()
             .filter(|r| r.is_process_sample() && r.scope != Scope::Command)
@@ -139,7 +149,7 @@ impl NativeSession {
             .collect();
         let mut notes = Vec::new();
         for pid in pids {
-            if answered.contains(&pid) || self.noted.contains(&pid) {
+            if read.contains(&pid) || self.noted.contains(&pid) {
                 continue;
             }
             if let Some(why) = not_entered(pid) {
@@ -154,7 +164,7 @@ impl NativeSession {
 }
 
 /// Why the shim is not in `pid`, if it is not (a process that has it but
-/// has not yet allocated one interval has no endpoint yet: not noted).
+/// has not yet allocated one interval has no file yet: not noted).
 fn not_entered(pid: u32) -> Option<String> {
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
     if maps.contains(super::SHIM_STEM) {

@@ -5,22 +5,19 @@
 //! or `.dynsym` in a stripped binary) names it; C++ and Rust (legacy and v0)
 //! names demangled. Nothing named: `module+0xOFFSET`.
 //!
-//! Files are loaded once per session, keyed by their GNU build id where the
-//! shim gave one (its answer lists each loaded object's segments, build id
-//! and path), else by path, device and inode: a rebuilt binary at the same
-//! path is another file, and a file is used only if its build id is the
-//! one the process ran; the debug file `/usr/lib/debug/.build-id/` has
-//! for it names the frames when that file has no DWARF (stripped) or is
-//! gone; else the frame is `module+0xOFFSET`. A process that exited
-//! between its answer and the naming is named from the answer's segments.
+//! Files are loaded once per session, keyed by path, device and inode (a
+//! rebuilt binary at the same path is another file): the process' own view
+//! of the file (`/proc/PID/map_files`, where leakwatch may read it), else
+//! the path, only while it is still the file the process mapped (its
+//! inode); the debug file `/usr/lib/debug/.build-id/` has for the file's
+//! GNU build id names the frames when the file has no DWARF (stripped);
+//! else the frame is `module+0xOFFSET`.
 
 use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
 use object::{Object, ObjectSection, ObjectSegment};
-
-use super::wire::Segment;
 
 /// One frame, named as well as the file allows.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,8 +44,7 @@ impl NamedFrame {
     }
 }
 
-/// One line of `/proc/PID/maps` that maps a file, or one segment of the
-/// shim's answer (no device or inode then).
+/// One line of `/proc/PID/maps`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Mapping {
     start: u64,
@@ -57,10 +53,6 @@ struct Mapping {
     dev: String,
     inode: u64,
     path: String,
-    /// The object's GNU build id (lowercase hex) and load bias (an
-    /// address minus the address its ELF states), from the shim's answer.
-    build_id: Option<String>,
-    bias: Option<u64>,
 }
 
 /// Parses `/proc/PID/maps` text: every mapping, sorted by start.
@@ -80,8 +72,6 @@ fn parse_maps(text: &str) -> Vec<Mapping> {
                 dev: dev.to_string(),
                 inode: inode.parse().ok()?,
                 path,
-                build_id: None,
-                bias: None,
             })
         })
         .collect();
@@ -97,6 +87,8 @@ struct Module {
     /// Whether the file has DWARF (`.debug_info`): a stripped binary has
     /// only its symbol table.
     dwarf: bool,
+    /// Its GNU build id, lowercase hex.
+    build_id: Option<String>,
 }
 
 impl Module {
@@ -106,6 +98,7 @@ impl Module {
             loader: None,
             segments: Vec::new(),
             dwarf: false,
+            build_id: None,
         }
     }
 
@@ -114,11 +107,9 @@ impl Module {
     fn load(path: &Path, build_id: Option<&str>) -> Option<Module> {
         let data = fs::read(path).ok()?;
         let file = object::File::parse(&*data).ok()?;
-        if let Some(want) = build_id {
-            let has = file.build_id().ok().flatten().map(hex);
-            if has.as_deref() != Some(want) {
-                return None;
-            }
+        let has = file.build_id().ok().flatten().map(hex);
+        if build_id.is_some_and(|want| has.as_deref() != Some(want)) {
+            return None;
         }
         let segments = file
             .segments()
@@ -134,6 +125,7 @@ impl Module {
             loader: addr2line::Loader::new(path).ok(),
             segments,
             dwarf,
+            build_id: has,
         })
     }
 
@@ -199,12 +191,8 @@ fn debug_file(id: &str) -> Option<PathBuf> {
         .then(|| PathBuf::from(format!("/usr/lib/debug/.build-id/{dir}/{rest}.debug")))
 }
 
-/// What a loaded file is known by.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-enum Key {
-    BuildId(String),
-    File(PathBuf, String, u64),
-}
+/// What a loaded file is known by: its path, device and inode.
+type Key = (PathBuf, String, u64);
 
 /// Names addresses of the processes of one session.
 #[derive(Default)]
@@ -220,7 +208,7 @@ impl std::fmt::Debug for Symbolizer {
     }
 }
 
-/// What one process maps, read once per answer.
+/// What one process maps, read once per snapshot.
 pub struct ProcessMaps {
     pid: u32,
     maps: Vec<Mapping>,
@@ -234,42 +222,6 @@ impl ProcessMaps {
             pid,
             maps: parse_maps(&text),
         })
-    }
-
-    /// What process `pid` maps, with the build ids of its answer's
-    /// `segments`; from the segments alone when the process is gone (or
-    /// its maps unreadable). `None` when neither is there.
-    pub fn of_answer(pid: u32, segments: &[Segment]) -> Option<ProcessMaps> {
-        let Some(mut maps) = ProcessMaps::read(pid) else {
-            return (!segments.is_empty()).then(|| ProcessMaps::from_segments(pid, segments));
-        };
-        // By address, not path: the loader's path of a library
-        // (`/lib/…`) may be a symlink's, the kernel's the file's (`/usr/lib/…`).
-        for m in &mut maps.maps {
-            if let Some(s) = segments.iter().find(|s| s.start < m.end && m.start < s.end) {
-                m.build_id = s.build_id.clone();
-                m.bias = Some(s.start.wrapping_sub(s.vaddr));
-            }
-        }
-        Some(maps)
-    }
-
-    fn from_segments(pid: u32, segments: &[Segment]) -> ProcessMaps {
-        let mut maps: Vec<Mapping> = segments
-            .iter()
-            .map(|s| Mapping {
-                start: s.start,
-                end: s.end,
-                offset: s.offset,
-                dev: String::new(),
-                inode: 0,
-                path: s.path.clone(),
-                build_id: s.build_id.clone(),
-                bias: Some(s.start.wrapping_sub(s.vaddr)),
-            })
-            .collect();
-        maps.sort_by_key(|m| m.start);
-        ProcessMaps { pid, maps }
     }
 
     fn find(&self, addr: u64) -> Option<&Mapping> {
@@ -308,37 +260,47 @@ impl Symbolizer {
         let module_name = Path::new(&m.path)
             .file_name()
             .map_or_else(|| m.path.clone(), |n| n.to_string_lossy().into_owned());
-        let key = match &m.build_id {
-            Some(id) => Key::BuildId(id.clone()),
-            None => Key::File(PathBuf::from(&m.path), m.dev.clone(), m.inode),
-        };
+        let key = (PathBuf::from(&m.path), m.dev.clone(), m.inode);
         let module = self.modules.entry(key).or_insert_with(|| {
             // The process' own view of the file, even if it was replaced on
             // disk since (map_files needs ptrace access and a live process),
-            // else the path: the first whose build id is the one the process
-            // ran. Without DWARF (a stripped binary: its symbol table only)
-            // the debug file of its build id is preferred when it has DWARF;
-            // it is also the last resort.
+            // else the path while it is the file the process mapped. Without
+            // DWARF (a stripped binary: its symbol table only) the debug
+            // file of its build id names the frames when it has DWARF; the
+            // mapped file's segments still give the stated addresses (a
+            // debug file's hold no bytes).
             let own = PathBuf::from(format!(
                 "/proc/{}/map_files/{:x}-{:x}",
                 maps.pid, m.start, m.end
             ));
-            let id = m.build_id.as_deref();
-            let loaded = |p: &Path| Module::load(p, id).filter(|m| m.loader.is_some());
-            let debug = || id.and_then(debug_file).and_then(|p| loaded(&p));
-            match loaded(&own).or_else(|| loaded(Path::new(&m.path))) {
-                Some(module) if module.dwarf => module,
-                Some(module) => debug().filter(|d| d.dwarf).unwrap_or(module),
-                None => debug().unwrap_or_else(Module::none),
+            let same_file = || {
+                use std::os::unix::fs::MetadataExt;
+                fs::metadata(&m.path).is_ok_and(|meta| meta.ino() == m.inode)
+            };
+            let loaded = |p: &Path, id: Option<&str>| {
+                Module::load(p, id).filter(|module| module.loader.is_some())
+            };
+            let Some(module) = loaded(&own, None)
+                .or_else(|| same_file().then(|| loaded(Path::new(&m.path), None))?)
+            else {
+                return Module::none();
+            };
+            if module.dwarf {
+                return module;
+            }
+            let id = module.build_id.clone();
+            let debug = id
+                .as_deref()
+                .and_then(|id| loaded(&debug_file(id)?, Some(id)));
+            match debug.filter(|d| d.dwarf) {
+                Some(d) => Module {
+                    segments: module.segments,
+                    ..d
+                },
+                None => module,
             }
         });
-        // The stated address: by the load bias the shim gave (a debug
-        // file's segments state no file offsets), else by the file's
-        // segments.
-        let probe = match m.bias {
-            Some(bias) => Some(addr.wrapping_sub(bias)),
-            None => module.stated(offset),
-        };
+        let probe = module.stated(offset);
         match probe {
             Some(probe) => module.name(probe, &module_name, offset),
             None => vec![NamedFrame {
@@ -375,69 +337,37 @@ mod tests {
 
     /// A function of this test binary, to be named by address.
     #[inline(never)]
-    fn named_from_the_answer(x: u64) -> u64 {
+    fn named_by_address(x: u64) -> u64 {
         std::hint::black_box(x).wrapping_mul(3)
     }
 
-    /// This process' executable segment holding `addr`, as the shim would
-    /// give it, with `build_id`.
-    fn own_segment(addr: u64, build_id: Option<String>) -> Segment {
-        let maps = ProcessMaps::read(std::process::id()).unwrap();
-        let m = maps.find(addr).unwrap();
-        let data = fs::read("/proc/self/exe").unwrap();
-        let file = object::File::parse(&*data).unwrap();
-        // The ELF segment holding `addr`'s file offset, placed where the
-        // mapping put that offset (as the loader reports it to the shim).
-        let at = addr - m.start + m.offset;
-        let segment = file
-            .segments()
-            .find(|s| {
-                let (o, n) = s.file_range();
-                (o..o + n).contains(&at)
-            })
-            .unwrap();
-        let (offset, _) = segment.file_range();
-        let start = m.start.wrapping_add(offset).wrapping_sub(m.offset);
-        Segment {
-            start,
-            end: start + segment.size(),
-            offset,
-            vaddr: segment.address(),
-            build_id,
-            path: m.path.clone(),
-        }
-    }
-
-    /// A process that has exited (no /proc/PID/maps) is named from its
-    /// answer's segments, by the file whose build id it ran; a file whose
-    /// build id is another's names nothing (a rebuilt binary would name
-    /// the wrong functions).
+    /// A frame is named from the file the process mapped; a file that is no
+    /// longer it (another inode at the path: a rebuilt binary) names
+    /// nothing, where it would name the wrong functions. The maps of a pid
+    /// that does not exist have no `map_files` to fall back on.
     #[test]
-    fn a_gone_process_is_named_by_its_build_id_and_never_by_another_file() {
-        let addr = named_from_the_answer as *const () as usize as u64;
-        let data = fs::read("/proc/self/exe").unwrap();
-        let id = object::File::parse(&*data)
-            .unwrap()
-            .build_id()
-            .unwrap()
-            .map(hex);
-        let gone = u32::MAX;
-        let maps = ProcessMaps::of_answer(gone, &[own_segment(addr, id.clone())]).unwrap();
+    fn a_frame_is_named_from_the_mapped_file_and_never_from_another() {
+        let addr = named_by_address as *const () as usize as u64;
+        let mut maps = ProcessMaps::read(std::process::id()).unwrap();
         let frames = Symbolizer::default().name(&maps, addr + 1);
         assert!(
             frames.iter().any(|f| f
                 .function
                 .as_deref()
-                .is_some_and(|n| n.contains("named_from_the_answer"))),
-            "{frames:?} (build id {id:?})"
+                .is_some_and(|n| n.contains("named_by_address"))),
+            "{frames:?}"
         );
-        let other = Some("00".repeat(20));
-        let maps = ProcessMaps::of_answer(gone, &[own_segment(addr, other)]).unwrap();
+        maps.pid = u32::MAX;
+        let i = maps
+            .maps
+            .iter()
+            .position(|m| m.start <= addr && addr < m.end)
+            .unwrap();
+        maps.maps[i].inode += 1;
         let frames = Symbolizer::default().name(&maps, addr + 1);
         assert_eq!(frames.len(), 1, "{frames:?}");
         assert_eq!(frames[0].function, None, "{frames:?}");
         assert!(frames[0].display().contains("+0x"), "{frames:?}");
-        assert!(ProcessMaps::of_answer(gone, &[]).is_none());
     }
 
     #[test]

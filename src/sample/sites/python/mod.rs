@@ -329,7 +329,7 @@ impl PySites {
     /// The pids with an endpoint in D, ascending. Includes endpoints left by
     /// processes that died without cleaning up; [`PySites::ask`] tells.
     pub fn endpoints(&self) -> Vec<u32> {
-        super::endpoints(&self.dir)
+        super::endpoints(&self.dir, ".sock")
     }
 
     /// Asks every endpoint for a snapshot after `run`, a few at a time (the
