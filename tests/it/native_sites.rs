@@ -184,13 +184,18 @@ fn the_leaking_c_function_is_named_first_and_the_scratch_buffers_are_not_a_leak(
     assert_eq!(first["verdict"], "leak", "{first:#}");
     assert_eq!(first["x"], "run", "{first:#}");
     assert!(s.get("py_sites").is_none(), "{s:#}");
-    // Sampled once per 64 KiB on average: ≈ 576 samples over the 9 runs
-    // that grow, a standard error of ≈ 4%: 15% is 3.6 of them.
+    // Sampled once per 64 KiB on average: ≈ 365 samples over the 9 runs
+    // that grow (64 blocks of 64 KiB a run, each sampled with probability
+    // 1 − 1/e), a standard error of ≈ 3.5%. Issue 21 asks 25%: the
+    // estimate's tail is wider than its standard error, because a random
+    // walk whose increments happen to rise (37, 37, 37, 36, then 46, 49,
+    // 44, 47, 44 samples a run) is read at its end's rate, +23% in 3 of
+    // ≈ 400 sessions under load (its interval still covered the truth).
     assert_within(
         "bytes per run",
         first["bytes_per_run"].as_f64().unwrap(),
         leak as f64,
-        0.15,
+        0.25,
     );
     // The full stack, named from .eh_frame + DWARF: through serve() to main().
     let frames: Vec<&str> = first["frames"]
@@ -694,10 +699,9 @@ fn the_rust_fixtures_mmap_leak_is_named_by_its_rust_function() {
 /// hooks, forks while the threads allocate, at a 1 KiB interval so the
 /// sampled path (the lock, the unwinder) runs constantly: every run ends
 /// well. Two hangs it caught: a lock held across fork by an interrupted
-/// thread, and the answering thread started (pthread_create) from the
-/// handler's mmap hook while main's own pthread_create held glibc's arena
-/// lock (about 1 process in 100; the thread now starts only from plain
-/// code).
+/// thread, and the shim's answering thread (since replaced by a file)
+/// started (pthread_create) from the handler's mmap hook while main's own
+/// pthread_create held glibc's arena lock (about 1 process in 100).
 #[test]
 fn threads_signals_and_forks_under_the_shim_neither_hang_nor_crash() {
     let tmp = tempfile::tempdir().unwrap();
@@ -845,8 +849,8 @@ fn a_static_daemon_the_shim_cannot_enter_is_named_with_the_reason() {
 }
 
 /// A prefork pool: three forked workers share the socket and each leaks per
-/// request it serves. Each answers on its own endpoint (the shim restarts
-/// its answering thread after fork), and the site is judged per task
+/// request it serves. Each keeps its own sites file (made at its first
+/// sample after the fork), and the site is judged per task
 /// across the workers.
 #[test]
 fn a_forked_pool_whose_workers_leak_per_task_is_judged_per_task() {
@@ -1205,7 +1209,7 @@ fn attach_native_sites_as_root_names_another_users_leak() {
 
 /// A library the daemon dlopens after the attach (full RELRO, bound at
 /// load) calls malloc through its own GOT, which no patch at the attach
-/// could reach: the shim's answering thread finds it once the loader is
+/// could reach: the shim's patching thread finds it once the loader is
 /// done with it, and its leak is named with what it kept.
 #[test]
 fn attach_native_sites_follows_a_library_dlopened_after_the_attach() {
