@@ -53,12 +53,12 @@ pub const ENV_INTERVAL: &str = "LEAKWATCH_NATIVE_INTERVAL";
 /// runs: within 25% in 100 of 100 repeats at 64 KiB (sd 8.6%), in 93–96 at
 /// 128 KiB (sd 14–15%); one growing 256 KiB per run called a leak in 276 of
 /// 300 sessions at 64 KiB, 162 at 128 KiB. The cost hardly differs: on 10
-/// million malloc/free pairs of 16–1024 B, 1.17× the program's own time at
-/// 64 KiB and 1.16× at 128 KiB (median of 31 interleaved rounds), most of
-/// it the hooks, a preloaded library's own calls (1.04×) and the answering
-/// thread, which puts glibc's malloc in its multi-threaded mode (an idle
-/// thread alone: 1.05×). At 512 KiB (tcmalloc's and jemalloc's range) a
-/// 1 MiB/run stack gets 20 samples in 10 runs: too coarse.
+/// million malloc/free pairs of 16–1024 B, 1.13–1.14× the program's own time
+/// at 64 KiB and 1.11× at 128 KiB (median of 15–21 interleaved rounds), most
+/// of it the hooks and a preloaded library's own calls (1.03×); the shim
+/// starts no thread (one would put glibc's malloc in its multi-threaded mode:
+/// 1.14–1.16× with the answering thread it had). At 512 KiB (tcmalloc's and
+/// jemalloc's range) a 1 MiB/run stack gets 20 samples in 10 runs: too coarse.
 pub const DEFAULT_INTERVAL_BYTES: u64 = 64 * 1024;
 
 /// Setting up `--native-sites` failed. Each message names the path and the fix.
