@@ -182,6 +182,11 @@ impl Ctx<'_> {
         let end_txt = format!("{} in the second half", self.per_x(seg.tail_slope));
         let p_txt = fmt_p(self.mk.p_two_sided);
         let c = c.conclude(end, self.thr, grew, |v| match v {
+            // The headline is the end's rate: the reason names it.
+            Verdict::Leak if keeps_pace && end.from == RateFrom::CurveEnd => format!(
+                "grows {slope_txt}, {p_txt}, and speeds up: {} at the end",
+                self.per_x(end.rate)
+            ),
             Verdict::Leak if keeps_pace => format!("grows {slope_txt}, {p_txt}, still {end_txt}"),
             Verdict::Leak => format!("grows {end_txt}, slower than {slope_txt} overall"),
             Verdict::Plateau => format!(
@@ -541,6 +546,33 @@ mod tests {
         assert!(
             e.ci95.0 < 0.2 * MB,
             "the lower end stays the line's: {c:#?}"
+        );
+    }
+
+    /// A leak whose rate rises (x², 20 runs): its headline is the end's rate, and the reason
+    /// names that rate, not only the line's average (a native site read "grows +4.17 MiB/run
+    /// … still +4.62 MiB/run in the second half" under a headline of +4.92 MiB/run).
+    #[test]
+    fn a_leak_that_speeds_up_says_its_end_rate() {
+        let x: Vec<f64> = (1..=20).map(f64::from).collect();
+        let y: Vec<f64> = x
+            .iter()
+            .enumerate()
+            .map(|(i, &r)| {
+                let wiggle = ((i * 7919 % 13) as f64 - 6.0) / 6.0 * 0.05 * MB;
+                100.0 * MB + 0.02 * MB * (r - 1.0).powi(2) + wiggle
+            })
+            .collect();
+        let c = classify(&x, &y, None, &Thresholds::default());
+        let e = c.end_rate.unwrap();
+        assert_eq!(
+            (c.verdict, e.from),
+            (Verdict::Leak, RateFrom::CurveEnd),
+            "{c:#?}"
+        );
+        assert!(
+            c.reason.contains(", and speeds up: +") && c.reason.ends_with(" at the end"),
+            "{c:#?}"
         );
     }
 

@@ -710,10 +710,16 @@ mod tests {
         let held = root.open_dir(pid).unwrap().hold_files();
         let (mut buf, mut status) = (Vec::new(), Status::default());
         let mut kids = Vec::new();
-        // `spawn` returns before the kernel renames the child at its exec.
-        for _ in 0..200 {
+        // `spawn` returns before the kernel renames the child at its exec,
+        // and the loader opens and closes its libraries after that: the
+        // fd count holds still once sleep sleeps (in clock_nanosleep, 230,
+        // or nanosleep, 35, by /proc/PID/syscall; a count read while the
+        // loader held libc open differed by one under load).
+        for _ in 0..400 {
             held.status(&mut buf, &mut status).unwrap();
-            if status.name == "sleep" {
+            let call = std::fs::read_to_string(format!("/proc/{pid}/syscall")).unwrap_or_default();
+            let sleeping = matches!(call.split(' ').next(), Some("230" | "35"));
+            if status.name == "sleep" && sleeping {
                 break;
             }
             std::thread::sleep(std::time::Duration::from_millis(5));
