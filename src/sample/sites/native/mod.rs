@@ -239,14 +239,23 @@ impl NativeSites {
     }
 
     /// Opens process `pid`'s file in D (`write`: to set its stop flag),
-    /// with the rights of the user D was handed to, not following a link.
+    /// with the rights of the user D was handed to: a regular file, not
+    /// through a link, and never waiting (a FIFO put in its place would
+    /// block an open for reading).
     fn open(&self, pid: u32, write: bool) -> io::Result<fs::File> {
         let _rights = self.owner.map(FsRights::assume);
-        fs::OpenOptions::new()
+        let file = fs::OpenOptions::new()
             .read(!write)
             .write(write)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(self.file_of(pid))
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(self.file_of(pid))?;
+        if !file.metadata()?.is_file() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a regular file",
+            ));
+        }
+        Ok(file)
     }
 
     fn file_of(&self, pid: u32) -> PathBuf {
@@ -445,6 +454,26 @@ mod tests {
         assert_eq!(sites.env(Some(OsStr::new("")))[0].1, "/x/libshim.so");
         drop(sites);
         assert!(!dir.exists());
+    }
+
+    /// A FIFO or a link in place of a process' file is refused at once:
+    /// never waited on, never followed.
+    #[test]
+    fn a_fifo_or_a_link_in_place_of_a_sites_file_is_refused_at_once() {
+        let parent = tempfile::tempdir_in("/tmp").unwrap();
+        let sites =
+            NativeSites::prepare_in(parent.path(), PathBuf::from("/x/libshim.so"), 4096).unwrap();
+        let fifo = sites.file_of(41);
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let err = sites.read(41).unwrap_err();
+        assert!(err.contains("not a regular file"), "{err}");
+        let target = parent.path().join("elsewhere");
+        fs::write(&target, b"lwsites").unwrap();
+        std::os::unix::fs::symlink(&target, sites.file_of(42)).unwrap();
+        let err = sites.read(42).unwrap_err();
+        assert!(err.contains("cannot open"), "{err}");
     }
 
     #[test]
