@@ -697,6 +697,26 @@ mod tests {
         assert!(fake.root().open_dir(11).unwrap_err().is_gone());
     }
 
+    /// Waits until `sleep` (spawned as `pid`) sleeps. `spawn` returns
+    /// before the kernel renames the child at its exec, and the loader
+    /// opens, maps and closes its libraries after that: its fd count and
+    /// its mappings hold still once it sleeps (in clock_nanosleep, 230, or
+    /// nanosleep, 35, by /proc/PID/syscall; a count read while the loader
+    /// held libc open differed by one under load, and a fixed 100 ms wait
+    /// read its rollup changing under a parallel test run).
+    fn wait_until_asleep(pid: u32) {
+        for _ in 0..400 {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            let call = std::fs::read_to_string(format!("/proc/{pid}/syscall")).unwrap_or_default();
+            let sleeping = matches!(call.split(' ').next(), Some("230" | "35"));
+            if comm.trim_end() == "sleep" && sleeping {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        panic!("sleep ({pid}) did not fall asleep in 2 s");
+    }
+
     /// Held files read a real process afresh each time, as opened files
     /// do, and fail once it is gone, as the held directory does.
     #[test]
@@ -710,20 +730,7 @@ mod tests {
         let held = root.open_dir(pid).unwrap().hold_files();
         let (mut buf, mut status) = (Vec::new(), Status::default());
         let mut kids = Vec::new();
-        // `spawn` returns before the kernel renames the child at its exec,
-        // and the loader opens and closes its libraries after that: the
-        // fd count holds still once sleep sleeps (in clock_nanosleep, 230,
-        // or nanosleep, 35, by /proc/PID/syscall; a count read while the
-        // loader held libc open differed by one under load).
-        for _ in 0..400 {
-            held.status(&mut buf, &mut status).unwrap();
-            let call = std::fs::read_to_string(format!("/proc/{pid}/syscall")).unwrap_or_default();
-            let sleeping = matches!(call.split(' ').next(), Some("230" | "35"));
-            if status.name == "sleep" && sleeping {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
+        wait_until_asleep(pid);
         for _ in 0..3 {
             held.status(&mut buf, &mut status).unwrap();
             assert_eq!(status.name, "sleep");
@@ -762,15 +769,30 @@ mod tests {
             .arg("30")
             .spawn()
             .unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(100));
         let root = ProcRoot::default();
         let pid = child.id();
-        let before = root.smaps_rollup(pid).unwrap();
-        let smaps = root.smaps(pid).unwrap();
-        let after = root.smaps_rollup(pid).unwrap();
+        wait_until_asleep(pid);
+        // Its PSS moves when other processes map or unmap the same libc
+        // pages (the sleeps of tests running beside it: 1 KiB once in a
+        // parallel run): read until nothing changed around the smaps read.
+        let (mut before, mut smaps, mut after);
+        let mut tries = 0;
+        loop {
+            before = root.smaps_rollup(pid).unwrap();
+            smaps = root.smaps(pid).unwrap();
+            after = root.smaps_rollup(pid).unwrap();
+            tries += 1;
+            if before == after || tries == 50 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
         let _ = child.kill();
         let _ = child.wait();
-        assert_eq!(before, after, "the process changed while read");
+        assert_eq!(
+            before, after,
+            "the process or its sharers changed while read"
+        );
         let sum = &smaps.rollup;
         assert_eq!(sum.rss_bytes, before.rss_bytes);
         assert_eq!(sum.shared_clean_bytes, before.shared_clean_bytes);
