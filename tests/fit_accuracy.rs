@@ -1055,7 +1055,9 @@ fn print_shape_table() {
         "| shape | n | noise sd | truth | leak | plateau | stable | inconclusive | by troughs | \\|rate err\\| |"
     );
     println!("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|");
-    for shape in all_shapes() {
+    // SHAPE_ONLY keeps the families whose label holds it.
+    let only = std::env::var("SHAPE_ONLY").unwrap_or_default();
+    for shape in all_shapes().filter(|s| s.label().contains(&only)) {
         for &n in shape.lengths() {
             for &noise in shape.noises() {
                 let cell = simulate_shape(shape, n, noise, seeds);
@@ -1222,17 +1224,14 @@ fn print_coverage_table() {
 /// The contract's estimate is honest: its 95% interval holds the true end rate in ≥ 93% of
 /// series (`print_coverage_table`, 1,000 seeds a row, docs/accuracy.md), asserted here at 90%
 /// on 200 seeds a row (a row at 95% falls under 93% by chance one time in eight). Rows kept
-/// out, below 93% in the table and said so in the docs: a saturating curve at 50 runs and
-/// 0.1% noise (the parabola's end slope is biased for an exponential: 85.5%); steps every 5
-/// runs seen over 10 runs (one step reads as a one-off: 81%); a 1 s saw-tooth over 120
-/// samples (91.5%).
+/// out, below 93% in the table and said so in the docs: steps every 5 runs seen over 10 runs
+/// (one step reads as a one-off: 81%); a 1 s saw-tooth over 120 samples (91.5%). A saturating
+/// curve at 50 runs and 0.1% noise (its end segment overstates the end: 85.5%) is in since
+/// its interval reaches down to a parabola's end when it bends down (`Ctx::may_slow_down`).
 #[test]
 fn end_rate_intervals_cover_the_truth() {
     const SEEDS: u64 = 200;
     for (n, noise, truth) in grid() {
-        if matches!(truth, Truth::PlateauExp(k) if k == 3.0) && n == 50 && noise < 1.0 {
-            continue;
-        }
         let cov = rate_coverage(n, noise, truth, SEEDS);
         assert!(
             cov.share() >= 0.9,
@@ -1272,10 +1271,11 @@ fn end_rate_intervals_cover_the_truth() {
     let cov = shape_coverage(Shape::Accelerating { power: 0 }, 10, 64.0 * KIB, 500);
     assert!(cov.share() >= 0.93, "exp n=10 64 KiB: {}", cov.share());
     // A gauge held 15 s, read once per refresh (`prometheus::refreshes`), its first refresh
-    // placed one period before its second. At 60 s, 4 or 5 refreshes: four are under the five
-    // points a fit needs (no interval, 7–14% of series); the rest are covered in ≥ 97%.
-    // Before, the first refresh was read at the first scrape, up to 15 s late, and looked like
-    // a warm-up: 22–43% had no interval, 56–77% were covered (84–91% now).
+    // placed one period before its second. At 60 s, 4 or 5 refreshes, every one with an
+    // interval since four points are enough (t with two degrees of freedom): 85–92% covered
+    // before, when the 7–14% of windows holding four refreshes had none; 96–99% now (500
+    // seeds). Before stop 32 the first refresh was read at the first scrape, up to 15 s late,
+    // and looked like a warm-up: 56–77%.
     for pct_per_h in [0.0, 3.0, 30.0, 1800.0] {
         let shape = Shape::HeldScrape {
             every: 15.0,
@@ -1284,19 +1284,18 @@ fn end_rate_intervals_cover_the_truth() {
         };
         for &n in shape.lengths() {
             let cov = shape_coverage(shape, n, 64.0 * KIB, SEEDS);
-            let with_interval = cov.covered as f64 / (cov.runs - cov.missing).max(1) as f64;
-            let least = if n < 120 { 0.8 } else { 0.9 };
             assert!(
-                cov.share() >= least && with_interval >= 0.9,
-                "{} n={n}: {} ({with_interval} of those with an interval)",
+                cov.share() >= 0.9 && cov.missing == 0,
+                "{} n={n}: {} ({} without an interval)",
                 shape.label(),
-                cov.share()
+                cov.share(),
+                cov.missing
             );
         }
     }
 }
 
-/// Why intervals miss: for each row of issue 19's families, the share covered and the first
+/// Why intervals miss: for each row of the study's families, the share covered and the first
 /// `MISSES_SHOWN` (default 3) seeds whose end-rate interval misses the truth, with the
 /// estimator (`end_rate.from`), the interval and the reason. `MISSES_SEEDS` series a row
 /// (default 200); `MISSES_ONLY` keeps the families whose label holds it.
@@ -1311,7 +1310,11 @@ fn print_coverage_misses() {
     };
     let (seeds, shown) = (env("MISSES_SEEDS", 200), env("MISSES_SHOWN", 3));
     let only = std::env::var("MISSES_ONLY").unwrap_or_default();
-    for shape in SHAPES_19.into_iter().filter(|s| s.label().contains(&only)) {
+    for shape in SHAPES
+        .into_iter()
+        .chain(SHAPES_19)
+        .filter(|s| s.label().contains(&only))
+    {
         for &n in shape.lengths() {
             for &noise in shape.noises() {
                 let (t, truth) = (shape_thresholds(shape), shape_end_rate(shape, n));

@@ -82,9 +82,19 @@ impl ParabolaEnd {
         self.slope + student_t_quantile(0.975, self.df) * self.slope_se
     }
 
+    /// The lower end of the 95% interval of its slope at the last point.
+    pub fn slope_lower95(&self) -> f64 {
+        self.slope - student_t_quantile(0.975, self.df) * self.slope_se
+    }
+
     /// Whether it bends upwards at one-sided level `alpha`.
     pub fn bends_up(&self, alpha: f64) -> bool {
         self.curvature > student_t_quantile(1.0 - alpha, self.df) * self.curvature_se
+    }
+
+    /// Whether it bends downwards at one-sided level `alpha`.
+    pub fn bends_down(&self, alpha: f64) -> bool {
+        -self.curvature > student_t_quantile(1.0 - alpha, self.df) * self.curvature_se
     }
 }
 
