@@ -549,6 +549,38 @@ mod tests {
         );
     }
 
+    /// A warm-up the trim did not take (+8 MiB over about three runs, a rise that goes on)
+    /// before a leak of 256 KiB/run, 50 runs under ±1 MiB: the line through it all says
+    /// ≈ +300 KiB/run and its interval stopped above the leak; the first points lie far below
+    /// the line, so the interval reaches down to the line without them.
+    #[test]
+    fn a_warm_up_the_trim_missed_does_not_hold_the_interval_above_the_leak() {
+        let (n, leak) = (50, 256.0 * 1024.0);
+        let x: Vec<f64> = (1..=n).map(f64::from).collect();
+        // Noise of sd 1 MiB: a sum of three uniforms from a fixed xorshift stream.
+        let mut state = 677_541_u64;
+        let mut uniform = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 11) as f64 / (1u64 << 53) as f64 - 0.5
+        };
+        let y: Vec<f64> = x
+            .iter()
+            .map(|&r| {
+                let warm = 8.0 * MIB_ * (1.0 - (1.0 - r).exp());
+                let noise = (uniform() + uniform() + uniform()) * 2.0 * MIB_;
+                100.0 * MB + warm + leak * (r - 1.0) + noise
+            })
+            .collect();
+        let c = classify(&x, &y, None, &per_run());
+        let e = c.end_rate.unwrap();
+        assert_eq!((c.warmup, e.from), (0, RateFrom::Line), "{c:#?}");
+        assert!(c.fit.unwrap().slope > 1.1 * leak, "{c:#?}");
+        assert!(e.ci95.0 <= leak && leak <= e.ci95.1, "{c:#?}");
+        assert_eq!(c.verdict, Verdict::Leak, "{c:#?}");
+    }
+
     /// A leak whose rate rises (x², 20 runs): its headline is the end's rate, and the reason
     /// names that rate, not only the line's average (a native site read "grows +4.17 MiB/run
     /// … still +4.62 MiB/run in the second half" under a headline of +4.92 MiB/run).
