@@ -702,15 +702,14 @@ impl<'a> Ctx<'a> {
         }
         c
     }
-}
 
-impl Ctx<'_> {
     /// The mirror of `may_speed_up`: a curve that slows down has its end below any line
     /// through its end (a segment over the last 40% of a saturating `1 − e^(−3x/n)` says
     /// 1.8× its end's slope, and its interval held the end in 85.5% of the study's series at
     /// 50 runs and 0.1% noise). When the points the end was read on (all for the line, the
-    /// second half or the end segment) bend downwards at one-sided α, the interval reaches
-    /// down to the 95% lower end of a parabola's slope at the last point. Only where the
+    /// second half or the end segment) bend downwards at one-sided 5% (not α: no verdict
+    /// rests on it), the interval reaches down to the 95% lower end of a parabola's slope at
+    /// the last point. Only where the
     /// interval already admits the threshold, so no verdict changes: a leak stays a leak
     /// (its lower end above the threshold is what a leak is), and what changes is what an
     /// undecided end admits. Not for random walks (they bend wherever their errors
@@ -748,16 +747,14 @@ impl Ctx<'_> {
         }
         c
     }
-}
 
-impl Ctx<'_> {
     /// A line whose first points lie far below it may be tilted by a warm-up the trim did
     /// not take (`detect_warmup` trims one jump; a cache that fills over two or three runs
     /// under noise is a rise that goes on): its slope then overstates the end. When the
     /// leading residuals are below −2σ, the first below −3σ (a straight series starts so one
     /// time in 700), the interval reaches down to the line's without them (at most a
     /// quarter of the points). A warm-up of +8 MiB over about three runs before a leak of
-    /// 256 KiB/run under 1 MiB of noise, 50 runs: the line's interval held the leak in 92%;
+    /// 256 KiB/run under 1 MiB of noise, 50 runs: the line's interval held the leak in 92–94%;
     /// the verdict follows the widened interval, as every verdict does.
     fn may_have_warmed_up(&self, mut c: Classification) -> Classification {
         let Some(end) = c.end_rate.filter(|e| e.from == RateFrom::Line) else {
