@@ -1225,7 +1225,10 @@ fn print_coverage_table() {
 /// series (`print_coverage_table`, 1,000 seeds a row, docs/accuracy.md), asserted here at 90%
 /// on 200 seeds a row (a row at 95% falls under 93% by chance one time in eight). Rows kept
 /// out, below 93% in the table and said so in the docs: steps every 5 runs seen over 10 runs
-/// (one step reads as a one-off: 81%); a 1 s saw-tooth over 120 samples (91.5%). A saturating
+/// (one step reads as a one-off: 81%). Saw-teeth (attach, 120 samples and more: slow in
+/// debug builds) are not asserted here; every row is covered in 95–100% (1,000 seeds,
+/// `MISSES_ONLY=saw-tooth … print_coverage_misses`; a 1 s saw-tooth over 120 samples was
+/// 91.5% before the contract's troughs, 96.0% now). A saturating
 /// curve at 50 runs and 0.1% noise (its end segment overstates the end: 85.5%) is in since
 /// its interval reaches down to a parabola's end when it bends down (`Ctx::may_slow_down`).
 #[test]
