@@ -709,11 +709,11 @@ impl<'a> Ctx<'a> {
     /// 50 runs and 0.1% noise). When the points the end was read on (all for the line, the
     /// second half or the end segment) bend downwards at one-sided 5% (not α: no verdict
     /// rests on it), the interval reaches down to the 95% lower end of a parabola's slope at
-    /// the last point. Only where the
-    /// interval already admits the threshold, so no verdict changes: a leak stays a leak
-    /// (its lower end above the threshold is what a leak is), and what changes is what an
-    /// undecided end admits. Not for random walks (they bend wherever their errors
-    /// wandered), recurring steps, a curve that speeds up or a saw-tooth's floor.
+    /// the last point. Only where the interval already admits the threshold, so no verdict
+    /// changes: a leak stays a leak (its lower end above the threshold is what a leak is),
+    /// and what changes is what an undecided end admits. Not for random walks (they bend
+    /// wherever their errors wandered), recurring steps, a curve that speeds up or a
+    /// saw-tooth's floor.
     fn may_slow_down(&self, mut c: Classification) -> Classification {
         let Some(end) = c.end_rate else { return c };
         let from = match end.from {
