@@ -712,8 +712,9 @@ impl<'a> Ctx<'a> {
     /// the last point. Only where the interval already admits the threshold, so no verdict
     /// changes: a leak stays a leak (its lower end above the threshold is what a leak is),
     /// and what changes is what an undecided end admits. Not for random walks (they bend
-    /// wherever their errors wandered), recurring steps, a curve that speeds up or a
-    /// saw-tooth's floor.
+    /// wherever their errors wandered), a series that does not grow (a real glibc pool
+    /// giving memory back read "as it slows down, its end may be as low as -11.8 MiB/h"),
+    /// recurring steps, a curve that speeds up or a saw-tooth's floor.
     fn may_slow_down(&self, mut c: Classification) -> Classification {
         let Some(end) = c.end_rate else { return c };
         let from = match end.from {
@@ -721,7 +722,9 @@ impl<'a> Ctx<'a> {
             RateFrom::SecondHalf | RateFrom::EndSegment => c.end_start_x,
             _ => None,
         };
-        let Some(from) = from.filter(|_| end.ci95.0 <= self.thr && !self.t.cumulative_errors)
+        let grows = self.fit.slope > 0.0;
+        let Some(from) =
+            from.filter(|_| grows && end.ci95.0 <= self.thr && !self.t.cumulative_errors)
         else {
             return c;
         };
