@@ -1256,7 +1256,7 @@ fn end_rate_intervals_cover_the_truth() {
     // Leaks that speed up (their interval reaches up to a parabola's end rate). The
     // exponential over 10 runs at 256 KiB or 1 MiB of noise was covered in 82% and 80% while
     // only a rising line was widened and only by a parabola through all ten points (it lags an
-    // exponential's end); 97.5% and 96.7% (1,000 seeds) with the last six's parabola and
+    // exponential's end); 97.2% and 96.7% (1,000 seeds) with the last six's parabola and
     // falling lines read too. At 64 KiB it reaches 93% since the last six runs' parabola is
     // read where the last quarter is under six (91.8% before, 500 seeds; 96.7% now).
     for shape in [

@@ -652,11 +652,12 @@ impl<'a> Ctx<'a> {
     /// times), and under noise the curve is not told from a line. The line's or an end
     /// segment's interval covered an accelerating leak's end rate in 5–92% of the study's
     /// rows (tests/fit_accuracy.rs); it now reaches up to the 95% upper end of the slope at
-    /// the last point of a parabola through all points and through the second half (the last
-    /// six under 12 points), and, when the whole bends upwards at one-sided α, the last
-    /// third, the last quarter and the last six too (they lag an exponential less, but alone
-    /// they bend wherever a heap's chunks came late: a V8 heap attached 60 s at +4.1 MB/s read
-    /// up to 7.4). A line that does not rise is read on the whole parabola alone: an
+    /// the last point of a parabola through all points and through the second half (for an
+    /// undecided series, the last six under 12 points), and, when the whole bends upwards at
+    /// one-sided α, the last third, the last quarter and the last six too (they lag an
+    /// exponential less, but alone they bend wherever a heap's chunks came late: a V8 heap
+    /// attached 60 s at +4.1 MB/s read up to 7.4; the last six of pantsd's straight 10 runs,
+    /// a leak, said +12% above its line). A line that does not rise is read on the whole parabola alone: an
     /// exponential over 10 runs under 1 MiB of noise has a falling line in one series of six,
     /// and a flat Node heap whose PSS dipped twice near the end of 60 s read up to +62 MiB/h
     /// on its second half's parabola (+5.1 on the whole's). Only the upper end moves, and
@@ -683,8 +684,10 @@ impl<'a> Ctx<'a> {
         let last_six = n.saturating_sub(MIN_END_PARABOLA);
         let windows: &[usize] = if accelerates {
             &[n / 2, n - n / 3, n - n / 4, last_six]
-        } else if self.fit.slope > 0.0 {
+        } else if self.fit.slope > 0.0 && c.verdict == Verdict::Inconclusive {
             &[(n / 2).min(last_six)]
+        } else if self.fit.slope > 0.0 {
+            &[n / 2]
         } else {
             &[]
         };
