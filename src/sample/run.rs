@@ -644,7 +644,8 @@ impl Session<'_> {
     /// command is reaped, checking for its exit every few milliseconds so a
     /// short command is not charged a whole interval. An interrupted or
     /// timed-out command is stopped with its tree. Also returns the
-    /// command's own VmHWM as last polled: its peak up to that poll.
+    /// command's own VmHWM as last polled: its peak up to that poll (none
+    /// from a poll between its exec and its loader, `Row::is_mid_exec`).
     fn poll_command(&mut self, pid: u32, run: u32) -> Result<(PollEnd, u64), SampleError> {
         const EXIT_CHECK: Duration = Duration::from_millis(2);
         // Most commands that talk to a daemon exit within milliseconds: poll
@@ -670,7 +671,11 @@ impl Session<'_> {
                 let ctx = self.clock.context(Some(run));
                 let tree = self.root.tree(pid);
                 let rows = sample_scope(&self.root, &ctx, Scope::Command, &tree, Depth::Cheap).rows;
-                if let Some(hwm) = rows.iter().find(|r| r.pid == pid).and_then(|r| r.hwm_bytes) {
+                if let Some(hwm) = rows
+                    .iter()
+                    .find(|r| r.pid == pid && !r.is_mid_exec())
+                    .and_then(|r| r.hwm_bytes)
+                {
                     polled_hwm = polled_hwm.max(hwm);
                 }
                 self.write(&rows)?;

@@ -268,6 +268,9 @@ pub struct Builder {
     lives: BTreeMap<(Scope, u32, u64), ProcessLife>,
     runs: BTreeMap<u32, (RunRecord, f64)>,
     run_peaks: BTreeMap<u32, u64>,
+    /// Per run, the command's largest RSS read between its exec and its loader, while no
+    /// read after its loader was seen (`Row::is_mid_exec`).
+    mid_exec_only: BTreeMap<u32, u64>,
     mappings: BTreeMap<Scope, MappingSnapshot>,
     trees: BTreeMap<Scope, TreeSums>,
     command_line: Option<String>,
@@ -299,6 +302,7 @@ impl Builder {
             lives: BTreeMap::new(),
             runs: BTreeMap::new(),
             run_peaks: BTreeMap::new(),
+            mid_exec_only: BTreeMap::new(),
             mappings: BTreeMap::new(),
             trees: BTreeMap::new(),
             command_line: None,
@@ -428,7 +432,32 @@ impl Builder {
         }
     }
 
+    /// Whether a command's row is a size of its program. The command's series is its peak
+    /// per run, and a read between its exec and its loader is not one; nor is the run's peak
+    /// row when nothing was read after the loader and the row is no larger than such a read
+    /// (until stop 35 a command read only mid-exec had that read recorded as its peak;
+    /// samples.csv files of then are read the same way).
+    fn is_commands_size(&mut self, row: &Row) -> bool {
+        let Some(run) = row.run else { return true };
+        if row.is_mid_exec() {
+            if let Some(rss) = row.rss_bytes {
+                let seen = self.mid_exec_only.entry(run).or_insert(0);
+                *seen = (*seen).max(rss);
+            }
+            return false;
+        }
+        if row.event.as_deref() == Some("peak") {
+            let mid = self.mid_exec_only.get(&run).copied();
+            return mid.is_none_or(|m| row.rss_bytes.unwrap_or(0) > m);
+        }
+        self.mid_exec_only.insert(run, 0);
+        true
+    }
+
     fn process(&mut self, row: Row, x_axis: XAxis) {
+        if row.scope == Scope::Command && !self.is_commands_size(&row) {
+            return;
+        }
         // Run mode: one point per run; over time: one per sample.
         let (key, x) = match (x_axis, row.run) {
             (XAxis::Run, Some(run)) => (u64::from(run), f64::from(run)),

@@ -348,6 +348,32 @@ mod tests {
         assert_eq!(s[0].points, vec![(1.0, 400.0)]);
     }
 
+    /// A command over within a few milliseconds may be read only between its exec and its
+    /// loader (one 4 KiB stack page, no file page resident), and its run's peak row was that
+    /// read: neither is a size of it (an example's command read 2.6 MiB in nine runs and
+    /// 4 KiB in one, which made its series look as if it fell).
+    #[test]
+    fn a_command_read_only_before_its_loader_has_no_size_that_run() {
+        let cheap = |sample, run, pid, rss, file: Option<u64>, event: Option<&str>| Row {
+            tier: Tier::Cheap,
+            file_bytes: file,
+            event: event.map(Into::into),
+            ..deep(sample, run, Scope::Command, pid, rss)
+        };
+        let rows = [
+            cheap(0, 1, 10, 4096, Some(0), None),
+            cheap(1, 1, 10, 2_600_000, Some(2_000_000), None),
+            cheap(2, 1, 10, 2_600_000, None, Some("peak")),
+            cheap(3, 2, 11, 4096, Some(0), None),
+            cheap(4, 2, 11, 4096, None, Some("peak")),
+            cheap(5, 3, 12, 4096, Some(0), None),
+            cheap(6, 3, 12, 9_000_000, None, Some("peak")),
+        ];
+        let s = from_rows(rows).series;
+        let rss = s.iter().find(|s| s.metric == Metric::RssBytes).unwrap();
+        assert_eq!(rss.points, vec![(1.0, 2_600_000.0), (3.0, 9_000_000.0)]);
+    }
+
     #[test]
     fn a_partial_sample_is_not_a_point() {
         let mut denied = deep(0, 1, Scope::Survivors, 11, 50);
