@@ -594,6 +594,25 @@ fn overall_verdict(
         .unwrap_or(Verdict::Inconclusive)
 }
 
+/// The command's peak per run, where some runs were over before the command could be read
+/// (`/bin/true` is, nine runs in ten): those runs are no points, so the rerun that would
+/// decide it asks for that many more runs, and the reason says why (it asked for
+/// `--repeat 4` of a command read once in 10 runs).
+fn unseen_runs(f: &mut SeriesFit, runs: &[RunRecord]) {
+    let unseen = runs.iter().filter(|r| r.peak_rss_bytes.is_none()).count();
+    let (total, seen) = (runs.len(), runs.len() - unseen);
+    if f.x != XAxis::Run || unseen == 0 || seen == 0 {
+        return;
+    }
+    f.reason = format!(
+        "{}; the command was over before it could be read in {unseen} of {total} runs",
+        f.reason
+    );
+    f.runs_needed = f
+        .runs_needed
+        .map(|k| (k * total).div_ceil(seen).min(verdict::MAX_RUNS_NEEDED));
+}
+
 /// The analysis of everything samples.csv held.
 pub fn analyse(samples: Samples, opts: &FitOptions) -> Analysis {
     let mut scopes: Vec<Scope> = samples.series.iter().map(|s| s.scope).collect();
@@ -641,6 +660,10 @@ pub fn analyse(samples: Samples, opts: &FitOptions) -> Analysis {
             fit_as(s, k, path)
         })
         .collect();
+    let mut fits = fits;
+    for f in fits.iter_mut().filter(|f| f.scope == Scope::Command) {
+        unseen_runs(f, &samples.runs);
+    }
     let headline = headlines(&fits, &scopes);
     let attribution = headline
         .iter()
@@ -702,6 +725,37 @@ mod tests {
         assert_eq!(t.len(), 834);
         assert_eq!(t[0], (1.0, 1.0));
         assert_eq!(thin(&pts[..10]), pts[..10].to_vec());
+    }
+
+    /// A command read in 2 runs of 10 (the others over before it could be read): the rerun
+    /// that would decide its peak asks for the runs that give the points it lacks, and the
+    /// reason says why.
+    #[test]
+    fn a_command_seen_in_few_runs_asks_for_runs_not_points() {
+        let series = Series {
+            scope: Scope::Command,
+            metric: Metric::RssBytes,
+            x_axis: XAxis::Run,
+            count: 2,
+            points: vec![(1.0, 1e6), (6.0, 1e6)],
+            processes: 1,
+        };
+        let runs: Vec<RunRecord> = (1..=10)
+            .map(|run| RunRecord {
+                run,
+                pid: 100 + run,
+                exit_code: Some(0),
+                status: "exit:0".into(),
+                duration_s: Some(0.001),
+                peak_rss_bytes: [1, 6].contains(&run).then_some(1_000_000),
+                peak_bound_bytes: None,
+            })
+            .collect();
+        let mut f = fit(&series, 0);
+        assert_eq!((f.verdict, f.runs_needed), (Verdict::Inconclusive, Some(4)));
+        unseen_runs(&mut f, &runs);
+        assert_eq!(f.runs_needed, Some(20));
+        assert!(f.reason.ends_with("in 8 of 10 runs"), "{}", f.reason);
     }
 
     /// The overall verdict is the primary series' (anon): a server's fd

@@ -391,7 +391,8 @@ pub fn classify_as(
     let min_points = t.min_points.max(4);
     if n < min_points {
         c.runs_needed = Some((warm + min_points).min(MAX_RUNS_NEEDED));
-        let reason = format!("only {n} points after warm-up; need at least {min_points}");
+        let points = if n == 1 { "point" } else { "points" };
+        let reason = format!("only {n} {points} after warm-up; need at least {min_points}");
         return c.decide(Verdict::Inconclusive, reason);
     }
     let thinned = if n > MAX_MEAN_POINTS {
