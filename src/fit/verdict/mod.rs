@@ -648,25 +648,24 @@ impl<'a> Ctx<'a> {
         self.may_have_warmed_up(c)
     }
 
-    /// A series may be a leak that speeds up: its end is then faster than any line through
-    /// it says (a parabola's end rate is twice its average, an exponential's up to three
-    /// times), and under noise the curve is not told from a line. The line's or an end
-    /// segment's interval covered an accelerating leak's end rate in 5–92% of the study's
-    /// rows (tests/fit_accuracy.rs); it now reaches up to the 95% upper end of the slope at
-    /// the last point of a parabola through all points and through the second half (for an
-    /// undecided series, the last six under 12 points), and, when the whole bends upwards at
-    /// one-sided α, the last third, the last quarter and the last six too (they lag an
-    /// exponential less, but alone they bend wherever a heap's chunks came late: a V8 heap
-    /// attached 60 s at +4.1 MB/s read up to 7.4; the last six of pantsd's straight 10 runs,
-    /// a leak, said +12% above its line). A line that does not rise is read on the whole parabola alone: an
-    /// exponential over 10 runs under 1 MiB of noise has a falling line in one series of six,
-    /// and a flat Node heap whose PSS dipped twice near the end of 60 s read up to +62 MiB/h
-    /// on its second half's parabola (+5.1 on the whole's). Only the upper end moves, and
-    /// only when it is above the threshold already: a leak stays a leak and stable stays
-    /// stable; what changes is what the interval admits (a gate's pass becomes undecided when
-    /// the end may exceed its limit). Straight leaks' coverage rose from 94–96% to 96–99.7%;
-    /// the exponential's rows are 96.7–99.9% (82–93% with neither the last six nor a falling
-    /// line, 1,000 seeds).
+    /// A series may be a leak that speeds up: its end is then faster than any line through it says
+    /// (a parabola's end rate is twice its average, an exponential's up to three times), and under
+    /// noise the curve is not told from a line. The line's or an end segment's interval covered an
+    /// accelerating leak's end rate in 5–92% of the study's rows (tests/fit_accuracy.rs); it now
+    /// reaches up to the 95% upper end of the slope at the last point of a parabola through all
+    /// points and through the second half (for an undecided series, the last six under 12 points),
+    /// and, when the whole bends upwards at one-sided α, the last third, the last quarter and the
+    /// last six too (they lag an exponential less, but alone they bend wherever a heap's chunks
+    /// came late: a V8 heap attached 60 s at +4.1 MB/s read up to 7.4; the last six of pantsd's
+    /// straight 10 runs, a leak, said +12% above its line). A line that does not rise is read on
+    /// the whole parabola alone: an exponential over 10 runs under 1 MiB of noise has a falling
+    /// line in one series of six, and a flat Node heap whose PSS dipped twice near the end of 60 s
+    /// read up to +62 MiB/h on its second half's parabola (+5.1 on the whole's). Only the upper end
+    /// moves, and only when it is above the threshold already: a leak stays a leak and stable stays
+    /// stable; what changes is what the interval admits (a gate's pass becomes undecided when the
+    /// end may exceed its limit). Straight leaks' coverage rose from 94–96% to 96–99.7%; the
+    /// exponential's rows are 96.7–99.9% (82–93% with neither the last six nor a falling line,
+    /// 1,000 seeds).
     fn may_speed_up(&self, mut c: Classification) -> Classification {
         let Some(end) = c.end_rate else { return c };
         if end.ci95.1 <= self.thr {
