@@ -644,7 +644,7 @@ pub fn analyse(samples: Samples, opts: &FitOptions) -> Analysis {
             Some((scope, metric, fit(s, k)))
         })
         .collect();
-    let fits: Vec<SeriesFit> = samples
+    let mut fits: Vec<SeriesFit> = samples
         .series
         .iter()
         .map(|s| {
@@ -660,7 +660,6 @@ pub fn analyse(samples: Samples, opts: &FitOptions) -> Analysis {
             fit_as(s, k, path)
         })
         .collect();
-    let mut fits = fits;
     for f in fits.iter_mut().filter(|f| f.scope == Scope::Command) {
         unseen_runs(f, &samples.runs);
     }

@@ -268,9 +268,9 @@ pub struct Builder {
     lives: BTreeMap<(Scope, u32, u64), ProcessLife>,
     runs: BTreeMap<u32, (RunRecord, f64)>,
     run_peaks: BTreeMap<u32, u64>,
-    /// Per run, the command's largest RSS read between its exec and its loader, while no
-    /// read after its loader was seen (`Row::is_mid_exec`).
-    mid_exec_only: BTreeMap<u32, u64>,
+    /// Per run, the command's largest RSS read between its exec and its loader while nothing
+    /// after its loader was read (`Some`), or `None` once something was (`Row::is_mid_exec`).
+    mid_exec_only: BTreeMap<u32, Option<u64>>,
     mappings: BTreeMap<Scope, MappingSnapshot>,
     trees: BTreeMap<Scope, TreeSums>,
     command_line: Option<String>,
@@ -439,18 +439,16 @@ impl Builder {
     /// samples.csv files of then are read the same way).
     fn is_commands_size(&mut self, row: &Row) -> bool {
         let Some(run) = row.run else { return true };
+        let rss = row.rss_bytes.unwrap_or(0);
         if row.is_mid_exec() {
-            if let Some(rss) = row.rss_bytes {
-                let seen = self.mid_exec_only.entry(run).or_insert(0);
-                *seen = (*seen).max(rss);
-            }
+            let seen = self.mid_exec_only.entry(run).or_insert(Some(rss));
+            *seen = seen.map(|m| m.max(rss));
             return false;
         }
         if row.event.as_deref() == Some("peak") {
-            let mid = self.mid_exec_only.get(&run).copied();
-            return mid.is_none_or(|m| row.rss_bytes.unwrap_or(0) > m);
+            return !matches!(self.mid_exec_only.get(&run), Some(Some(m)) if rss <= *m);
         }
-        self.mid_exec_only.insert(run, 0);
+        self.mid_exec_only.insert(run, None);
         true
     }
 
