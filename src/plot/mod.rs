@@ -48,6 +48,9 @@ pub struct Line {
 /// 95% confidence band for the slope.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FitOverlay {
+    /// What the legend calls the line, e.g. "fit" (over every point) or "end fit" (over the
+    /// end the verdict was read on).
+    pub name: String,
     pub slope: f64,
     pub intercept: f64,
     pub x_from: f64,

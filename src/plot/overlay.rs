@@ -46,7 +46,8 @@ pub(crate) fn fit_geometry(f: &FitOverlay, cx: &FitContext<'_>) -> Option<FitGeo
         None => (1.0, cx.per),
     };
     let label = format!(
-        "fit: {} per {per}",
+        "{}: {} per {per}",
+        f.name,
         layout::signed_amount(f.slope * scale, cx.y_unit),
     );
     let (band, band_label) = match f.slope_ci95 {

@@ -53,6 +53,7 @@ fn leak() -> LineChart {
         )],
     );
     c.fit = Some(FitOverlay {
+        name: "fit".into(),
         slope: 4.67 * MIB,
         intercept: 114.0 * MIB,
         x_from: 2.0,
@@ -84,6 +85,7 @@ fn edge_line_charts() -> Vec<LineChart> {
     many.x_label = "time (h)".into();
     let mut steep_fit = chart("steep fit", vec![line("a", vec![(1.0, 1.0), (2.0, 2.0)])]);
     steep_fit.fit = Some(FitOverlay {
+        name: "fit".into(),
         slope: 1e12,
         intercept: -5e12,
         x_from: 1.0,

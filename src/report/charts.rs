@@ -207,16 +207,23 @@ fn headline(a: &Analysis, f: &SeriesFit) -> Option<Plot> {
     let fit_to = s.points.last().map(|p| p.0);
     let model = model_lines(f, k);
     // The chart draws the model the verdict used: segments or troughs when
-    // it used them, the straight least-squares line (and its CI) only when
-    // that is what was judged.
-    let overlay = match (f.slope, f.intercept, fit_from, fit_to) {
-        (Some(slope), Some(intercept), Some(from), Some(to))
+    // it used them, else the least-squares line whose interval was judged —
+    // over the end alone when the end rate was read there (a second half, a
+    // last segment), over every point after warm-up otherwise.
+    let line = match (end_line(f, &s.points), f.slope, f.intercept, fit_from) {
+        (Some(end), ..) => Some(end),
+        (None, Some(slope), Some(intercept), Some(from)) => Some(("fit", slope, intercept, from)),
+        _ => None,
+    };
+    let overlay = match (line, fit_to) {
+        (Some((name, slope, intercept, from)), Some(to))
             if model.is_empty() && f.verdict != crate::fit::Verdict::Plateau =>
         {
             let fitted = s.points.iter().filter(|p| p.0 >= from);
             let (sum, n) = fitted.fold((0.0, 0usize), |(s, n), p| (s + p.0, n + 1));
             // y = intercept + slope·x = intercept + (slope·k)·(x/k).
             Some(FitOverlay {
+                name: name.to_string(),
                 slope: slope * k,
                 intercept,
                 x_from: from / k,
@@ -237,7 +244,9 @@ fn headline(a: &Analysis, f: &SeriesFit) -> Option<Plot> {
         }
         _ => None,
     };
-    let drawn = if overlay.is_some() {
+    let drawn = if overlay.as_ref().is_some_and(|o| o.name != "fit") {
+        " with the line of its end and its 95% CI"
+    } else if overlay.is_some() {
         " with the fitted line and its 95% CI"
     } else if f.decided_by == crate::fit::DecidedBy::Troughs {
         " with its troughs, which the verdict judged"
@@ -277,6 +286,27 @@ fn headline(a: &Analysis, f: &SeriesFit) -> Option<Plot> {
             markers: markers(f, k),
         })),
     })
+}
+
+/// The line an end rate was read on, when it is not the whole line: the
+/// least-squares line from `end_start_x` on (a second half, a last segment),
+/// as (legend name, slope, intercept, from x) — through the mean of those
+/// points, where a least-squares line passes.
+fn end_line(f: &SeriesFit, points: &[(f64, f64)]) -> Option<(&'static str, f64, f64, f64)> {
+    use crate::fit::RateFrom;
+    let end = f.end_rate?;
+    if !matches!(end.from, RateFrom::SecondHalf | RateFrom::EndSegment) {
+        return None;
+    }
+    let (from, slope) = (f.end_start_x?, f.end_slope?);
+    let (sx, sy, n) = points
+        .iter()
+        .filter(|p| p.0 >= from)
+        .fold((0.0, 0.0, 0usize), |(sx, sy, n), p| {
+            (sx + p.0, sy + p.1, n + 1)
+        });
+    let n = n as f64;
+    (n >= 2.0).then(|| ("end fit", slope, sy / n - slope * sx / n, from))
 }
 
 /// A scope as charts name it: an `analyze` series with its label set
@@ -604,6 +634,82 @@ mod tests {
         assert!(
             !svg.contains(" per s<") && !svg.contains(" per s "),
             "{svg}"
+        );
+    }
+
+    /// A JVM attached 90 s whose cache filled for 25 s and then held (anon from a real
+    /// G1 heap: +10 MiB over 5 s, flat, +56 MiB at 24–25 s, then +7 KiB and +164 KiB): the
+    /// verdict reads the end after the fill, and the chart draws that end's line, not one
+    /// through the fill (which said +2.60 GiB/h beside a verdict of +5.10 MiB/h).
+    #[test]
+    fn a_chart_draws_the_end_the_verdict_read() {
+        use crate::store::{Row, Tier};
+        const MIB: f64 = 1024.0 * 1024.0;
+        let anon = |t: f64| -> f64 {
+            let base = 170.0 * MIB + (t.min(5.0) / 5.0) * 10.0 * MIB;
+            let fill = if t >= 25.0 {
+                56.0 * MIB
+            } else if t >= 24.0 {
+                36.0 * MIB
+            } else {
+                0.0
+            };
+            let late = if t >= 81.0 {
+                171.0 * 1024.0
+            } else if t >= 59.0 {
+                7.0 * 1024.0
+            } else {
+                0.0
+            };
+            base + fill + late
+        };
+        let mut builder = crate::series::Builder::new();
+        for i in 0..91u64 {
+            let t = i as f64;
+            let anon = anon(t) as u64;
+            builder.push(Row {
+                sample: i,
+                t_seconds: t,
+                pid: 42,
+                start_time: 1,
+                comm: "java".into(),
+                tier: Tier::Cheap,
+                rss_bytes: Some(anon + 20 * 1024 * 1024),
+                anon_bytes: Some(anon),
+                ..Row::new(Scope::Target)
+            });
+        }
+        let a = crate::fit::analyse(builder.finish(None), &crate::fit::FitOptions::default());
+        let f = a.headlines().next().unwrap();
+        let end = f.end_rate.unwrap();
+        assert!(
+            matches!(
+                end.from,
+                crate::fit::RateFrom::EndSegment | crate::fit::RateFrom::SecondHalf
+            ),
+            "{f:?}"
+        );
+        let plots = build(&a);
+        let Some(Chart::Line(c)) = plots
+            .iter()
+            .find(|p| p.kind == Kind::Headline)
+            .map(|p| &p.chart)
+        else {
+            panic!("no headline chart");
+        };
+        let fit = c.fit.as_ref().unwrap();
+        assert_eq!(fit.name, "end fit");
+        assert!(fit.x_from >= 24.0, "{fit:?}");
+        // The line ends on the data it was fitted to, and is the verdict's slope.
+        let at_end = fit.intercept + fit.slope * fit.x_to;
+        assert!((at_end - anon(90.0)).abs() < 0.5 * MIB, "{fit:?}");
+        assert!((fit.slope - f.end_slope.unwrap()).abs() < 1e-6, "{fit:?}");
+        // The growth in % beside the rate is the rate's, not the whole line's.
+        let line = crate::report::text::verdict_line(&a, f);
+        let pct = end.rate * 3600.0 / f.mean_level * 100.0;
+        assert!(
+            line.contains(&format!("{pct:.2}%/h")) || line.contains(&format!("{pct:.3}%/h")),
+            "{line} ({pct})"
         );
     }
 

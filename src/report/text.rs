@@ -36,9 +36,15 @@ fn with_ci(f: &SeriesFit, v: Option<f64>, ci: Option<(f64, f64)>) -> Option<Stri
     })
 }
 
-/// `3.7%/run` or `0.41%/h`.
+/// `3.7%/run` or `0.41%/h`: the rate the verdict rests on (`judged_rate`, the one the line
+/// shows) in % of the mean level; a summary without that level: the least-squares slope's.
 pub fn pct(f: &SeriesFit) -> Option<String> {
-    Some(f.x.format_pct(f.growth_pct_per_x?))
+    let of_level = f
+        .judged_rate()
+        .0
+        .filter(|_| f.mean_level > 0.0)
+        .map(|rate| rate / f.mean_level * 100.0);
+    Some(f.x.format_pct(of_level.or(f.growth_pct_per_x)?))
 }
 
 /// Where x is, for people: `run 15`, or a time since the start.
