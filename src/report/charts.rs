@@ -244,7 +244,7 @@ fn headline(a: &Analysis, f: &SeriesFit) -> Option<Plot> {
         }
         _ => None,
     };
-    let drawn = if overlay.as_ref().is_some_and(|o| o.name != "fit") {
+    let drawn = if overlay.as_ref().is_some_and(|o| o.name == END_FIT) {
         " with the line of its end and its 95% CI"
     } else if overlay.is_some() {
         " with the fitted line and its 95% CI"
@@ -306,8 +306,11 @@ fn end_line(f: &SeriesFit, points: &[(f64, f64)]) -> Option<(&'static str, f64, 
             (sx + p.0, sy + p.1, n + 1)
         });
     let n = n as f64;
-    (n >= 2.0).then(|| ("end fit", slope, sy / n - slope * sx / n, from))
+    (n >= 2.0).then(|| (END_FIT, slope, sy / n - slope * sx / n, from))
 }
+
+/// The legend's name of a line over the series' end (`end_line`).
+const END_FIT: &str = "end fit";
 
 /// A scope as charts name it: an `analyze` series with its label set
 /// (`series:0 {job="api",pod="api-7d9f"}`, cut to fit a title), others as
@@ -698,7 +701,7 @@ mod tests {
             panic!("no headline chart");
         };
         let fit = c.fit.as_ref().unwrap();
-        assert_eq!(fit.name, "end fit");
+        assert_eq!(fit.name, END_FIT);
         assert!(fit.x_from >= 24.0, "{fit:?}");
         // The line ends on the data it was fitted to, and is the verdict's slope.
         let at_end = fit.intercept + fit.slope * fit.x_to;
