@@ -594,19 +594,19 @@ mod tests {
         assert_eq!(scope_name(&labels, Scope::Target), "target");
     }
 
-    /// An attached process holding 28 MiB, sampled every second for a minute, with one
-    /// 4 KiB blip at 30 s (the issue-20 chart whose axis spanned 28.109–28.113 MiB).
-    fn steady_with_a_blip() -> Analysis {
+    /// A process attached for `seconds`, sampled every second, whose anon is `anon(t)` (RSS
+    /// 4 MiB more).
+    fn attached(comm: &str, seconds: u64, anon: impl Fn(f64) -> f64) -> Analysis {
         use crate::store::{Row, Tier};
         let mut builder = crate::series::Builder::new();
-        for i in 0..60u64 {
-            let anon = 28 * 1024 * 1024 + if i == 30 { 4096 } else { 0 };
+        for i in 0..seconds {
+            let anon = anon(i as f64) as u64;
             builder.push(Row {
                 sample: i,
                 t_seconds: i as f64,
                 pid: 42,
                 start_time: 1,
-                comm: "steady".into(),
+                comm: comm.into(),
                 tier: Tier::Cheap,
                 rss_bytes: Some(anon + 4 * 1024 * 1024),
                 anon_bytes: Some(anon),
@@ -616,17 +616,31 @@ mod tests {
         crate::fit::analyse(builder.finish(None), &crate::fit::FitOptions::default())
     }
 
+    /// The headline chart among `plots`.
+    fn headline_chart(plots: &[Plot]) -> &LineChart {
+        match plots
+            .iter()
+            .find(|p| p.kind == Kind::Headline)
+            .map(|p| &p.chart)
+        {
+            Some(Chart::Line(c)) => c,
+            _ => panic!("no headline chart"),
+        }
+    }
+
+    /// An attached process holding 28 MiB, sampled every second for a minute, with one
+    /// 4 KiB blip at 30 s (the issue-20 chart whose axis spanned 28.109–28.113 MiB).
+    fn steady_with_a_blip() -> Analysis {
+        attached("steady", 60, |t| {
+            28.0 * 1024.0 * 1024.0 + if t == 30.0 { 4096.0 } else { 0.0 }
+        })
+    }
+
     #[test]
     fn a_headline_chart_is_never_narrower_than_the_noise_and_reads_per_hour() {
         let a = steady_with_a_blip();
         let plots = build(&a);
-        let Some(Chart::Line(c)) = plots
-            .iter()
-            .find(|p| p.kind == Kind::Headline)
-            .map(|p| &p.chart)
-        else {
-            panic!("no headline chart");
-        };
+        let c = headline_chart(&plots);
         // ± 3 × the 64 KiB practical threshold at least: the blip is 1% of the height.
         let min = c.min_y_span.unwrap();
         assert!(min >= 6.0 * 64.0 * 1024.0, "{min}");
@@ -646,7 +660,6 @@ mod tests {
     /// through the fill (which said +2.60 GiB/h beside a verdict of +5.10 MiB/h).
     #[test]
     fn a_chart_draws_the_end_the_verdict_read() {
-        use crate::store::{Row, Tier};
         const MIB: f64 = 1024.0 * 1024.0;
         let anon = |t: f64| -> f64 {
             let base = 170.0 * MIB + (t.min(5.0) / 5.0) * 10.0 * MIB;
@@ -666,23 +679,7 @@ mod tests {
             };
             base + fill + late
         };
-        let mut builder = crate::series::Builder::new();
-        for i in 0..91u64 {
-            let t = i as f64;
-            let anon = anon(t) as u64;
-            builder.push(Row {
-                sample: i,
-                t_seconds: t,
-                pid: 42,
-                start_time: 1,
-                comm: "java".into(),
-                tier: Tier::Cheap,
-                rss_bytes: Some(anon + 20 * 1024 * 1024),
-                anon_bytes: Some(anon),
-                ..Row::new(Scope::Target)
-            });
-        }
-        let a = crate::fit::analyse(builder.finish(None), &crate::fit::FitOptions::default());
+        let a = attached("java", 91, anon);
         let f = a.headlines().next().unwrap();
         let end = f.end_rate.unwrap();
         assert!(
@@ -693,14 +690,7 @@ mod tests {
             "{f:?}"
         );
         let plots = build(&a);
-        let Some(Chart::Line(c)) = plots
-            .iter()
-            .find(|p| p.kind == Kind::Headline)
-            .map(|p| &p.chart)
-        else {
-            panic!("no headline chart");
-        };
-        let fit = c.fit.as_ref().unwrap();
+        let fit = headline_chart(&plots).fit.as_ref().unwrap();
         assert_eq!(fit.name, END_FIT);
         assert!(fit.x_from >= 24.0, "{fit:?}");
         // The line ends on the data it was fitted to, and is the verdict's slope.
