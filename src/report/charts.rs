@@ -706,6 +706,27 @@ mod tests {
         );
     }
 
+    /// A cache that filled 1 MiB/s for 8 s, held, stepped +200 KiB at 17 s and held again
+    /// (a Python `lru_cache` of 200 KB values behind HTTP, read per run): the plateau's fill
+    /// rate is the rise over everything up to the last change, flat stretch included, and the
+    /// verdict line says it is an average.
+    #[test]
+    fn a_plateau_s_average_fill_says_it_is_an_average() {
+        const MIB: f64 = 1024.0 * 1024.0;
+        let a = attached("python3", 60, |t| {
+            10.0 * MIB + t.min(8.0) * MIB + if t >= 17.0 { 0.2 * MIB } else { 0.0 }
+        });
+        let f = a.headlines().next().unwrap();
+        assert_eq!(f.verdict, crate::fit::Verdict::Plateau, "{f:?}");
+        assert_eq!(
+            f.rate_from,
+            Some(crate::fit::RateFrom::AverageFill),
+            "{f:?}"
+        );
+        let line = crate::report::text::verdict_line(&a, f);
+        assert!(line.contains("on average until 17.0s"), "{line}");
+    }
+
     #[test]
     fn time_axis_unit_follows_the_span() {
         assert_eq!(x_scale(XAxis::Seconds, 3.0 * 3600.0).label, "time (h)");

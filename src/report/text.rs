@@ -4,7 +4,7 @@ use std::fmt::Write;
 
 use crate::Analysis;
 use crate::fit::findings::{Finding, RecycleAdvice, TreeTotal};
-use crate::fit::{DecidedBy, Projection, SeriesFit, Verdict};
+use crate::fit::{DecidedBy, Projection, RateFrom, SeriesFit, Verdict};
 use crate::series::XAxis;
 use crate::store::Scope;
 use crate::units::{format_bytes, format_signed_bytes};
@@ -60,9 +60,15 @@ pub fn at_x(x: XAxis, v: f64) -> String {
 fn headline_rate(f: &SeriesFit) -> Option<String> {
     match (f.verdict, f.plateau) {
         (Verdict::Plateau, Some(p)) => Some(match p.fill_rate {
+            // The rise up to the last change over its span: fills and flat stretches alike.
             Some(fill) => format!(
-                "filled at {} until {}, holds {}",
+                "filled at {}{} until {}, holds {}",
                 rate(f, fill),
+                if f.rate_from == Some(RateFrom::AverageFill) {
+                    " on average"
+                } else {
+                    ""
+                },
                 at_x(f.x, p.stop_x),
                 level(f, p.level)
             ),
