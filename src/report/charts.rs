@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use crate::Analysis;
-use crate::fit::{DecidedBy, PlateauInfo, SeriesFit, thin};
+use crate::fit::{DecidedBy, PlateauInfo, RateFrom, SeriesFit, thin};
 use crate::plot::{
     self, BarChart, FitOverlay, Line, LineChart, ModelLine, ModelStyle, PlotError, YUnit,
 };
@@ -210,19 +210,25 @@ fn headline(a: &Analysis, f: &SeriesFit) -> Option<Plot> {
     // it used them, else the least-squares line whose interval was judged —
     // over the end alone when the end rate was read there (a second half, a
     // last segment), over every point after warm-up otherwise.
-    let line = match (end_line(f, &s.points), f.slope, f.intercept, fit_from) {
-        (Some(end), ..) => Some(end),
-        (None, Some(slope), Some(intercept), Some(from)) => Some(("fit", slope, intercept, from)),
+    let line = match (end_line(f), f.slope, fit_from) {
+        (Some((slope, from)), ..) => Some((END_FIT, slope, None, from)),
+        (None, Some(slope), Some(from)) => Some(("fit", slope, f.intercept, from)),
         _ => None,
     };
     let overlay = match (line, fit_to) {
         (Some((name, slope, intercept, from)), Some(to))
             if model.is_empty() && f.verdict != crate::fit::Verdict::Plateau =>
         {
+            // The mean of the fitted points: the band's pivot, and where the end's
+            // least-squares line passes (its intercept is not kept).
             let fitted = s.points.iter().filter(|p| p.0 >= from);
-            let (sum, n) = fitted.fold((0.0, 0usize), |(s, n), p| (s + p.0, n + 1));
+            let (sx, sy, n) = fitted.fold((0.0, 0.0, 0usize), |(sx, sy, n), p| {
+                (sx + p.0, sy + p.1, n + 1)
+            });
+            let mean = (n > 0).then(|| (sx / n as f64, sy / n as f64));
             // y = intercept + slope·x = intercept + (slope·k)·(x/k).
-            Some(FitOverlay {
+            let intercept = intercept.or(mean.map(|(mx, my)| my - slope * mx));
+            intercept.map(|intercept| FitOverlay {
                 name: name.to_string(),
                 slope: slope * k,
                 intercept,
@@ -236,7 +242,7 @@ fn headline(a: &Analysis, f: &SeriesFit) -> Option<Plot> {
                     .filter(|(lo, hi)| lo.is_finite() && hi.is_finite())
                     .or(f.slope_ci95)
                     .map(|(lo, hi)| (lo * k, hi * k)),
-                x_mean: (n > 0).then(|| sum / n as f64 / k),
+                x_mean: mean.map(|(mx, _)| mx / k),
                 // Rates per run, or per hour as the text says them, whatever the axis.
                 legend_per: (f.x == XAxis::Seconds)
                     .then(|| (f.x.per_rate_unit() / k, f.x.rate_unit().to_string())),
@@ -290,23 +296,13 @@ fn headline(a: &Analysis, f: &SeriesFit) -> Option<Plot> {
 
 /// The line an end rate was read on, when it is not the whole line: the
 /// least-squares line from `end_start_x` on (a second half, a last segment),
-/// as (legend name, slope, intercept, from x) — through the mean of those
-/// points, where a least-squares line passes.
-fn end_line(f: &SeriesFit, points: &[(f64, f64)]) -> Option<(&'static str, f64, f64, f64)> {
-    use crate::fit::RateFrom;
-    let end = f.end_rate?;
-    if !matches!(end.from, RateFrom::SecondHalf | RateFrom::EndSegment) {
+/// as (slope, from x).
+fn end_line(f: &SeriesFit) -> Option<(f64, f64)> {
+    let from = f.end_rate?.from;
+    if !matches!(from, RateFrom::SecondHalf | RateFrom::EndSegment) {
         return None;
     }
-    let (from, slope) = (f.end_start_x?, f.end_slope?);
-    let (sx, sy, n) = points
-        .iter()
-        .filter(|p| p.0 >= from)
-        .fold((0.0, 0.0, 0usize), |(sx, sy, n), p| {
-            (sx + p.0, sy + p.1, n + 1)
-        });
-    let n = n as f64;
-    (n >= 2.0).then(|| (END_FIT, slope, sy / n - slope * sx / n, from))
+    Some((f.end_slope?, f.end_start_x?))
 }
 
 /// The legend's name of a line over the series' end (`end_line`).
