@@ -130,6 +130,15 @@ pub struct RunArgs {
     #[arg(long)]
     pub keep_survivors: bool,
 
+    /// Do not load leakwatch's heap reader into the Node processes the
+    /// command starts (by default each gets it through NODE_OPTIONS, and
+    /// after each run collects its garbage and gives V8's live heap).
+    #[arg(long, help_heading = "Runtime heaps")]
+    pub no_node_preload: bool,
+
+    #[command(flatten)]
+    pub heaps: HeapArgs,
+
     #[command(flatten)]
     pub analysis: AnalysisArgs,
 
@@ -226,6 +235,9 @@ pub struct AttachArgs {
     pub max_samples: Option<u64>,
 
     #[command(flatten)]
+    pub heaps: HeapArgs,
+
+    #[command(flatten)]
     pub serve: ServeArgs,
 
     #[command(flatten)]
@@ -236,6 +248,26 @@ pub struct AttachArgs {
 
     #[command(flatten)]
     pub output: OutputArgs,
+}
+
+/// Where a followed process's runtime heap is read from, beside the ones
+/// read without asking (a JVM's hsperfdata file).
+#[derive(Debug, Args)]
+pub struct HeapArgs {
+    /// Read the heap from the process's own metrics endpoint at each sample
+    /// (Prometheus text or Go's expvar JSON: go_memstats_heap_alloc_bytes,
+    /// jvm_memory_used_bytes, nodejs_heap_size_used_bytes, memstats…), for
+    /// the followed process that listens on its port: one HTTP GET per sample.
+    #[arg(long, value_name = "URL", help_heading = "Runtime heaps")]
+    pub metrics: Option<String>,
+
+    /// Read the heap of Node processes leakwatch did not start through
+    /// their inspector: SIGUSR1 opens it on 127.0.0.1 (Node prints
+    /// "Debugger listening"), V8's heap is read over the DevTools protocol,
+    /// with full collections (a pause each: once per run, or within 1% of
+    /// the time when attached); closed again at the end.
+    #[arg(long, help_heading = "Runtime heaps")]
+    pub node_inspector: bool,
 }
 
 #[derive(Debug, Args)]

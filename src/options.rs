@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::cli::{
-    AnalysisArgs, AnalyzeArgs, AttachArgs, CheckArgs, ExportArgs, GateArgs, OutputArgs, ReportArgs,
-    RunArgs, ServeArgs, TargetArgs,
+    AnalysisArgs, AnalyzeArgs, AttachArgs, CheckArgs, ExportArgs, GateArgs, HeapArgs, OutputArgs,
+    ReportArgs, RunArgs, ServeArgs, TargetArgs,
 };
 use crate::fit::FitOptions;
 use crate::gate::{self, GateError, GateOn, GateOptions};
@@ -68,6 +68,8 @@ pub enum OptionsError {
          (`leakwatch attach --native-sites 4242`), not --name, --cgroup or --unit"
     )]
     NativeSitesTarget,
+    #[error(transparent)]
+    Metrics(#[from] crate::sample::heap::MetricsUrlError),
     #[error("--deep-budget '{0}' is not a fraction; try '0.1%' or '0.001'")]
     DeepBudget(String),
     #[error("--max-samples {0}: keep at least {min} rows; try --max-samples 100000", min = MIN_MAX_SAMPLES)]
@@ -305,6 +307,9 @@ impl RunOptions {
                     .map(|t| positive("timeout", t))
                     .transpose()?,
                 keep_survivors: args.keep_survivors,
+                node_preload: !args.no_node_preload,
+                metrics: metrics_url(&args.heaps)?,
+                node_inspector: args.heaps.node_inspector,
                 py_sites: args
                     .py_sites
                     .then(|| {
@@ -357,6 +362,8 @@ impl AttachOptions {
             plan: AttachPlan {
                 target,
                 native_sites,
+                metrics: metrics_url(&args.heaps)?,
+                node_inspector: args.heaps.node_inspector,
                 interval,
                 duration,
                 deep_budget,
@@ -600,6 +607,15 @@ fn native_interval(text: &str) -> Result<u64, OptionsError> {
         Ok(n) if (1024..=1 << 30).contains(&n) => Ok(n),
         _ => Err(OptionsError::NativeInterval(text.to_string())),
     }
+}
+
+/// `--metrics URL`, checked (http, a host and port that parse).
+fn metrics_url(args: &HeapArgs) -> Result<Option<String>, OptionsError> {
+    let Some(url) = args.metrics.as_deref().map(str::trim) else {
+        return Ok(None);
+    };
+    crate::sample::heap::MetricsEndpoint::check(url)?;
+    Ok(Some(url.to_string()))
 }
 
 fn fit_options(args: &AnalysisArgs) -> Result<FitOptions, OptionsError> {

@@ -157,6 +157,63 @@ pub enum Tier {
     /// `objects` the count and `site_bytes` the `sys.getsizeof` total after
     /// the run.
     Type,
+    /// One process's heap as its runtime counts it (see `sample::heap`):
+    /// `heap_live_bytes`, `heap_used_bytes`, `heap_max_bytes` and where they
+    /// came from (`heap_source`); `comm` holds the process's name. Read in
+    /// the same batch as the process's own row.
+    Heap,
+}
+
+/// Where a `heap` row's figures came from (samples.csv's `heap_source`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HeapSource {
+    /// The JVM's `hsperfdata` file, the counters `jstat` reads.
+    Hsperfdata,
+    /// V8's own statistics after a collection, from leakwatch's preload in a
+    /// Node process `run` started.
+    NodePreload,
+    /// V8's heap usage through the DevTools inspector (`--node-inspector`).
+    NodeInspector,
+    /// The process's own metrics endpoint (`--metrics URL`).
+    Metrics,
+    /// tracemalloc's traced memory (`--py-sites`).
+    Tracemalloc,
+}
+
+impl HeapSource {
+    pub const ALL: [HeapSource; 5] = [
+        HeapSource::Hsperfdata,
+        HeapSource::NodePreload,
+        HeapSource::NodeInspector,
+        HeapSource::Metrics,
+        HeapSource::Tracemalloc,
+    ];
+
+    /// The name in samples.csv and summary.json.
+    pub fn name(self) -> &'static str {
+        match self {
+            HeapSource::Hsperfdata => "hsperfdata",
+            HeapSource::NodePreload => "node_preload",
+            HeapSource::NodeInspector => "node_inspector",
+            HeapSource::Metrics => "metrics",
+            HeapSource::Tracemalloc => "tracemalloc",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<HeapSource> {
+        HeapSource::ALL.into_iter().find(|s| s.name() == name)
+    }
+
+    /// Which runtime's heap it reads, for people.
+    pub fn runtime(self) -> &'static str {
+        match self {
+            HeapSource::Hsperfdata => "JVM",
+            HeapSource::NodePreload | HeapSource::NodeInspector => "V8",
+            HeapSource::Metrics => "its own metrics",
+            HeapSource::Tracemalloc => "CPython",
+        }
+    }
 }
 
 /// Which tracer found an allocation site (samples.csv's `site_source`, on
@@ -230,6 +287,10 @@ impl Row {
             site_blocks: None,
             objects: None,
             site_source: None,
+            heap_live_bytes: None,
+            heap_used_bytes: None,
+            heap_max_bytes: None,
+            heap_source: None,
         }
     }
 
@@ -324,6 +385,17 @@ pub struct Row {
     /// column existed read as python (`scan`), the only tracer then.
     #[serde(default)]
     pub site_source: Option<SiteSource>,
+    /// A runtime's own heap (tier `heap`): live after its last collection,
+    /// in use now, and the most it may grow to; empty elsewhere and in
+    /// files written before these columns existed.
+    #[serde(default)]
+    pub heap_live_bytes: Option<u64>,
+    #[serde(default)]
+    pub heap_used_bytes: Option<u64>,
+    #[serde(default)]
+    pub heap_max_bytes: Option<u64>,
+    #[serde(default)]
+    pub heap_source: Option<HeapSource>,
 }
 
 /// Spreadsheet-safe text cells, as OWASP's CSV-injection advice has it: a
@@ -846,13 +918,13 @@ mod tests {
         drop(w);
         assert_eq!(read_samples(&path).unwrap(), rows);
         // The same file as a leakwatch without type rows wrote it: no
-        // `objects` column (nor `site_source`, which came later), no type
-        // rows.
+        // `objects` column (nor `site_source` and the heap's, which came
+        // later), no type rows.
         let text = std::fs::read_to_string(&path).unwrap();
         let old: Vec<String> = text
             .lines()
             .filter(|l| !l.contains(",type,"))
-            .map(|l| l.rsplitn(3, ',').nth(2).unwrap().to_string())
+            .map(|l| l.rsplitn(7, ',').nth(6).unwrap().to_string())
             .collect();
         assert!(old[0].ends_with(",site_blocks"), "{}", old[0]);
         std::fs::write(&path, old.join("\n") + "\n").unwrap();
@@ -884,16 +956,17 @@ mod tests {
         w.write_batch(&rows).unwrap();
         drop(w);
         let text = std::fs::read_to_string(&path).unwrap();
+        let header =
+            ",objects,site_source,heap_live_bytes,heap_used_bytes,heap_max_bytes,heap_source";
+        assert!(text.lines().next().unwrap().ends_with(header));
         assert!(
-            text.lines()
-                .next()
-                .unwrap()
-                .ends_with(",objects,site_source")
+            text.lines().nth(2).unwrap().ends_with(",python,,,,"),
+            "{text}"
         );
-        assert!(text.lines().nth(2).unwrap().ends_with(",python"), "{text}");
+        // Before `site_source` (and the heap's columns after it).
         let old: Vec<String> = text
             .lines()
-            .map(|l| l.rsplit_once(',').unwrap().0.to_string())
+            .map(|l| l.rsplitn(6, ',').nth(5).unwrap().to_string())
             .collect();
         assert!(old[0].ends_with(",objects"), "{}", old[0]);
         std::fs::write(

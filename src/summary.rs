@@ -7,9 +7,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::Analysis;
 use crate::fit::findings::{Finding, RecycleAdvice, TreeTotal};
+use crate::fit::heap::HeapReading;
 use crate::fit::sites::{SiteFit, TypeFit};
 use crate::fit::{Attribution, Projection, SeriesFit, Verdict};
 use crate::gate::GateResult;
+use crate::series::HeapProcess;
 use crate::series::sites::Overhead;
 use crate::store::{Scope, SiteSource};
 
@@ -87,6 +89,17 @@ pub struct Summary {
     /// tracemalloc's own memory in each scope's Python processes, bytes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub py_overhead: Vec<Overhead>,
+    /// The processes whose runtime published its heap (`heap_live_bytes`,
+    /// `heap_used_bytes`, `heap_max_bytes`), each with its scope (`name`),
+    /// pid, name and `heap_source`: `hsperfdata` (a JVM), `node_preload`,
+    /// `node_inspector`, `metrics` or `tracemalloc`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub heap_sources: Vec<HeapProcess>,
+    /// Per scope with a heap: the heap and the kernel's view read together
+    /// (`finding`: `managed`, `outside_heap`, `both`, `neither`), the rates,
+    /// and when the live heap reaches its maximum (`x_to_max`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub heap: Vec<HeapReading>,
     /// What sampling cost and achieved (attach mode): samples taken and the
     /// mean interval between them, late samples, the cheap sweep's time,
     /// deep passes, page walks, their time and the longest single walk.
@@ -270,6 +283,8 @@ pub fn summary(a: &Analysis, gate: Option<&GateResult>) -> Summary {
             .collect(),
         py_types: a.py_types.clone(),
         py_overhead: a.py_overhead.clone(),
+        heap_sources: a.heap.iter().flat_map(|h| h.processes.clone()).collect(),
+        heap: a.heap.clone(),
         sampling: a.sampling.clone(),
         gate: gate.cloned(),
     }

@@ -5,6 +5,7 @@ pub mod attribution;
 pub mod changepoint;
 pub mod envelope;
 pub mod findings;
+pub mod heap;
 pub mod lives;
 pub mod sites;
 pub mod stats;
@@ -485,6 +486,9 @@ pub struct Analysis {
     pub py_types: Vec<sites::TypeFit>,
     /// What sampling cost (attach mode): ticks, achieved interval, walks.
     pub sampling: Option<crate::store::SamplingCost>,
+    /// Each scope whose runtime publishes its heap: the heap and the
+    /// kernel's view read together.
+    pub heap: Vec<heap::HeapReading>,
 }
 
 impl Analysis {
@@ -510,8 +514,27 @@ impl Analysis {
     }
 }
 
-/// The metric a scope is judged by: resident anonymous memory (RssAnon,
-/// what heap leaks grow), else RSS on kernels without the split.
+/// The metric a scope is judged by: the heap its runtime counts
+/// (`heap_live_bytes`) where its processes publish one, else its kernel
+/// primary (`kernel_primary`).
+///
+/// A garbage-collected heap is what a program's objects occupy: RSS lags it
+/// (a pre-touched JVM heap is resident from the start; V8 and Go commit
+/// memory in chunks and keep it), so a leak inside the heap can leave RSS
+/// flat for hours, and a heap filling its committed space moves RSS in
+/// steps that say nothing of the rate. The kernel's primary stays beside it
+/// (see `overall_verdict`).
+pub fn primary_metric(fits: &[SeriesFit], scope: Scope) -> Metric {
+    let has = |m: Metric| fits.iter().any(|f| f.scope == scope && f.metric == m);
+    if has(Metric::HeapLiveBytes) {
+        Metric::HeapLiveBytes
+    } else {
+        kernel_primary(fits, scope)
+    }
+}
+
+/// The kernel's metric a scope is judged by: resident anonymous memory
+/// (RssAnon, what heap leaks grow), else RSS on kernels without the split.
 ///
 /// Not PSS or USS: both move whenever *other* processes map or unmap the
 /// same files (a page is private only while no one else maps it), and the
@@ -520,7 +543,7 @@ impl Analysis {
 /// unsharing (a page counts in RSS whether shared or not), which is not a
 /// leak. Shared-memory leaks are caught by `shmem_bytes`, judged beside it.
 /// (`command` has only its RSS peak series: see `series::build`.)
-pub fn primary_metric(fits: &[SeriesFit], scope: Scope) -> Metric {
+pub fn kernel_primary(fits: &[SeriesFit], scope: Scope) -> Metric {
     let has_anon = fits
         .iter()
         .any(|f| f.scope == scope && f.metric == Metric::AnonBytes && f.n >= 2);
@@ -531,8 +554,13 @@ pub fn primary_metric(fits: &[SeriesFit], scope: Scope) -> Metric {
     }
 }
 
-/// `primary_metric` from the series, before they are fitted.
-fn primary_series_metric(series: &[Series], scope: Scope) -> Metric {
+/// The metric whose warm-up and path (troughs or mean) `metric` follows in
+/// its scope: the heap's for the heap's metrics, the kernel primary's for
+/// the others, before they are fitted.
+fn family_primary(series: &[Series], scope: Scope, metric: Metric) -> Metric {
+    if metric.is_heap() {
+        return Metric::HeapLiveBytes;
+    }
     let has_anon = series
         .iter()
         .any(|s| s.scope == scope && s.metric == Metric::AnonBytes && s.points.len() >= 2);
@@ -576,7 +604,14 @@ fn overall_verdict(
         return Verdict::Leak;
     }
     let followed = || fits.iter().filter(|f| f.scope != Scope::Command);
-    if followed().any(|f| f.metric.judged_beside_primary() && f.verdict == Verdict::Leak) {
+    // Beside a runtime's heap, its anon (or RSS) too: memory outside the
+    // heap (direct buffers, thread stacks, native libraries) leaks as well.
+    let beside = |f: &SeriesFit| {
+        f.metric.judged_beside_primary()
+            || (primary_metric(fits, f.scope) == Metric::HeapLiveBytes
+                && f.metric == kernel_primary(fits, f.scope))
+    };
+    if followed().any(|f| beside(f) && f.verdict == Verdict::Leak) {
         return Verdict::Leak;
     }
     let judged = followed()
@@ -613,63 +648,126 @@ fn unseen_runs(f: &mut SeriesFit, runs: &[RunRecord]) {
         .map(|k| (k * total).div_ceil(seen).min(verdict::MAX_RUNS_NEEDED));
 }
 
+/// A live heap is seen only after its collector ran (`sample::heap`): of
+/// the samples of its heap (`used`, one per sample), those that followed a
+/// collection are its points. An undecided live heap says so, and the rerun
+/// that would decide it asks for the samples that give the points it lacks;
+/// without a collection in the window it says that nothing is known of what
+/// the program keeps, beside what the heap in use did.
+fn seen_at_collections(f: &mut SeriesFit, used: &SeriesFit) {
+    let (points, samples) = (f.n, used.n);
+    if points >= samples || f.verdict != Verdict::Inconclusive {
+        return;
+    }
+    if points <= 1 {
+        let grew = used
+            .slope
+            .map(|s| {
+                format!(
+                    "; its heap in use grew {} (garbage included)",
+                    text_rate(used, s)
+                )
+            })
+            .unwrap_or_default();
+        f.reason = format!(
+            "no collection ran while it was watched, so what the program keeps in its heap \
+             is not known yet{grew}; watch it longer or under more load"
+        );
+        f.runs_needed = None;
+        return;
+    }
+    f.reason = format!(
+        "{}; the live heap is seen after each collection: {points} of {samples} samples \
+         followed one",
+        f.reason
+    );
+    // Over time the rerun is already read at the points' own pace.
+    if f.x == XAxis::Run {
+        f.runs_needed = f
+            .runs_needed
+            .map(|k| (k * samples).div_ceil(points).min(verdict::MAX_RUNS_NEEDED));
+    }
+}
+
+/// A rate as the reports word it, for a reason (`+5.00 MiB/run`).
+fn text_rate(f: &SeriesFit, per_x: f64) -> String {
+    f.x.format_rate(per_x, f.metric.is_bytes())
+}
+
 /// The analysis of everything samples.csv held.
 pub fn analyse(samples: Samples, opts: &FitOptions) -> Analysis {
     let mut scopes: Vec<Scope> = samples.series.iter().map(|s| s.scope).collect();
     scopes.dedup();
-    // One warm-up per scope, found on the scope's primary metric, so every
-    // metric of a process tree leaves out the same first fill.
-    let warmups: Vec<(Scope, usize)> = scopes
+    // One warm-up per scope and family (the kernel's metrics, a runtime's
+    // heap), found on the family's primary metric, so every metric of a
+    // process tree leaves out the same first fill; and that primary's path
+    // (troughs or mean) for every byte metric of its family: one series,
+    // one story.
+    let families: Vec<(Scope, Metric, usize, SeriesFit)> = scopes
         .iter()
-        .map(|&scope| {
-            let primary = samples
-                .series
-                .iter()
-                .filter(|s| s.scope == scope)
-                .find(|s| s.metric == primary_series_metric(&samples.series, scope));
-            (scope, primary.map_or(0, |s| warmup_of(s, opts)))
+        .flat_map(|&scope| {
+            [
+                Metric::HeapLiveBytes,
+                family_primary(&samples.series, scope, Metric::RssBytes),
+            ]
+            .map(|m| (scope, m))
         })
-        .collect();
-    // The primary metric's own path (troughs or mean) for every byte metric
-    // of its scope: one series, one story.
-    let primaries: Vec<(Scope, Metric, SeriesFit)> = scopes
-        .iter()
-        .filter_map(|&scope| {
-            let metric = primary_series_metric(&samples.series, scope);
+        .filter_map(|(scope, metric)| {
             let s = samples
                 .series
                 .iter()
                 .find(|s| s.scope == scope && s.metric == metric)?;
-            let k = warmups.iter().find(|w| w.0 == scope).map_or(0, |w| w.1);
-            Some((scope, metric, fit(s, k)))
+            let k = warmup_of(s, opts);
+            Some((scope, metric, k, fit(s, k)))
         })
         .collect();
     let mut fits: Vec<SeriesFit> = samples
         .series
         .iter()
         .map(|s| {
-            let primary = primaries.iter().find(|p| p.0 == s.scope);
-            if let Some(p) = primary.filter(|p| p.1 == s.metric) {
+            let primary = family_primary(&samples.series, s.scope, s.metric);
+            let family = families.iter().find(|p| p.0 == s.scope && p.1 == primary);
+            if let Some(p) = family.filter(|p| p.1 == s.metric) {
                 // Fitted once, above.
-                return p.2.clone();
+                return p.3.clone();
             }
-            let k = warmups.iter().find(|w| w.0 == s.scope).map_or(0, |w| w.1);
-            let path = primary
+            let k = family.map_or(0, |p| p.2);
+            let path = family
                 .filter(|_| s.metric.is_bytes())
-                .map(|p| p.2.decided_by == DecidedBy::Troughs);
+                .map(|p| p.3.decided_by == DecidedBy::Troughs);
             fit_as(s, k, path)
         })
         .collect();
     for f in fits.iter_mut().filter(|f| f.scope == Scope::Command) {
         unseen_runs(f, &samples.runs);
     }
+    let used: Vec<SeriesFit> = fits
+        .iter()
+        .filter(|f| f.metric == Metric::HeapUsedBytes)
+        .cloned()
+        .collect();
+    for f in fits
+        .iter_mut()
+        .filter(|f| f.metric == Metric::HeapLiveBytes)
+    {
+        if let Some(u) = used.iter().find(|u| u.scope == f.scope) {
+            seen_at_collections(f, u);
+        }
+    }
     let headline = headlines(&fits, &scopes);
+    // Which kind of memory grows: the kernel's view, also of a scope judged
+    // by its runtime's heap.
     let attribution = headline
         .iter()
         .filter_map(|&i| fits.get(i))
         .filter(|f| f.scope != Scope::Command)
+        .filter_map(|f| {
+            fits.iter()
+                .find(|k| k.scope == f.scope && k.metric == kernel_primary(&fits, f.scope))
+        })
         .map(|f| attribution::attribute(f, &fits, &samples))
         .collect();
+    let heap = heap::read(&fits, &samples.heap_sources);
     let tree = findings::analyse(&samples, &scopes, opts.budget_bytes);
     let verdict = overall_verdict(&fits, &headline, &tree);
 
@@ -710,6 +808,7 @@ pub fn analyse(samples: Samples, opts: &FitOptions) -> Analysis {
         target: samples.target,
         labels: samples.labels,
         sampling: samples.sampling,
+        heap,
     }
 }
 

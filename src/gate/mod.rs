@@ -171,14 +171,16 @@ pub fn parse_gate_on(text: &str) -> Result<GateOn, GateError> {
 }
 
 /// The default gated series: the verdict's own — the first followed scope's
-/// primary metric (anon, else RSS: `fit::primary_metric`, with at least two
-/// points to judge), else the command's RSS peak.
+/// primary metric (its runtime's live heap, else anon, else RSS:
+/// `fit::primary_metric`, with at least two points to judge), else the
+/// command's RSS peak.
 /// `available` is every (scope, metric, points) there is, in any order.
 pub fn default_gate_on(available: &[(Scope, Metric, usize)]) -> GateOn {
+    // A live heap is the verdict's series however few collections it saw.
     let has = |scope: Scope, metric: Metric| {
         available
             .iter()
-            .any(|&(s, m, n)| s == scope && m == metric && n >= 2)
+            .any(|&(s, m, n)| s == scope && m == metric && (n >= 2 || m == Metric::HeapLiveBytes))
     };
     let mut scopes: Vec<Scope> = available.iter().map(|a| a.0).collect();
     scopes.sort();
@@ -186,7 +188,7 @@ pub fn default_gate_on(available: &[(Scope, Metric, usize)]) -> GateOn {
     scopes
         .into_iter()
         .filter(|&s| s != Scope::Command && s != Scope::Session)
-        .flat_map(|s| [Metric::AnonBytes, Metric::RssBytes].map(|m| (s, m)))
+        .flat_map(|s| [Metric::HeapLiveBytes, Metric::AnonBytes, Metric::RssBytes].map(|m| (s, m)))
         .find(|&(s, m)| has(s, m))
         .map(|(series, metric)| GateOn { series, metric })
         .unwrap_or(GateOn {

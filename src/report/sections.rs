@@ -109,6 +109,15 @@ fn verdict(a: &Analysis, plots: &[Plot], doc: &mut Vec<Block>) {
         .chain(text::other_leaks(a))
         .map(|f| vec![text(text::verdict_line(a, f))])
         .collect();
+    let lines: Vec<Vec<Inline>> = lines
+        .into_iter()
+        .chain(
+            a.heap
+                .iter()
+                .filter_map(text::heap_line)
+                .map(|l| vec![text(l)]),
+        )
+        .collect();
     if !lines.is_empty() {
         doc.push(Block::List(lines));
     }
@@ -130,6 +139,8 @@ fn growth(a: &Analysis, doc: &mut Vec<Block>) {
         if x == XAxis::Run { "run" } else { "hour" }
     ))]));
     let listed = [
+        Metric::HeapLiveBytes,
+        Metric::HeapUsedBytes,
         Metric::RssBytes,
         Metric::PssBytes,
         Metric::UssBytes,
@@ -324,7 +335,10 @@ fn attribution(a: &Analysis, plots: &[Plot], doc: &mut Vec<Block>) {
     for (i, f) in a.headlines().enumerate() {
         let blocks = scope_attribution(a, plots, f, i == 0);
         if !blocks.is_empty() {
-            section.push(heading(3, format!("{} ({})", f.scope, f.metric.label())));
+            // The kernel's view (by kind, process, mapping), also of a
+            // scope judged by its runtime's heap.
+            let metric = crate::fit::kernel_primary(&a.fits, f.scope);
+            section.push(heading(3, format!("{} ({})", f.scope, metric.label())));
             section.extend(blocks);
         }
     }

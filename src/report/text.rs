@@ -4,8 +4,10 @@ use std::fmt::Write;
 
 use crate::Analysis;
 use crate::fit::findings::{Finding, RecycleAdvice, TreeTotal};
+use crate::fit::heap::{HeapFinding, HeapReading};
 use crate::fit::{DecidedBy, Projection, RateFrom, SeriesFit, Verdict};
 use crate::series::XAxis;
+use crate::store::HeapSource;
 use crate::store::Scope;
 use crate::units::{format_bytes, format_signed_bytes};
 
@@ -191,6 +193,11 @@ pub fn render(a: &Analysis) -> String {
     for f in other_leaks(a) {
         let _ = writeln!(out, "  {}", verdict_line(a, f));
     }
+    for h in &a.heap {
+        if let Some(line) = heap_line(h) {
+            let _ = writeln!(out, "  {line}");
+        }
+    }
     if let Some(p) = &a.projection {
         let _ = writeln!(out, "  {}", projection_line(p));
     }
@@ -255,6 +262,74 @@ pub fn render(a: &Analysis) -> String {
         );
     }
     out
+}
+
+/// Where to look at a runtime's objects, by the source its heap came from.
+fn objects_hint(h: &HeapReading) -> String {
+    let pid = h.processes.first().map_or(0, |p| p.pid);
+    match h.sources().first() {
+        Some(HeapSource::Hsperfdata) => format!(
+            "compare two class histograms (`jcmd {pid} GC.class_histogram`) taken a while apart"
+        ),
+        Some(HeapSource::NodePreload | HeapSource::NodeInspector) => {
+            "compare heap snapshots (Chrome DevTools' three-snapshot technique)".to_string()
+        }
+        Some(HeapSource::Tracemalloc) => "the lines and types below (--py-sites)".to_string(),
+        Some(HeapSource::Metrics) | None => "its own heap profiler".to_string(),
+    }
+}
+
+/// A runtime's heap and anon read together, in one line: what grows and
+/// where to look; `None` when neither grows.
+pub fn heap_line(h: &HeapReading) -> Option<String> {
+    let runtime = h
+        .sources()
+        .iter()
+        .map(|s| format!("{} ({})", s.runtime(), s.name()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let per =
+        |v: Option<f64>| v.map_or_else(String::new, |v| format!(" {}", h.x.format_rate(v, true)));
+    let kernel = h.kernel_metric.label();
+    let line = match h.finding {
+        HeapFinding::Neither => return None,
+        HeapFinding::Managed | HeapFinding::Both => {
+            let mut line = format!(
+                "{}: the heap its runtime counts, {runtime}, grows{}: objects the program keeps; {}",
+                h.scope,
+                per(h.heap_rate),
+                objects_hint(h)
+            );
+            if !h.kernel_leaks {
+                let _ = write!(
+                    line,
+                    "; its {kernel} does not show it: the heap's memory was resident already \
+                     (a pre-touched or grown heap)"
+                );
+            }
+            if let (Some(x), Some(max)) = (h.x_to_max, h.heap_max_bytes) {
+                let when = match h.x {
+                    XAxis::Run => format!("{x:.0} runs"),
+                    XAxis::Seconds => human_seconds(x),
+                };
+                let _ = write!(
+                    line,
+                    "; at this rate it reaches the heap's maximum of {} in about {when} \
+                     (out of memory)",
+                    format_bytes(max)
+                );
+            }
+            line
+        }
+        HeapFinding::OutsideHeap => format!(
+            "{}: the heap its runtime counts, {runtime}, does not leak while its {kernel} grows{}: \
+             memory outside the heap (direct buffers, native libraries and JNI, thread stacks, \
+             malloc arenas); --native-sites names the native call stacks",
+            h.scope,
+            per(h.kernel_rate)
+        ),
+    };
+    Some(line)
 }
 
 /// `limit 2.00 GiB reached in about 12 runs; recycle after 40 runs to stay under 512 MiB`.

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use nix::time::{ClockId, clock_gettime};
 
+use super::heap::{Heaps, MetricsEndpoint};
 use super::lifecycle::reaper::Interrupt;
 use super::procfs::{Depth, ProcRoot, Stat};
 use super::rows::{Clock, Context, event_row};
@@ -39,6 +40,10 @@ pub struct AttachPlan {
     /// `--native-sites`: load the sampling allocator shim into the PID,
     /// sampling once per this many bytes.
     pub native_sites: Option<u64>,
+    /// `--metrics URL`: a followed process's own metrics endpoint.
+    pub metrics: Option<String>,
+    /// `--node-inspector`: read Node processes' heaps through their inspector.
+    pub node_inspector: bool,
     /// Where the processes are read: /proc, or a fake tree in a test.
     pub root: ProcRoot,
 }
@@ -180,6 +185,8 @@ struct Session<'a> {
     latest_maps: Vec<Row>,
     /// `--native-sites`: the shim loaded into the target.
     native: Option<&'a mut NativeAttached>,
+    /// The heaps the followed processes' runtimes count, read every tick.
+    heaps: Heaps,
 }
 
 /// Samples the target until it exits, `plan.duration` passes or an
@@ -244,7 +251,17 @@ pub fn attach(
         mapped_first: BTreeSet::new(),
         latest_maps: Vec::new(),
         native,
+        heaps: Heaps::new(plan.root.clone()).with_wait(endpoint_wait(plan.interval)),
     };
+    if plan.node_inspector {
+        session.heaps = std::mem::replace(&mut session.heaps, Heaps::new(plan.root.clone()))
+            .with_node_inspector(false);
+    }
+    if let Some(url) = &plan.metrics {
+        let endpoint = MetricsEndpoint::new(url).map_err(|e| SampleError::Heap(e.to_string()))?;
+        session.heaps = std::mem::replace(&mut session.heaps, Heaps::new(plan.root.clone()))
+            .with_metrics(endpoint);
+    }
     session.native_started()?;
     let mut rng = fastrand::Rng::new();
     // Ticks are due at fixed (jittered) times, not a fixed wait after each
@@ -257,6 +274,7 @@ pub fn attach(
             .duration
             .is_some_and(|d| session.started.elapsed() >= d)
             || interrupt.is_set();
+        session.heaps.ask();
         let ctx = session.clock.context(None);
         session.cost.tick(due);
         if !session.tick(&ctx, done)? {
@@ -285,6 +303,13 @@ pub fn attach(
     }
     session.finish()?;
     Ok(session.outcome)
+}
+
+/// How long a tick waits for an endpoint's answer (`--metrics`) asked at
+/// its start: a quarter of the interval, at most 500 ms; a later answer
+/// is the next tick's.
+fn endpoint_wait(interval: Duration) -> Duration {
+    (interval / 4).min(Duration::from_millis(500))
 }
 
 /// How often the wait between ticks looks at the interrupt flag: Ctrl-C is
@@ -388,8 +413,10 @@ impl Session<'_> {
             .filter(|&(i, _)| i % 2 == 1 && i != last)
             .map(|(_, &s)| s)
             .collect();
-        self.writer
-            .retain(|row| row.tier != Tier::Cheap || !dropped.contains(&row.sample))?;
+        // A heap row goes with its process's cheap row.
+        self.writer.retain(|row| {
+            !matches!(row.tier, Tier::Cheap | Tier::Heap) || !dropped.contains(&row.sample)
+        })?;
         self.thinnings += 1;
         self.halvings = (self.halvings + 1).min(16);
         self.thin_after_rows = self.writer.rows_written() + max / 4;
@@ -518,6 +545,7 @@ impl Session<'_> {
                 self.note_skipped_mappings(&mapped);
             }
         }
+        self.read_heaps(ctx, &mut rows);
         rows.extend(tree_events(ctx, &sweep.started, &sweep.exited));
         if let Some(native) = self.native.as_deref_mut()
             && native.due(first || done)
@@ -579,12 +607,24 @@ impl Session<'_> {
         self.note_unreadable(unreadable);
         self.note_denied(&denied);
         let processes = rows.len();
+        self.read_heaps(ctx, &mut rows);
         rows.extend(events);
         rows.extend(own);
         self.writer.write_batch(&rows)?;
         self.cost.last_tick_cost = took;
         self.show_progress(&rows, processes);
         Ok(true)
+    }
+
+    /// The heaps of the processes among `rows`, as their runtimes count
+    /// them, appended to the batch; what was found or refused is said once.
+    fn read_heaps(&mut self, ctx: &Context, rows: &mut Vec<Row>) {
+        let got = self.heaps.read(ctx, rows);
+        for note in &got.notes {
+            self.progress.line(note);
+        }
+        self.outcome.notes.extend(got.notes);
+        rows.extend(got.rows);
     }
 
     /// Whose mappings this deep pass reads (see `MAPPED_MAX`).
@@ -665,6 +705,8 @@ impl Session<'_> {
     /// The sampling cost record (samples.csv, so `report` rebuilds it) and
     /// the notes on what the deep tier did.
     fn finish(&mut self) -> Result<(), SampleError> {
+        let heap_notes = self.heaps.finish();
+        self.outcome.notes.extend(heap_notes);
         let record = self.cost.record();
         if !self.budget.is_on() {
             self.outcome.notes.push(

@@ -13,6 +13,8 @@
 //!   cgroup, a unit).
 //! - `sites`: allocation sites from tracers inside the processes, behind
 //!   one trait (`--py-sites`).
+//! - `heap`: the heap a runtime itself counts (a JVM's hsperfdata), read
+//!   with each batch.
 //! - `prometheus`: Prometheus as a source (HTTP), for `analyze`.
 //! - `run`, `attach`: the drivers.
 //!
@@ -20,6 +22,7 @@
 //! the errors that end sampling, and how it ended.
 
 mod attach;
+pub mod heap;
 mod lifecycle;
 pub mod procfs;
 pub mod prometheus;
@@ -147,6 +150,10 @@ pub enum ResolveError {
     PySites(sites::python::PySitesError),
     #[error("--native-sites: {0}")]
     NativeSites(sites::native::NativeSitesError),
+    #[error(transparent)]
+    NodePreload(heap::node::PreloadError),
+    #[error(transparent)]
+    Metrics(heap::MetricsUrlError),
 }
 
 /// Errors that end sampling early. Samples taken before stay on disk.
@@ -166,6 +173,8 @@ pub enum SampleError {
     Subreaper(std::io::Error),
     #[error("cannot read the target {pid}: {error}")]
     Target { pid: u32, error: ProcError },
+    #[error("{0}")]
+    Heap(String),
 }
 
 /// How sampling ended.

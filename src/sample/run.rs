@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use super::heap::node::NodePreload;
+use super::heap::{Heaps, MetricsEndpoint};
 use super::lifecycle::confine::{self, Confinement, Record};
 use super::lifecycle::guardian::{self, Guardian};
 use super::lifecycle::reaper::{self, ChildExit, Interrupt, Reaped};
@@ -39,6 +41,14 @@ pub struct RunPlan {
     /// Stop a run that takes longer (its tree gets TERM, then KILL).
     pub timeout: Option<Duration>,
     pub keep_survivors: bool,
+    /// Load the heap reader into the Node processes the commands start
+    /// (off: `--no-node-preload`).
+    pub node_preload: bool,
+    /// `--metrics URL`: a followed process's own metrics endpoint.
+    pub metrics: Option<String>,
+    /// `--node-inspector`: read the watched Node processes' heaps through
+    /// their inspector.
+    pub node_inspector: bool,
     /// `--py-sites`: instrument Python processes, recording this many
     /// frames per allocation.
     pub py_sites: Option<usize>,
@@ -58,6 +68,10 @@ pub struct Prepared {
     plan: RunPlan,
     program: PathBuf,
     sites: Vec<Box<dyn Sites>>,
+    /// The Node heap reader's directory, while the session lasts.
+    node: Option<NodePreload>,
+    /// `--metrics`: the endpoint and its reader thread.
+    metrics: Option<MetricsEndpoint>,
 }
 
 /// Finds the program and checks the watched PIDs, before any output exists.
@@ -86,10 +100,22 @@ pub fn prepare(plan: &RunPlan) -> Result<Prepared, ResolveError> {
         let native = NativeTracer::prepare(interval).map_err(ResolveError::NativeSites)?;
         sites.push(Box::new(native));
     }
+    let node = match plan.node_preload {
+        true => Some(NodePreload::prepare().map_err(ResolveError::NodePreload)?),
+        false => None,
+    };
+    let metrics = plan
+        .metrics
+        .as_deref()
+        .map(MetricsEndpoint::new)
+        .transpose()
+        .map_err(ResolveError::Metrics)?;
     Ok(Prepared {
         plan: plan.clone(),
         program,
         sites,
+        node,
+        metrics,
     })
 }
 
@@ -179,6 +205,9 @@ struct Session<'a> {
     sites: &'a mut [Box<dyn Sites>],
     /// Stops what this session started should leakwatch die first.
     guardian: Option<Guardian>,
+    /// The heaps the followed processes' runtimes count, read with each
+    /// deep sample.
+    heaps: Heaps,
 }
 
 pub fn run(
@@ -242,6 +271,11 @@ pub fn run(
         record: None,
         sites: &mut prepared.sites,
         guardian: None,
+        heaps: heaps(
+            &prepared.plan,
+            prepared.node.take(),
+            prepared.metrics.take(),
+        ),
     };
     match guardian {
         Some(Ok(g)) => session.guardian = Some(g),
@@ -258,6 +292,8 @@ pub fn run(
         Ok(Some(last)) => session.final_mappings(last),
         other => other.map(|_| ()),
     };
+    let heap_notes = session.heaps.finish();
+    session.outcome.notes.extend(heap_notes);
     session.stop_survivors();
     session.close_record();
     if let Some(guardian) = session.guardian.take() {
@@ -275,7 +311,7 @@ impl Session<'_> {
         let ctx = self.clock.context(Some(0));
         let rows = self.sample_watched(&ctx, Depth::Mappings);
         self.writer.write_batch(&rows)?;
-        Ok(())
+        self.read_heaps(&ctx, &rows).map(|_| ())
     }
 
     /// Every run in turn; the last run completed, if any.
@@ -309,6 +345,7 @@ impl Session<'_> {
         for tracer in self.sites.iter() {
             command.envs(tracer.env());
         }
+        command.envs(self.heaps.env());
         if let Some(guardian) = &self.guardian {
             command.env(guardian::MARK, guardian.mark_value());
         }
@@ -469,14 +506,42 @@ impl Session<'_> {
         rows.extend(self.sample_watched(&ctx, depth(last)));
         self.write(&rows)?;
         self.update_record(&rows);
+        let with_heap = self.read_heaps(&ctx, &rows)?;
         // Asked after the deep sample: a snapshot costs the process memory
         // (a copy of its traces) that must not show in the sample.
         if !self.sites.is_empty() {
-            let got = sites::collect_all(self.sites, &ctx, &rows, ANSWER_TIMEOUT);
+            let mut got = sites::collect_all(self.sites, &ctx, &rows, ANSWER_TIMEOUT);
+            // One heap row per process and sample: a heap read already
+            // (`--metrics` on a Python process) is not read again.
+            got.rows.retain(|r| {
+                r.tier != Tier::Heap || !with_heap.contains(&(r.scope, r.pid, r.start_time))
+            });
             self.outcome.notes.extend(got.notes);
             self.write(&got.rows)?;
         }
         Ok(rows)
+    }
+
+    /// The heaps of the processes just sampled (`rows`), as their runtimes
+    /// count them: rows of the same batch, written at once.
+    /// Returns the processes read, by scope, pid and start time.
+    fn read_heaps(
+        &mut self,
+        ctx: &Context,
+        rows: &[Row],
+    ) -> Result<BTreeSet<(Scope, u32, u64)>, SampleError> {
+        self.heaps.ask();
+        let got = self.heaps.read(ctx, rows);
+        for note in &got.notes {
+            self.progress.line(note);
+        }
+        self.outcome.notes.extend(got.notes);
+        self.write(&got.rows)?;
+        Ok(got
+            .rows
+            .iter()
+            .map(|r| (r.scope, r.pid, r.start_time))
+            .collect())
     }
 
     /// Mappings at the end, for attribution (what grew since the first
@@ -776,6 +841,22 @@ impl Session<'_> {
             }
         }
     }
+}
+
+/// The heaps read after each run: with the Node preload and `--metrics`
+/// where there are, waiting up to 5 s for an endpoint's answer.
+fn heaps(plan: &RunPlan, node: Option<NodePreload>, metrics: Option<MetricsEndpoint>) -> Heaps {
+    let mut heaps = Heaps::new(plan.root.clone()).with_wait(Duration::from_secs(5));
+    if plan.node_inspector {
+        heaps = heaps.with_node_inspector(true);
+    }
+    if let Some(node) = node {
+        heaps = heaps.with_node_preload(node);
+    }
+    if let Some(metrics) = metrics {
+        heaps = heaps.with_metrics(metrics);
+    }
+    heaps
 }
 
 /// `, survivors RSS 31.4 MiB, pid:4242 RSS 120 MiB` for the progress line.

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use super::sites::{Overhead, SiteSeries, Sites, TypeSeries};
 use super::thin::Thinned;
 use super::{Metric, RunRecord, Series, XAxis};
-use crate::store::{Row, SamplingCost, Scope, SessionEvent, Tier};
+use crate::store::{HeapSource, Row, SamplingCost, Scope, SessionEvent, Tier};
 
 /// Most points a scope's series keeps (the fit averages further, to 1000).
 const SERIES_CAP: usize = 2048;
@@ -58,6 +58,21 @@ pub struct Samples {
     pub labels: BTreeMap<u32, String>,
     /// What sampling cost (attach mode), as recorded by the session.
     pub sampling: Option<SamplingCost>,
+    /// The processes whose runtime published its heap, and how.
+    pub heap_sources: Vec<HeapProcess>,
+}
+
+/// A process whose runtime's own heap was read (`heap` rows): summary.json's
+/// `heap_sources`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct HeapProcess {
+    /// Its scope (`pid:<PID>`, `target`, `survivors`).
+    #[serde(rename = "name")]
+    pub scope: Scope,
+    pub pid: u32,
+    pub comm: String,
+    #[serde(rename = "heap_source")]
+    pub source: HeapSource,
 }
 
 /// The memory of one process over its life: identity (pid and start time, so
@@ -204,20 +219,29 @@ pub struct TreeSums {
 
 /// A scope's values at one sample: per metric, the sum over its processes,
 /// or `None` when any process lacks the metric (a partial sum would show as
-/// a false drop).
+/// a false drop). A runtime heap's metrics are summed over the processes
+/// with a heap (their `heap` rows), `None` when one of them lacks it.
 #[derive(Debug, Clone)]
 struct ScopeSample {
     sums: [Option<u64>; Metric::ALL.len()],
+    /// Per heap metric, whether a heap row lacked it.
+    heap_lacks: [bool; Metric::HEAP.len()],
     processes: usize,
     deep: usize,
     deep_pss: u64,
     deep_rss: u64,
 }
 
+/// Where `metric` is in `Metric::ALL` (and in a `ScopeSample`'s sums).
+fn index_of(metric: Metric) -> usize {
+    Metric::ALL.iter().position(|&m| m == metric).unwrap_or(0)
+}
+
 impl ScopeSample {
     fn new() -> Self {
         ScopeSample {
-            sums: [Some(0); Metric::ALL.len()],
+            sums: Metric::ALL.map(|m| if m.is_heap() { None } else { Some(0) }),
+            heap_lacks: [false; Metric::HEAP.len()],
             processes: 0,
             deep: 0,
             deep_pss: 0,
@@ -225,8 +249,30 @@ impl ScopeSample {
         }
     }
 
+    fn sum(&self, metric: Metric) -> Option<u64> {
+        let i = index_of(metric);
+        if metric.is_heap() && self.heap_lacks[i] {
+            return None;
+        }
+        self.sums[i]
+    }
+
+    /// A process's `heap` row: its runtime's figures.
+    fn add_heap(&mut self, row: &Row) {
+        for (i, metric) in Metric::HEAP.into_iter().enumerate() {
+            let sum = &mut self.sums[index_of(metric)];
+            match metric.value(row) {
+                Some(v) => *sum = Some(sum.unwrap_or(0).saturating_add(v)),
+                None => self.heap_lacks[i] = true,
+            }
+        }
+    }
+
     fn add(&mut self, row: &Row) {
         for (sum, metric) in self.sums.iter_mut().zip(Metric::ALL) {
+            if metric.is_heap() {
+                continue;
+            }
             *sum = match (*sum, metric.value(row)) {
                 (Some(a), Some(b)) => Some(a.saturating_add(b)),
                 _ => None,
@@ -285,6 +331,7 @@ pub struct Builder {
     target: Option<String>,
     labels: BTreeMap<u32, String>,
     sampling: Option<SamplingCost>,
+    heap_sources: BTreeMap<(Scope, u32, u64), HeapProcess>,
 }
 
 impl Default for Builder {
@@ -317,6 +364,7 @@ impl Builder {
             target: None,
             labels: BTreeMap::new(),
             sampling: None,
+            heap_sources: BTreeMap::new(),
         }
     }
 
@@ -344,6 +392,7 @@ impl Builder {
             Tier::Event => self.event(&row),
             Tier::Mapping => self.mapping(row),
             Tier::Site | Tier::Type => self.sites.push(&row),
+            Tier::Heap => self.heap(row),
             Tier::Cheap | Tier::Deep => self.process(row, x),
         }
     }
@@ -452,6 +501,29 @@ impl Builder {
         true
     }
 
+    /// A process's heap, read with its own row (same sample): into that
+    /// batch's sums, and its source into the list of processes with a heap.
+    fn heap(&mut self, row: Row) {
+        let read = row.heap_used_bytes.is_some() || row.heap_live_bytes.is_some();
+        if let Some(source) = row.heap_source.filter(|_| read) {
+            self.heap_sources
+                .entry((row.scope, row.pid, row.start_time))
+                .or_insert_with(|| HeapProcess {
+                    scope: row.scope,
+                    pid: row.pid,
+                    comm: row.comm.clone(),
+                    source,
+                });
+        }
+        if let Some(batch) = self.batch.as_mut().filter(|b| b.sample == row.sample) {
+            batch
+                .scopes
+                .entry(row.scope)
+                .or_insert_with(ScopeSample::new)
+                .add_heap(&row);
+        }
+    }
+
     fn process(&mut self, row: Row, x_axis: XAxis) {
         if row.scope == Scope::Command && !self.is_commands_size(&row) {
             return;
@@ -530,11 +602,14 @@ impl Builder {
                     },
                 );
             }
-            if let (Scope::Command, Some(run), Some(rss)) = (scope, batch.run, sample.sums[0]) {
+            if let (Scope::Command, Some(run), Some(rss)) =
+                (scope, batch.run, sample.sum(Metric::RssBytes))
+            {
                 let peak = self.run_peaks.entry(run).or_insert(0);
                 *peak = (*peak).max(rss);
             }
-            for (metric, sum) in Metric::ALL.into_iter().zip(sample.sums) {
+            for metric in Metric::ALL {
+                let sum = sample.sum(metric);
                 // The command's series is its peak per run: only RSS has a
                 // true peak (ru_maxrss); the other fields come from polls
                 // that a short command may miss or catch mid-exec.
@@ -546,11 +621,7 @@ impl Builder {
                 let b = self
                     .series
                     .entry((scope, metric))
-                    .or_insert_with(|| Building {
-                        points: Thinned::new(SERIES_CAP),
-                        pending: None,
-                        processes: 0,
-                    });
+                    .or_insert_with(Building::empty);
                 b.processes = b.processes.max(sample.processes);
                 b.add(key, x, sum as f64, scope == Scope::Command);
             }
@@ -560,6 +631,17 @@ impl Builder {
     /// Everything read, as the analysis takes it.
     pub fn finish(mut self, torn_last_line: Option<u64>) -> Samples {
         self.flush_batch();
+        // A scope whose runtime publishes its heap is judged by its live heap
+        // even when no collection ran while it was watched (no point: the
+        // verdict says what that means, not the kernel's view alone).
+        // (tracemalloc counts the heap in use only: no live heap.)
+        for p in self.heap_sources.values() {
+            if p.source != HeapSource::Tracemalloc {
+                self.series
+                    .entry((p.scope, Metric::HeapLiveBytes))
+                    .or_insert_with(Building::empty);
+            }
+        }
         let x_axis = self.x_axis.unwrap_or(XAxis::Seconds);
         let series = self
             .series
@@ -572,7 +654,7 @@ impl Builder {
                 processes: b.processes,
                 count: b.points.count() + u64::from(b.pending.is_some()),
             })
-            .filter(|s| !s.points.is_empty())
+            .filter(|s| !s.points.is_empty() || s.metric == Metric::HeapLiveBytes)
             .collect();
         let lives = self
             .lives
@@ -624,11 +706,20 @@ impl Builder {
             target: self.target,
             labels: self.labels,
             sampling: self.sampling,
+            heap_sources: self.heap_sources.into_values().collect(),
         }
     }
 }
 
 impl Building {
+    fn empty() -> Self {
+        Building {
+            points: Thinned::new(SERIES_CAP),
+            pending: None,
+            processes: 0,
+        }
+    }
+
     /// One sample's value: in run mode later samples of a run replace earlier
     /// ones (the command keeps its largest).
     fn add(&mut self, key: u64, x: f64, y: f64, peak: bool) {

@@ -5,7 +5,7 @@ pub mod build;
 pub mod sites;
 pub mod thin;
 
-pub use build::{Builder, ProcessLife, Samples, from_rows};
+pub use build::{Builder, HeapProcess, ProcessLife, Samples, from_rows};
 
 use crate::store::{Row, Scope};
 use crate::units::{format_bytes, format_signed_bytes};
@@ -15,6 +15,11 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Metric {
+    // A runtime's own heap (scopes whose processes publish one: see
+    // `sample::heap`): judged first where present.
+    HeapLiveBytes,
+    HeapUsedBytes,
+    HeapMaxBytes,
     RssBytes,
     PssBytes,
     UssBytes,
@@ -38,7 +43,10 @@ pub enum Metric {
 }
 
 impl Metric {
-    pub const ALL: [Metric; 18] = [
+    pub const ALL: [Metric; 21] = [
+        Metric::HeapLiveBytes,
+        Metric::HeapUsedBytes,
+        Metric::HeapMaxBytes,
         Metric::RssBytes,
         Metric::PssBytes,
         Metric::UssBytes,
@@ -70,6 +78,17 @@ impl Metric {
         Metric::PageTablesBytes,
     ];
 
+    /// A runtime's own heap, from a `heap` row, not from /proc.
+    pub const HEAP: [Metric; 3] = [
+        Metric::HeapLiveBytes,
+        Metric::HeapUsedBytes,
+        Metric::HeapMaxBytes,
+    ];
+
+    pub fn is_heap(self) -> bool {
+        Metric::HEAP.contains(&self)
+    }
+
     /// Judged beside a scope's primary metric for the overall verdict:
     /// shmem, fds, threads and a cgroup's kernel memory.
     pub fn judged_beside_primary(self) -> bool {
@@ -79,6 +98,9 @@ impl Metric {
 
     pub fn name(self) -> &'static str {
         match self {
+            Metric::HeapLiveBytes => "heap_live_bytes",
+            Metric::HeapUsedBytes => "heap_used_bytes",
+            Metric::HeapMaxBytes => "heap_max_bytes",
             Metric::RssBytes => "rss_bytes",
             Metric::PssBytes => "pss_bytes",
             Metric::UssBytes => "uss_bytes",
@@ -103,6 +125,9 @@ impl Metric {
     /// Short label for humans: `RSS`, `PSS`, `fds`.
     pub fn label(self) -> &'static str {
         match self {
+            Metric::HeapLiveBytes => "heap live",
+            Metric::HeapUsedBytes => "heap used",
+            Metric::HeapMaxBytes => "heap max",
             Metric::RssBytes => "RSS",
             Metric::PssBytes => "PSS",
             Metric::UssBytes => "USS",
@@ -158,6 +183,9 @@ macro_rules! metric_columns {
 }
 
 metric_columns! {
+    HeapLiveBytes => heap_live_bytes,
+    HeapUsedBytes => heap_used_bytes,
+    HeapMaxBytes => heap_max_bytes,
     RssBytes => rss_bytes,
     PssBytes => pss_bytes,
     UssBytes => uss_bytes,

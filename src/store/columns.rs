@@ -18,10 +18,10 @@ use std::fmt::Write as _;
 
 use csv::StringRecord;
 
-use super::{Row, Scope, SiteSource, Tier, cell};
+use super::{HeapSource, Row, Scope, SiteSource, Tier, cell};
 
 /// `Row`'s fields in declaration order: samples.csv's header as written.
-const FIELDS: [&str; 42] = [
+const FIELDS: [&str; 46] = [
     "sample",
     "run",
     "t_seconds",
@@ -64,6 +64,10 @@ const FIELDS: [&str; 42] = [
     "site_blocks",
     "objects",
     "site_source",
+    "heap_live_bytes",
+    "heap_used_bytes",
+    "heap_max_bytes",
+    "heap_source",
 ];
 
 /// The fields serde requires (not `Option`): a file without one of them
@@ -144,6 +148,10 @@ impl Columns {
             site_blocks: opt_u64(39)?,
             objects: opt_u64(40)?,
             site_source: optional(cell_of(41), site_source)?,
+            heap_live_bytes: opt_u64(42)?,
+            heap_used_bytes: opt_u64(43)?,
+            heap_max_bytes: opt_u64(44)?,
+            heap_source: optional(cell_of(45), HeapSource::from_name)?,
         })
     }
 }
@@ -188,6 +196,7 @@ fn tier(name: &str) -> Option<Tier> {
         "mapping" => Tier::Mapping,
         "site" => Tier::Site,
         "type" => Tier::Type,
+        "heap" => Tier::Heap,
         _ => return None,
     })
 }
@@ -266,6 +275,10 @@ pub(super) fn write_row(out: &mut Vec<u8>, row: &Row, scratch: &mut String) {
         Some(SiteSource::Native) => "native",
         None => "",
     });
+    for value in [row.heap_live_bytes, row.heap_used_bytes, row.heap_max_bytes] {
+        line.opt(value);
+    }
+    line.cell(row.heap_source.map_or("", HeapSource::name));
     line.out.push(b'\n');
 }
 
@@ -328,6 +341,7 @@ fn tier_name(tier: Tier) -> &'static str {
         Tier::Mapping => "mapping",
         Tier::Site => "site",
         Tier::Type => "type",
+        Tier::Heap => "heap",
     }
 }
 
@@ -375,6 +389,8 @@ mod tests {
         cells[9] = "type";
         cells[12] = "+4096";
         cells[41] = "native";
+        cells[42] = "123";
+        cells[45] = "node_inspector";
         let (fast, serde) = both(&all, &cells);
         assert_eq!(fast, Some(serde.unwrap()));
         for (field, bad) in [
@@ -385,6 +401,8 @@ mod tests {
             (11, "1.5"),
             (12, " 5"),
             (41, "rust"),
+            (44, "1e3"),
+            (45, "jvm"),
         ] {
             let mut cells = cells.clone();
             cells[field] = bad;
@@ -466,7 +484,8 @@ mod tests {
                     Tier::Mapping,
                     Tier::Site,
                     Tier::Type,
-                ][i % 6],
+                    Tier::Heap,
+                ][i % 7],
                 event: (i % 3 == 0).then(|| format!("exited, {comm}")),
                 exit_code: (i % 3 == 1).then_some(-(i as i32)),
                 rss_bytes: Some(i as u64),
@@ -474,6 +493,9 @@ mod tests {
                 pagetables_bytes: Some(1 << 40),
                 objects: (i % 2 == 1).then_some(7),
                 site_source: [None, Some(SiteSource::Python), Some(SiteSource::Native)][i % 3],
+                heap_live_bytes: (i % 3 == 2).then_some(1 << 33),
+                heap_used_bytes: Some(i as u64 * 7),
+                heap_source: HeapSource::ALL.get(i % 6).copied(),
                 ..Row::new(Scope::Target)
             });
         }

@@ -168,3 +168,10 @@ pub fn assert_exit_matches_verdict(status: std::process::ExitStatus, dir: &Path)
         "verdict {verdict} must exit {want}: {status}"
     );
 }
+
+/// A program on PATH.
+pub fn which(name: &str) -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}

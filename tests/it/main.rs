@@ -11,6 +11,7 @@ mod cli;
 mod first_use;
 mod fleet_cli;
 mod gate_e2e;
+mod heap_sources;
 mod hostile;
 mod native_sites;
 mod pool_e2e;

@@ -15,6 +15,7 @@
 mod cmdline;
 #[cfg(test)]
 pub(crate) mod fake;
+mod net;
 mod parse;
 mod process;
 mod smaps;

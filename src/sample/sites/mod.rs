@@ -28,7 +28,9 @@
 //! run (a pid not in it is not followed: leave it out). Optional rows: a
 //! `traceback` event row (tier `Site`, `event` `traceback`, `comm` the site,
 //! a newline, then its frames one a line, innermost first) once per scope
-//! and site, and `Tier::Type` rows. The driver stamps every row with the
+//! and site, `Tier::Type` rows, and one `Tier::Heap` row per process (the
+//! heap its tracer counts, `heap_source` set). The driver stamps every site
+//! and type row with the
 //! tracer's [`Sites::source`] (samples.csv's `site_source`), so series,
 //! fits and reports keep each tracer's sites apart and say which found
 //! them.
@@ -106,7 +108,7 @@ fn endpoints(dir: &Path, suffix: &str) -> Vec<u32> {
 /// accept queue is full (a process whose answering thread hangs, or that is
 /// stopped) fails with EAGAIN at once instead of blocking leakwatch; std's
 /// connect would wait forever.
-pub(super) fn connect(path: &Path) -> io::Result<UnixStream> {
+pub(crate) fn connect(path: &Path) -> io::Result<UnixStream> {
     let bytes = path.as_os_str().as_bytes();
     // SAFETY: sockaddr_un is plain data; all-zero is a valid value.
     let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
@@ -156,7 +158,11 @@ pub fn collect_all(
     for tracer in sites {
         let source = tracer.source();
         let mut got = tracer.collect(ctx, sampled, timeout);
-        for row in &mut got.rows {
+        for row in got
+            .rows
+            .iter_mut()
+            .filter(|r| matches!(r.tier, crate::store::Tier::Site | crate::store::Tier::Type))
+        {
             row.site_source = Some(source);
         }
         all.rows.extend(got.rows);

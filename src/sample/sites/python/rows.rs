@@ -10,7 +10,7 @@ use super::wire::{Frame, Snapshot};
 use super::{PySites, Silence};
 use crate::sample::rows::Context;
 use crate::sample::sites::Collected;
-use crate::store::{Row, Scope, TRACEMALLOC_SITE as TRACEMALLOC, Tier, UNTRACKED_TYPE};
+use crate::store::{HeapSource, Row, Scope, TRACEMALLOC_SITE as TRACEMALLOC, Tier, UNTRACKED_TYPE};
 
 /// What the session remembers between runs.
 #[derive(Debug, Default)]
@@ -86,6 +86,21 @@ impl SiteSession {
             }
             rows.push(row(name, site.bytes, Some(site.blocks)));
         }
+        // The memory the program's objects hold, as tracemalloc traces it
+        // (the bootstrap's own blocks left out): the process's heap in use.
+        rows.push(Row {
+            comm: process.comm.clone(),
+            tier: Tier::Heap,
+            heap_used_bytes: Some(
+                snapshot
+                    .totals
+                    .traced_bytes
+                    .saturating_sub(snapshot.totals.self_bytes),
+            ),
+            heap_source: Some(HeapSource::Tracemalloc),
+            site_bytes: None,
+            ..row(String::new(), 0, None)
+        });
         rows.extend(type_rows(snapshot).map(|(name, objects, bytes)| Row {
             tier: Tier::Type,
             objects: Some(objects),
