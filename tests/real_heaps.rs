@@ -295,16 +295,18 @@ fn attach_60s(rt: Rt, srv: &Server, out: &Path) -> Seen {
     }
 }
 
-/// How far the live heap's rate may be from the truth's: 15%, but ZGC's
-/// 30%. ZGC (JDK 17) counts its heap in 2 MiB pages, the truth's reading
-/// too (20 runs of 1 MiB are 10 of them: ±1 page is ±10% each), and updates
-/// `used` only at its pauses, with what was allocated since its last
-/// relocation in it (+8% over what the program kept, by the objects' size).
+/// How far the live heap's rate may be from the truth's: 15%, but Parallel's
+/// 25% and ZGC's 30% (docs/runtimes.md). Parallel's adaptive tenuring
+/// promotes request-scoped objects that then die in the old generation,
+/// which only a full collection (the truth's) frees: its live heap reads
+/// above the truth. ZGC (JDK 17) counts its heap in 2 MiB pages, the truth's
+/// reading too, and updates `used` only at its pauses, with what was
+/// allocated since its last relocation in it.
 fn tolerance(rt: Rt) -> f64 {
-    if rt == Rt::Jvm("-XX:+UseZGC") {
-        0.30
-    } else {
-        0.15
+    match rt {
+        Rt::Jvm("-XX:+UseParallelGC") => 0.25,
+        Rt::Jvm("-XX:+UseZGC") => 0.30,
+        _ => 0.15,
     }
 }
 
