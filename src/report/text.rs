@@ -181,14 +181,17 @@ pub fn render(a: &Analysis) -> String {
     let _ = writeln!(out, "verdict: {}", a.verdict.as_str().to_uppercase());
     for f in a.headlines() {
         let _ = writeln!(out, "  {}", verdict_line(a, f));
-        let _ = writeln!(
-            out,
-            "      {} → {} over {} points, {} process(es)",
-            level(f, f.first),
-            level(f, f.last),
-            f.n,
-            f.processes
-        );
+        // A live heap no collection was seen in has no point to show.
+        if f.n > 0 {
+            let _ = writeln!(
+                out,
+                "      {} → {} over {} points, {} process(es)",
+                level(f, f.first),
+                level(f, f.last),
+                f.n,
+                f.processes
+            );
+        }
     }
     for f in other_leaks(a) {
         let _ = writeln!(out, "  {}", verdict_line(a, f));
