@@ -434,12 +434,20 @@ fn real_jvm_parallel_pretouched_heap_churning_is_no_leak() {
     case(Rt::Jvm("-XX:+UseParallelGC"), false, "hsperfdata");
 }
 
+/// Run by hand (`cargo test --test real_heaps -- --ignored zgc`): ZGC (JDK
+/// 17) reports its heap only at its pauses and in 2 MiB pages, the truth's
+/// reading too, so no fixed tolerance holds run after run (docs/runtimes.md).
 #[test]
+#[ignore = "ZGC's heap is read at its pauses in 2 MiB pages: too coarse for CI; run with --ignored"]
 fn real_jvm_zgc_pretouched_heap_keeping_is_a_heap_leak() {
     case(Rt::Jvm("-XX:+UseZGC"), true, "hsperfdata");
 }
 
+/// Run by hand (`cargo test --test real_heaps -- --ignored zgc`): ZGC (JDK
+/// 17) reports its heap only at its pauses and in 2 MiB pages, the truth's
+/// reading too, so no fixed tolerance holds run after run (docs/runtimes.md).
 #[test]
+#[ignore = "ZGC's heap is read at its pauses in 2 MiB pages: too coarse for CI; run with --ignored"]
 fn real_jvm_zgc_pretouched_heap_churning_is_no_leak() {
     case(Rt::Jvm("-XX:+UseZGC"), false, "hsperfdata");
 }
