@@ -25,7 +25,6 @@
 #[path = "support/real.rs"]
 mod real;
 
-use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -177,17 +176,6 @@ fn client(port: u16, count: u32) -> Command {
     c
 }
 
-/// The runtime's own accounting (see each keeper's `truth`), bytes.
-fn truth(port: u16) -> f64 {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.write_all(b"truth\n").unwrap();
-    let mut line = String::new();
-    BufReader::new(s).read_line(&mut line).unwrap();
-    line.trim()
-        .parse()
-        .unwrap_or_else(|_| panic!("truth: {line:?}"))
-}
-
 fn leakwatch() -> Command {
     Command::new(env!("CARGO_BIN_EXE_leakwatch"))
 }
@@ -228,7 +216,7 @@ struct Seen {
 
 fn run_20(rt: Rt, srv: &Server, out: &Path) -> Seen {
     let pid = heap_pid(rt, srv);
-    let t0 = truth(srv.port);
+    let t0 = real::keeper_truth(srv.port);
     let c = client(srv.port, 1);
     let status = leakwatch()
         .args([
@@ -248,7 +236,7 @@ fn run_20(rt: Rt, srv: &Server, out: &Path) -> Seen {
         .stdout(Stdio::null())
         .status()
         .unwrap();
-    let t1 = truth(srv.port);
+    let t1 = real::keeper_truth(srv.port);
     Seen {
         summary: summary(out),
         exit: status.code(),
@@ -277,7 +265,7 @@ fn attach_60s(rt: Rt, srv: &Server, out: &Path) -> Seen {
     // The truth's forced collection reshapes the heap: the load runs a few
     // seconds before the truth and the session start together.
     std::thread::sleep(Duration::from_secs(3));
-    let (t0, from) = (truth(port), Instant::now());
+    let (t0, from) = (real::keeper_truth(port), Instant::now());
     let status = leakwatch()
         .args(["attach", &pid.to_string(), "--duration", "60s", "--quiet"])
         .args(source_args(rt, port))
@@ -285,7 +273,7 @@ fn attach_60s(rt: Rt, srv: &Server, out: &Path) -> Seen {
         .arg(out)
         .status()
         .unwrap();
-    let (t1, secs) = (truth(port), from.elapsed().as_secs_f64());
+    let (t1, secs) = (real::keeper_truth(port), from.elapsed().as_secs_f64());
     stop.store(true, Ordering::Relaxed);
     load.join().unwrap();
     Seen {
@@ -498,9 +486,9 @@ fn real_node_started_by_the_command_is_read_by_the_preload() {
                         .unwrap()
                         .success()
                 );
-                let t0 = truth(srv.port);
+                let t0 = real::keeper_truth(srv.port);
                 assert!(client(srv.port, 20).status().unwrap().success());
-                (truth(srv.port) - t0) / 20.0
+                (real::keeper_truth(srv.port) - t0) / 20.0
             } else {
                 0.0
             };

@@ -228,6 +228,7 @@ pub fn attach(
     if let Some(what) = members.describe() {
         writer.write_batch(&[store::note_row(store::SessionEvent::Target, &what)])?;
     }
+    let heaps = heaps(plan)?;
     let mut session = Session {
         plan,
         target,
@@ -251,17 +252,8 @@ pub fn attach(
         mapped_first: BTreeSet::new(),
         latest_maps: Vec::new(),
         native,
-        heaps: Heaps::new(plan.root.clone()).with_wait(endpoint_wait(plan.interval)),
+        heaps,
     };
-    if plan.node_inspector {
-        session.heaps = std::mem::replace(&mut session.heaps, Heaps::new(plan.root.clone()))
-            .with_node_inspector(false);
-    }
-    if let Some(url) = &plan.metrics {
-        let endpoint = MetricsEndpoint::new(url).map_err(|e| SampleError::Heap(e.to_string()))?;
-        session.heaps = std::mem::replace(&mut session.heaps, Heaps::new(plan.root.clone()))
-            .with_metrics(endpoint);
-    }
     session.native_started()?;
     let mut rng = fastrand::Rng::new();
     // Ticks are due at fixed (jittered) times, not a fixed wait after each
@@ -303,6 +295,20 @@ pub fn attach(
     }
     session.finish()?;
     Ok(session.outcome)
+}
+
+/// The heaps read every tick: with `--node-inspector` (full collections
+/// within a budget) and `--metrics` where asked.
+fn heaps(plan: &AttachPlan) -> Result<Heaps, SampleError> {
+    let mut heaps = Heaps::new(plan.root.clone()).with_wait(endpoint_wait(plan.interval));
+    if plan.node_inspector {
+        heaps = heaps.with_node_inspector(false);
+    }
+    if let Some(url) = &plan.metrics {
+        let endpoint = MetricsEndpoint::new(url).map_err(|e| SampleError::Heap(e.to_string()))?;
+        heaps = heaps.with_metrics(endpoint);
+    }
+    Ok(heaps)
 }
 
 /// How long a tick waits for an endpoint's answer (`--metrics`) asked at

@@ -551,3 +551,15 @@ pub fn first_line(child: &mut Child) -> String {
     }
     line
 }
+
+/// A runtime keeper's own accounting (fixtures/real/runtimes: the `truth`
+/// request, which collects garbage first), bytes.
+pub fn keeper_truth(port: u16) -> f64 {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(b"truth\n").unwrap();
+    let mut line = String::new();
+    BufReader::new(s).read_line(&mut line).unwrap();
+    line.trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("truth: {line:?}"))
+}

@@ -55,7 +55,8 @@ pub fn catches_sigusr1(root: &ProcRoot, pid: u32) -> bool {
 pub fn is_node(root: &ProcRoot, pid: u32) -> bool {
     let exe = std::fs::read_link(root.path(pid, "exe")).unwrap_or_default();
     let name = exe.file_name().and_then(|n| n.to_str()).unwrap_or("");
-    name == "node" || name.starts_with("node") && name.len() <= 8 || maps_libnode(root, pid)
+    // `node`, `nodejs`, `node20`: short names only (not `node_exporter`).
+    (name.starts_with("node") && name.len() <= 8) || maps_libnode(root, pid)
 }
 
 fn maps_libnode(root: &ProcRoot, pid: u32) -> bool {

@@ -218,6 +218,8 @@ const COLLECT_BUDGET: f64 = 0.01;
 #[derive(Debug)]
 struct Inspected {
     fetcher: Fetcher<inspector::Reading, inspector::Request>,
+    /// The process's name, for the note at the end.
+    comm: String,
     port: u16,
     opened: bool,
     max: Option<u64>,
@@ -241,12 +243,13 @@ impl Inspected {
     }
 
     /// What the session did to the process, for the notes.
-    fn summary(&self, pid: u32, comm: &str) -> String {
+    fn summary(&self, pid: u32) -> String {
         let share =
             self.collect_time.as_secs_f64() / self.started.elapsed().as_secs_f64().max(1e-9);
         format!(
-            "--node-inspector: {pid} ({comm}): {} its inspector on 127.0.0.1:{}; {} full \
+            "--node-inspector: {pid} ({}): {} its inspector on 127.0.0.1:{}; {} full \
              collection(s) asked, the longest a pause of {:.0} ms, {:.2}% of the session in all{}",
+            self.comm,
             if self.opened {
                 "opened (SIGUSR1)"
             } else {
@@ -283,8 +286,6 @@ pub struct Heaps {
     /// inspector; `collect_always`: a full collection at every read (run).
     node_inspector: bool,
     collect_always: bool,
-    /// Each known process's name, for the notes at the end.
-    comms: HashMap<(u32, u64), String>,
 }
 
 impl Heaps {
@@ -299,7 +300,6 @@ impl Heaps {
             wait: std::time::Duration::from_millis(300),
             node_inspector: false,
             collect_always: false,
-            comms: HashMap::new(),
         }
     }
 
@@ -354,15 +354,14 @@ impl Heaps {
     /// again; the notes say what was done to each process.
     pub fn finish(&mut self) -> Vec<String> {
         let mut notes = Vec::new();
-        for ((pid, start), runtime) in &mut self.known {
+        for ((pid, _), runtime) in &mut self.known {
             let Runtime::Inspected(i) = runtime else {
                 continue;
             };
             let _ = i.fetcher.take(std::time::Duration::from_secs(2));
             i.fetcher.ask(inspector::Request::Close);
             let closed = i.fetcher.take(std::time::Duration::from_secs(3));
-            let comm = self.comms.get(&(*pid, *start)).map_or("", String::as_str);
-            let mut note = i.summary(*pid, comm);
+            let mut note = i.summary(*pid);
             if i.opened && !matches!(closed, Some((_, Ok(_)))) && self.root.alive(*pid) {
                 note.push_str(
                     " (closing it failed: its inspector may still listen; it closes when the \
@@ -396,7 +395,6 @@ impl Heaps {
             if !self.known.contains_key(&key) {
                 let runtime = self.discover(row, &mut out.notes);
                 self.known.insert(key, runtime);
-                self.comms.insert(key, row.comm.clone());
             }
             let read = match self.known.get_mut(&key) {
                 Some(Runtime::Jvm {
@@ -416,7 +414,6 @@ impl Heaps {
             }
         }
         self.known.retain(|key, _| alive.contains(key));
-        self.comms.retain(|key, _| alive.contains(key));
         self.node_failing.retain(|key| alive.contains(key));
         out
     }
@@ -540,7 +537,7 @@ impl Heaps {
             && !found.jvm
             && inspector::is_node(&self.root, pid)
         {
-            return inspect(&self.root, pid, &who, notes);
+            return inspect(&self.root, row, &who, notes);
         }
         let Some((path, inode)) = found.hsperfdata else {
             if found.jvm {
@@ -578,8 +575,8 @@ impl Heaps {
 }
 
 /// Opens `pid`'s inspector and starts its reader thread (`--node-inspector`).
-fn inspect(root: &ProcRoot, pid: u32, who: &str, notes: &mut Vec<String>) -> Runtime {
-    let found = match inspector::open(root, pid) {
+fn inspect(root: &ProcRoot, row: &Row, who: &str, notes: &mut Vec<String>) -> Runtime {
+    let found = match inspector::open(root, row.pid) {
         Ok(found) => found,
         Err(why) => {
             notes.push(format!(
@@ -610,6 +607,7 @@ fn inspect(root: &ProcRoot, pid: u32, who: &str, notes: &mut Vec<String>) -> Run
     });
     Runtime::Inspected(Box::new(Inspected {
         fetcher,
+        comm: row.comm.clone(),
         port: found.port,
         opened,
         max,
