@@ -17,7 +17,10 @@
 //!   where it starts) and its upper one at 95%, reaching down to its Theil–Sen slope and,
 //!   when it does not keep its pace inside, to a parabola's slope at the last point. A leak
 //!   when that lower bound clears the threshold (a leak that started part-way, a fill then a
-//!   slower leak);
+//!   slower leak); when its last step came while the series was rising at no more than twice
+//!   the end's pace (growth, a chunk, growth: a heap that keeps mapping chunks while it
+//!   leaks), the rate is the long-run line,
+//!   steps included, its interval from the end's lower bound up to the line's;
 //! * otherwise what the steps say: one step up (or one that only climbs back from a dip) is
 //!   not a rate, so the end segment decides (a one-off step: plateau when it holds); three or
 //!   more steps with no gap over twice their mean spacing → their long-run line; no step for
@@ -257,6 +260,32 @@ impl Ctx<'_> {
                 ),
                 _ => format!("rises and falls ({down} down, {up} up); slope {slope_txt}"),
             });
+        }
+        if end.ci95.0 > self.thr
+            && let Some(step_x) = self.chunk_between_rises(&ev, end_slope)
+        {
+            // A step that came while the series was rising, and a rise after it: a heap that
+            // grows in chunks (V8 maps its heap so) keeps needing new ones while it leaks, so
+            // the long-run line, steps included, is the end's rate. The end rises on its own
+            // (its lower bound is the interval's); the interval reaches up to the line's and
+            // the staircase's phase (a series ending just after a chunk reads high).
+            let high = self.last_phase_spread(&ev).map_or(self.ci.1, |p| p.1);
+            let staircase = EndRate::new(
+                RateFrom::Staircase,
+                self.fit.slope,
+                (end.ci95.0, self.ci.1.max(end.ci95.1).max(high)),
+            );
+            let mut c = c.conclude(staircase, self.thr, true, |_| {
+                format!(
+                    "grows {} with its step at {} (a heap growing in chunks keeps needing new ones), {end_txt}",
+                    self.per_x(self.fit.slope),
+                    self.at_x(step_x),
+                )
+            });
+            if c.verdict == Verdict::Leak {
+                c.set_rate(RateFrom::Staircase, self.fit.slope);
+            }
+            return c;
         }
         if end.ci95.0 > self.thr {
             let segments = segs.len() - 1;
@@ -622,17 +651,27 @@ impl Ctx<'_> {
     /// one-sided α/10 (the search chose where the step is). A fill that had stopped before its
     /// last step, or steps with flat waits between them, do not.
     fn rises_into(&self, step: usize) -> bool {
+        self.rise_into(step).is_some()
+    }
+
+    /// `rises_into`'s slope, bytes per x, when it rises.
+    fn rise_into(&self, step: usize) -> Option<f64> {
         let k = (step / 3).max(5);
-        let Some(from) = step.checked_sub(k) else {
-            return false;
-        };
+        let from = step.checked_sub(k)?;
         let (x, y) = (&self.x[from..step], &self.y[from..step]);
-        stats::ols(x, y)
-            .and_then(|f| Some((f.slope, f.slope_se?)))
-            .is_some_and(|(slope, se)| {
-                let t = stats::student_t_quantile(1.0 - self.t.alpha / 10.0, (k - 2) as f64);
-                slope - t * se > self.thr
-            })
+        let f = stats::ols(x, y)?;
+        let t = stats::student_t_quantile(1.0 - self.t.alpha / 10.0, (k - 2) as f64);
+        (f.slope - t * f.slope_se? > self.thr).then_some(f.slope)
+    }
+
+    /// The last upward step came while the series was rising (`rises_into`) at no more than
+    /// twice the end's pace `end_slope`: growth before it, the step, growth after it at about
+    /// the same pace — one chunk of a heap that keeps growing. A fill that ended with it rose
+    /// faster before (a fill of 2 MiB/run before a leak of 512 KiB/run: four times). Its x.
+    fn chunk_between_rises(&self, ev: &Events, end_slope: f64) -> Option<f64> {
+        let &at = ev.up_x.last()?;
+        let before = self.rise_into(self.x.partition_point(|&x| x < at))?;
+        (before <= 2.0 * end_slope).then_some(at)
     }
 
     /// Steps at a steady rate: no gap between upward steps (nor before the first, nor after the
@@ -687,6 +726,46 @@ mod tests {
         assert_eq!(c.verdict, Verdict::Plateau, "{c:#?}");
         assert!(c.steps.is_empty(), "{:?}", c.steps);
         assert_eq!(c.plateau.map(|p| p.stop_x), Some(8.0));
+    }
+
+    /// A V8 heap read from anon, 20 runs: rising ≈700 KiB/run, a 13 MiB chunk mapped at
+    /// run 11, then +447 KiB/run. The headline is the long-run line, the chunk included (the
+    /// leak keeps needing chunks), not the slope since it; the interval still holds the end
+    /// segment's. The same chunk after a flat start is a load, then a leak at the end's rate.
+    #[test]
+    fn a_chunk_between_rises_is_a_leak_at_the_long_run_rate() {
+        let wobble = [0.0, 90.0, -60.0, 30.0, -120.0, 70.0];
+        let series = |before: f64| -> Vec<f64> {
+            (1..=20)
+                .map(|r: i32| {
+                    let x = f64::from(r);
+                    let chunk = if r >= 11 {
+                        13.0 * MIB_ + 447.0 * KIB * (x - 11.0)
+                    } else {
+                        0.0
+                    };
+                    20.0 * MIB_
+                        + wobble[r as usize % 6] * KIB
+                        + before * KIB * (x - 1.0).min(10.0)
+                        + chunk
+                })
+                .collect()
+        };
+        let c = classify(&runs(20), &series(700.0), None, &per_run());
+        assert_eq!(c.verdict, Verdict::Leak, "{c:#?}");
+        assert_eq!(c.rate_from, Some(RateFrom::Staircase), "{c:#?}");
+        let line = c.fit.as_ref().unwrap().slope;
+        assert!((c.rate.unwrap() - line).abs() < 1.0, "{c:#?}");
+        assert!(line > 1.2 * MIB_, "{c:#?}");
+        let end = c.end_rate.as_ref().unwrap();
+        assert!(end.ci95.0 < 447.0 * KIB && end.ci95.1 > line, "{end:?}");
+        let c = classify(&runs(20), &series(0.0), None, &per_run());
+        assert_eq!(c.verdict, Verdict::Leak, "{c:#?}");
+        assert_eq!(c.rate_from, Some(RateFrom::EndSegment), "{c:#?}");
+        assert!(
+            (c.rate.unwrap() / (447.0 * KIB) - 1.0).abs() < 0.05,
+            "{c:#?}"
+        );
     }
 
     /// memcached -m 64 driven past its cap (issue 10): anon KiB per run, ≈4.6 MiB/run for 14
