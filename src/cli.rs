@@ -261,6 +261,18 @@ pub struct HeapArgs {
     #[arg(long, value_name = "URL", help_heading = "Runtime heaps")]
     pub metrics: Option<String>,
 
+    /// Also follow this gauge of the --metrics endpoint as a series of its
+    /// own (a queue's length, a cache's entries; judged beside the heap):
+    /// its samples summed over their labels, or a dotted path in expvar
+    /// JSON. A name ending in _bytes is a size.
+    #[arg(
+        long,
+        value_name = "NAME",
+        requires = "metrics",
+        help_heading = "Runtime heaps"
+    )]
+    pub metric: Option<String>,
+
     /// Read the heap of Node processes leakwatch did not start through
     /// their inspector: SIGUSR1 opens it on 127.0.0.1 (Node prints
     /// "Debugger listening"), V8's heap is read over the DevTools protocol,

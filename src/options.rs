@@ -70,6 +70,11 @@ pub enum OptionsError {
     NativeSitesTarget,
     #[error(transparent)]
     Metrics(#[from] crate::sample::heap::MetricsUrlError),
+    #[error(
+        "--metric '{0}' is not a metric name; give a gauge's name as the endpoint exports it \
+         (`queue_length`, or a dotted path in expvar JSON: `memstats.Mallocs`), without labels"
+    )]
+    MetricName(String),
     #[error("--deep-budget '{0}' is not a fraction; try '0.1%' or '0.001'")]
     DeepBudget(String),
     #[error("--max-samples {0}: keep at least {min} rows; try --max-samples 100000", min = MIN_MAX_SAMPLES)]
@@ -309,6 +314,7 @@ impl RunOptions {
                 keep_survivors: args.keep_survivors,
                 node_preload: !args.no_node_preload,
                 metrics: metrics_url(&args.heaps)?,
+                gauge: gauge_name(&args.heaps)?,
                 node_inspector: args.heaps.node_inspector,
                 py_sites: args
                     .py_sites
@@ -363,6 +369,7 @@ impl AttachOptions {
                 target,
                 native_sites,
                 metrics: metrics_url(&args.heaps)?,
+                gauge: gauge_name(&args.heaps)?,
                 node_inspector: args.heaps.node_inspector,
                 interval,
                 duration,
@@ -607,6 +614,17 @@ fn native_interval(text: &str) -> Result<u64, OptionsError> {
         Ok(n) if (1024..=1 << 30).contains(&n) => Ok(n),
         _ => Err(OptionsError::NativeInterval(text.to_string())),
     }
+}
+
+/// `--metric NAME`, checked (a metric name, or a dotted path of them).
+fn gauge_name(args: &HeapArgs) -> Result<Option<String>, OptionsError> {
+    let Some(name) = args.metric.as_deref().map(str::trim) else {
+        return Ok(None);
+    };
+    if !crate::sample::heap::metrics::is_gauge_name(name) {
+        return Err(OptionsError::MetricName(name.to_string()));
+    }
+    Ok(Some(name.to_string()))
 }
 
 /// `--metrics URL`, checked (http, a host and port that parse).

@@ -291,7 +291,18 @@ impl Row {
             heap_used_bytes: None,
             heap_max_bytes: None,
             heap_source: None,
+            gauge: None,
+            gauge_bytes: None,
+            gauge_name: None,
         }
+    }
+
+    /// Whether the row's `--metric` gauge is a size (its name ends in
+    /// `_bytes`: `gauge_bytes`) rather than a count (`gauge`).
+    pub fn gauge_bytes_named(&self) -> bool {
+        self.gauge_name
+            .as_deref()
+            .is_some_and(|n| n.ends_with("_bytes"))
     }
 
     /// The session event this row records, if it is one by its `event` cell.
@@ -396,6 +407,17 @@ pub struct Row {
     pub heap_max_bytes: Option<u64>,
     #[serde(default)]
     pub heap_source: Option<HeapSource>,
+    /// A gauge the process exports, followed with `--metric NAME` (tier
+    /// `heap`, from its `--metrics` endpoint): its value rounded to a whole
+    /// number, in `gauge_bytes` when its name ends in `_bytes` (a size),
+    /// else in `gauge` (a count: a queue's length, a cache's entries);
+    /// `gauge_name` names it.
+    #[serde(default)]
+    pub gauge: Option<u64>,
+    #[serde(default)]
+    pub gauge_bytes: Option<u64>,
+    #[serde(default)]
+    pub gauge_name: Option<String>,
 }
 
 /// Spreadsheet-safe text cells, as OWASP's CSV-injection advice has it: a
@@ -918,13 +940,13 @@ mod tests {
         drop(w);
         assert_eq!(read_samples(&path).unwrap(), rows);
         // The same file as a leakwatch without type rows wrote it: no
-        // `objects` column (nor `site_source` and the heap's, which came
-        // later), no type rows.
+        // `objects` column (nor `site_source`, the heap's and the gauge's,
+        // which came later), no type rows.
         let text = std::fs::read_to_string(&path).unwrap();
         let old: Vec<String> = text
             .lines()
             .filter(|l| !l.contains(",type,"))
-            .map(|l| l.rsplitn(7, ',').nth(6).unwrap().to_string())
+            .map(|l| l.rsplitn(10, ',').nth(9).unwrap().to_string())
             .collect();
         assert!(old[0].ends_with(",site_blocks"), "{}", old[0]);
         std::fs::write(&path, old.join("\n") + "\n").unwrap();
@@ -956,17 +978,17 @@ mod tests {
         w.write_batch(&rows).unwrap();
         drop(w);
         let text = std::fs::read_to_string(&path).unwrap();
-        let header =
-            ",objects,site_source,heap_live_bytes,heap_used_bytes,heap_max_bytes,heap_source";
+        let header = ",objects,site_source,heap_live_bytes,heap_used_bytes,heap_max_bytes,\
+                      heap_source,gauge,gauge_bytes,gauge_name";
         assert!(text.lines().next().unwrap().ends_with(header));
         assert!(
-            text.lines().nth(2).unwrap().ends_with(",python,,,,"),
+            text.lines().nth(2).unwrap().ends_with(",python,,,,,,,"),
             "{text}"
         );
-        // Before `site_source` (and the heap's columns after it).
+        // Before `site_source` (and the heap's and gauge's columns after it).
         let old: Vec<String> = text
             .lines()
-            .map(|l| l.rsplitn(6, ',').nth(5).unwrap().to_string())
+            .map(|l| l.rsplitn(9, ',').nth(8).unwrap().to_string())
             .collect();
         assert!(old[0].ends_with(",objects"), "{}", old[0]);
         std::fs::write(

@@ -100,6 +100,11 @@ pub struct Summary {
     /// and when the live heap reaches its maximum (`x_to_max`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub heap: Vec<HeapReading>,
+    /// The gauge `run`/`attach --metric NAME` followed: its name; its
+    /// series are metric `gauge` (a count) or `gauge_bytes` (a name ending
+    /// in `_bytes`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gauge_name: Option<String>,
     /// What sampling cost and achieved (attach mode): samples taken and the
     /// mean interval between them, late samples, the cheap sweep's time,
     /// deep passes, page walks, their time and the longest single walk.
@@ -285,6 +290,7 @@ pub fn summary(a: &Analysis, gate: Option<&GateResult>) -> Summary {
         py_overhead: a.py_overhead.clone(),
         heap_sources: a.heap.iter().flat_map(|h| h.processes.clone()).collect(),
         heap: a.heap.clone(),
+        gauge_name: a.gauge_name.clone(),
         sampling: a.sampling.clone(),
         gate: gate.cloned(),
     }

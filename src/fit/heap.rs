@@ -21,7 +21,8 @@ pub enum HeapFinding {
     OutsideHeap,
     /// Both leak.
     Both,
-    /// Neither leaks (or the heap could not tell).
+    /// Neither leaks, or the heap is undecided (inconclusive): no reading
+    /// of where the kernel's growth is.
     Neither,
 }
 
@@ -73,11 +74,14 @@ pub fn read(fits: &[SeriesFit], processes: &[HeapProcess]) -> Vec<HeapReading> {
                 .find(|f| f.scope == scope && f.metric == kernel_metric);
             let leaks = |f: Option<&SeriesFit>| f.is_some_and(|f| f.verdict == Verdict::Leak);
             let (heap_leaks, kernel_leaks) = (leaks(Some(heap)), leaks(kernel));
+            // Outside the heap only when the heap was judged not to leak:
+            // an undecided heap (too few collections) says nothing of where.
+            let heap_judged = matches!(heap.verdict, Verdict::Stable | Verdict::Plateau);
             let finding = match (heap_leaks, kernel_leaks) {
                 (true, true) => HeapFinding::Both,
                 (true, false) => HeapFinding::Managed,
-                (false, true) => HeapFinding::OutsideHeap,
-                (false, false) => HeapFinding::Neither,
+                (false, true) if heap_judged => HeapFinding::OutsideHeap,
+                (false, _) => HeapFinding::Neither,
             };
             let heap_rate = heap.judged_rate().0;
             let heap_max_bytes = fits

@@ -489,6 +489,9 @@ pub struct Analysis {
     /// Each scope whose runtime publishes its heap: the heap and the
     /// kernel's view read together.
     pub heap: Vec<heap::HeapReading>,
+    /// The gauge `--metric NAME` followed, if any (series `gauge` or
+    /// `gauge_bytes`).
+    pub gauge_name: Option<String>,
 }
 
 impl Analysis {
@@ -506,6 +509,37 @@ impl Analysis {
         self.fits
             .iter()
             .find(|f| f.scope == scope && f.metric == metric)
+    }
+
+    /// A metric's label for people: the gauge's own name for `--metric`'s
+    /// series, else `Metric::label`.
+    pub fn label(&self, metric: Metric) -> &str {
+        match (metric, &self.gauge_name) {
+            (Metric::Gauge | Metric::GaugeBytes, Some(name)) => name,
+            _ => metric.label(),
+        }
+    }
+
+    /// The series the overall verdict rests on: the first headline with
+    /// that verdict, else the first followed series with it (a leak beside
+    /// the primary: anon beside a live heap, fds, a `--metric` gauge), else
+    /// the first headline.
+    pub fn verdict_series(&self) -> Option<&SeriesFit> {
+        self.headlines()
+            .find(|f| f.verdict == self.verdict)
+            .or_else(|| {
+                let mut with = self
+                    .fits
+                    .iter()
+                    .filter(|f| f.scope != Scope::Command && f.n > 0)
+                    .filter(|f| f.verdict == self.verdict);
+                let judged = |f: &&SeriesFit| {
+                    f.metric == kernel_primary(&self.fits, f.scope)
+                        || f.metric.judged_beside_primary()
+                };
+                with.clone().find(judged).or_else(|| with.next())
+            })
+            .or_else(|| self.headlines().next())
     }
 
     /// The headline fits: one per scope, the main scope first.
@@ -809,6 +843,7 @@ pub fn analyse(samples: Samples, opts: &FitOptions) -> Analysis {
         labels: samples.labels,
         sampling: samples.sampling,
         heap,
+        gauge_name: samples.gauge_name,
     }
 }
 

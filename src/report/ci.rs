@@ -22,8 +22,8 @@ pub fn one_line(a: &Analysis, gate: Option<&GateResult>, exit: u8) -> String {
         Verdict::Stable | Verdict::Plateau => Colour::Green,
     };
     let mut line = format!("leakwatch: {}", console::paint(&verdict, colour, on));
-    if let Some(f) = a.headlines().next() {
-        line.push_str(&format!(" {} {}", f.scope, f.metric.label()));
+    if let Some(f) = a.verdict_series() {
+        line.push_str(&format!(" {} {}", f.scope, a.label(f.metric)));
         if let Some(rate) = headline_rate(f) {
             line.push_str(&format!(" {rate}"));
         }

@@ -96,18 +96,34 @@ fn render(families: &[Family]) -> String {
 }
 
 /// The newest sample's rows, with each process's last deep values carried
-/// (PSS, USS and shared are read on a budget, not every tick).
+/// (PSS, USS and shared are read on a budget, not every tick) and its last
+/// heap row (a runtime's live heap is known only after a collection: the
+/// last one seen is carried until the next).
 #[derive(Debug, Clone, Default)]
 pub struct Latest {
     sample: Option<u64>,
     rows: Vec<Row>,
     deep: BTreeMap<(Scope, u32, u64), Row>,
+    heap: BTreeMap<(Scope, u32, u64), Row>,
     /// Samples seen.
     pub samples: u64,
 }
 
 impl Latest {
     pub fn push(&mut self, row: &Row) {
+        let key = (row.scope, row.pid, row.start_time);
+        if row.tier == Tier::Heap {
+            let live = row.heap_live_bytes.or_else(|| {
+                let last = self.heap.get(&key)?;
+                (last.heap_source == row.heap_source)
+                    .then_some(last.heap_live_bytes)
+                    .flatten()
+            });
+            let mut row = row.clone();
+            row.heap_live_bytes = live;
+            self.heap.insert(key, row);
+            return;
+        }
         if !row.is_process_sample() {
             return;
         }
@@ -121,9 +137,9 @@ impl Latest {
                 .map(|r| (r.scope, r.pid, r.start_time))
                 .collect();
             self.deep.retain(|k, _| live.contains(k));
+            self.heap.retain(|k, _| live.contains(k));
             self.rows.clear();
         }
-        let key = (row.scope, row.pid, row.start_time);
         let mut row = row.clone();
         if row.tier == Tier::Deep {
             self.deep.insert(key, row.clone());
@@ -197,6 +213,10 @@ fn process_families(latest: &Latest, top: usize) -> Vec<Family> {
         "Open file descriptors of a process.",
     );
     let mut threads = Family::new("leakwatch_process_threads", "Threads of a process.");
+    let mut heap = Family::new(
+        "leakwatch_process_heap_bytes",
+        "A runtime's own heap of a process by kind (live: after its last collection; used; max) and source (hsperfdata, node_preload, node_inspector, metrics, tracemalloc), bytes.",
+    );
     let mut count = Family::new(
         "leakwatch_processes",
         "Processes sampled in the newest sample, per scope (exported or not).",
@@ -235,9 +255,22 @@ fn process_families(latest: &Latest, top: usize) -> Vec<Family> {
             if let Some(v) = r.threads {
                 threads.push(id(), v as f64);
             }
+            let Some(h) = latest.heap.get(&(r.scope, r.pid, r.start_time)) else {
+                continue;
+            };
+            let source = h.heap_source.map_or("", |s| s.name());
+            for metric in Metric::HEAP {
+                if let Some(v) = metric.value(h) {
+                    let mut labels = id();
+                    let kind = metric.name().trim_start_matches("heap_");
+                    labels.push(("kind", kind.trim_end_matches("_bytes").to_string()));
+                    labels.push(("source", source.to_string()));
+                    heap.push(labels, v as f64);
+                }
+            }
         }
     }
-    vec![memory, fds, threads, count, exported]
+    vec![memory, fds, threads, heap, count, exported]
 }
 
 /// Each scope's sums over its processes in the newest sample (a cgroup's
@@ -447,5 +480,44 @@ mod tests {
         let mut dedup = types.clone();
         dedup.dedup();
         assert_eq!(types, dedup);
+    }
+
+    /// A process's heap rows: exported beside its memory, the live heap
+    /// carried from the last collection seen, gone with the process.
+    #[test]
+    fn heap_rows_are_exported_with_the_last_live_heap_carried() {
+        let heap = |sample: u64, live: Option<u64>| Row {
+            sample,
+            pid: 1,
+            tier: Tier::Heap,
+            heap_live_bytes: live,
+            heap_used_bytes: Some(300 << 20),
+            heap_max_bytes: Some(512 << 20),
+            heap_source: Some(crate::store::HeapSource::Hsperfdata),
+            ..Row::new(Scope::Target)
+        };
+        let mut latest = Latest::default();
+        latest.push(&row(0, 1, 100 << 20, Tier::Deep));
+        latest.push(&heap(0, Some(200 << 20)));
+        latest.push(&row(1, 1, 100 << 20, Tier::Cheap));
+        latest.push(&heap(1, None));
+        let text = render(&families(None, &latest, 5));
+        let line = |kind: &str| {
+            text.lines()
+                .find(|l| {
+                    l.starts_with("leakwatch_process_heap_bytes{")
+                        && l.contains(&format!("kind=\"{kind}\""))
+                })
+                .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+        };
+        assert_eq!(line("live"), Some(f64::from(200u32 << 20)), "{text}");
+        assert_eq!(line("used"), Some(f64::from(300u32 << 20)), "{text}");
+        assert_eq!(line("max"), Some(f64::from(512u32 << 20)), "{text}");
+        assert!(text.contains("source=\"hsperfdata\""), "{text}");
+        // The process is gone from the next sample: so is its heap.
+        latest.push(&row(2, 2, 100 << 20, Tier::Cheap));
+        latest.push(&row(3, 2, 100 << 20, Tier::Cheap));
+        let text = render(&families(None, &latest, 5));
+        assert!(!text.contains("leakwatch_process_heap_bytes{"), "{text}");
     }
 }

@@ -184,7 +184,7 @@ fn growth(a: &Analysis, doc: &mut Vec<Block>) {
             );
             rows.push(vec![
                 f.scope.to_string(),
-                f.metric.label().to_string(),
+                a.label(f.metric).to_string(),
                 f.n.to_string(),
                 slope,
                 ci,

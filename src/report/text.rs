@@ -97,7 +97,7 @@ fn headline_rate(f: &SeriesFit) -> Option<String> {
 
 /// One line per series: `survivors: leak, +4.00 MiB/run (95% CI …), 3.7%/run, anon`.
 pub fn verdict_line(a: &Analysis, f: &SeriesFit) -> String {
-    let mut line = format!("{} {}: {}", f.scope, f.metric.label(), f.verdict.as_str());
+    let mut line = format!("{} {}: {}", f.scope, a.label(f.metric), f.verdict.as_str());
     if let Some(r) = headline_rate(f) {
         line.push_str(&format!(", {r}"));
     }

@@ -42,6 +42,8 @@ pub struct AttachPlan {
     pub native_sites: Option<u64>,
     /// `--metrics URL`: a followed process's own metrics endpoint.
     pub metrics: Option<String>,
+    /// `--metric NAME`: a gauge of that endpoint followed as a series.
+    pub gauge: Option<String>,
     /// `--node-inspector`: read Node processes' heaps through their inspector.
     pub node_inspector: bool,
     /// Where the processes are read: /proc, or a fake tree in a test.
@@ -305,7 +307,9 @@ fn heaps(plan: &AttachPlan) -> Result<Heaps, SampleError> {
         heaps = heaps.with_node_inspector(false);
     }
     if let Some(url) = &plan.metrics {
-        let endpoint = MetricsEndpoint::new(url).map_err(|e| SampleError::Heap(e.to_string()))?;
+        let endpoint = MetricsEndpoint::new(url)
+            .map_err(|e| SampleError::Heap(e.to_string()))?
+            .with_gauge(plan.gauge.clone());
         heaps = heaps.with_metrics(endpoint);
     }
     Ok(heaps)

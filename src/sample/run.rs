@@ -46,6 +46,8 @@ pub struct RunPlan {
     pub node_preload: bool,
     /// `--metrics URL`: a followed process's own metrics endpoint.
     pub metrics: Option<String>,
+    /// `--metric NAME`: a gauge of that endpoint followed as a series.
+    pub gauge: Option<String>,
     /// `--node-inspector`: read the watched Node processes' heaps through
     /// their inspector.
     pub node_inspector: bool,
@@ -109,7 +111,8 @@ pub fn prepare(plan: &RunPlan) -> Result<Prepared, ResolveError> {
         .as_deref()
         .map(MetricsEndpoint::new)
         .transpose()
-        .map_err(ResolveError::Metrics)?;
+        .map_err(ResolveError::Metrics)?
+        .map(|m| m.with_gauge(plan.gauge.clone()));
     Ok(Prepared {
         plan: plan.clone(),
         program,

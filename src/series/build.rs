@@ -60,6 +60,9 @@ pub struct Samples {
     pub sampling: Option<SamplingCost>,
     /// The processes whose runtime published its heap, and how.
     pub heap_sources: Vec<HeapProcess>,
+    /// The gauge `--metric NAME` followed (its `gauge` or `gauge_bytes`
+    /// series), from the first `heap` row that names it.
+    pub gauge_name: Option<String>,
 }
 
 /// A process whose runtime's own heap was read (`heap` rows): summary.json's
@@ -219,13 +222,15 @@ pub struct TreeSums {
 
 /// A scope's values at one sample: per metric, the sum over its processes,
 /// or `None` when any process lacks the metric (a partial sum would show as
-/// a false drop). A runtime heap's metrics are summed over the processes
-/// with a heap (their `heap` rows), `None` when one of them lacks it.
+/// a false drop). What processes say of themselves (`Metric::OWN`: a
+/// runtime heap, a `--metric` gauge) is summed over the processes with a
+/// `heap` row, `None` when one of them lacks it (a gauge: a row that names
+/// it without a value).
 #[derive(Debug, Clone)]
 struct ScopeSample {
     sums: [Option<u64>; Metric::ALL.len()],
-    /// Per heap metric, whether a heap row lacked it.
-    heap_lacks: [bool; Metric::HEAP.len()],
+    /// Per `Metric::OWN` metric, whether a heap row lacked it.
+    own_lacks: [bool; Metric::OWN.len()],
     processes: usize,
     deep: usize,
     deep_pss: u64,
@@ -240,8 +245,8 @@ fn index_of(metric: Metric) -> usize {
 impl ScopeSample {
     fn new() -> Self {
         ScopeSample {
-            sums: Metric::ALL.map(|m| if m.is_heap() { None } else { Some(0) }),
-            heap_lacks: [false; Metric::HEAP.len()],
+            sums: Metric::ALL.map(|m| if m.is_own() { None } else { Some(0) }),
+            own_lacks: [false; Metric::OWN.len()],
             processes: 0,
             deep: 0,
             deep_pss: 0,
@@ -250,27 +255,37 @@ impl ScopeSample {
     }
 
     fn sum(&self, metric: Metric) -> Option<u64> {
-        let i = index_of(metric);
-        if metric.is_heap() && self.heap_lacks[i] {
+        let lacks = Metric::OWN
+            .iter()
+            .position(|&m| m == metric)
+            .is_some_and(|i| self.own_lacks[i]);
+        if lacks {
             return None;
         }
-        self.sums[i]
+        self.sums[index_of(metric)]
     }
 
-    /// A process's `heap` row: its runtime's figures.
+    /// A process's `heap` row: its runtime's figures and its gauge.
     fn add_heap(&mut self, row: &Row) {
-        for (i, metric) in Metric::HEAP.into_iter().enumerate() {
+        for (i, metric) in Metric::OWN.into_iter().enumerate() {
             let sum = &mut self.sums[index_of(metric)];
             match metric.value(row) {
                 Some(v) => *sum = Some(sum.unwrap_or(0).saturating_add(v)),
-                None => self.heap_lacks[i] = true,
+                None if metric.is_heap() => self.own_lacks[i] = true,
+                // A gauge is the endpoint's process's alone: lacking where
+                // its row names it (the read failed), not in other rows.
+                None => {
+                    let named_here = row.gauge_name.is_some()
+                        && (metric == Metric::GaugeBytes) == row.gauge_bytes_named();
+                    self.own_lacks[i] |= named_here;
+                }
             }
         }
     }
 
     fn add(&mut self, row: &Row) {
         for (sum, metric) in self.sums.iter_mut().zip(Metric::ALL) {
-            if metric.is_heap() {
+            if metric.is_own() {
                 continue;
             }
             *sum = match (*sum, metric.value(row)) {
@@ -332,6 +347,7 @@ pub struct Builder {
     labels: BTreeMap<u32, String>,
     sampling: Option<SamplingCost>,
     heap_sources: BTreeMap<(Scope, u32, u64), HeapProcess>,
+    gauge_name: Option<String>,
 }
 
 impl Default for Builder {
@@ -365,6 +381,7 @@ impl Builder {
             labels: BTreeMap::new(),
             sampling: None,
             heap_sources: BTreeMap::new(),
+            gauge_name: None,
         }
     }
 
@@ -504,6 +521,9 @@ impl Builder {
     /// A process's heap, read with its own row (same sample): into that
     /// batch's sums, and its source into the list of processes with a heap.
     fn heap(&mut self, row: Row) {
+        if self.gauge_name.is_none() {
+            self.gauge_name.clone_from(&row.gauge_name);
+        }
         let read = row.heap_used_bytes.is_some() || row.heap_live_bytes.is_some();
         if let Some(source) = row.heap_source.filter(|_| read) {
             self.heap_sources
@@ -706,6 +726,7 @@ impl Builder {
             target: self.target,
             labels: self.labels,
             sampling: self.sampling,
+            gauge_name: self.gauge_name,
             heap_sources: self.heap_sources.into_values().collect(),
         }
     }

@@ -40,10 +40,14 @@ pub enum Metric {
     SlabUnreclaimableBytes,
     KernelStackBytes,
     PageTablesBytes,
+    // A gauge the process exports (`--metric NAME`): a count, or a size
+    // when its name ends in `_bytes`.
+    Gauge,
+    GaugeBytes,
 }
 
 impl Metric {
-    pub const ALL: [Metric; 21] = [
+    pub const ALL: [Metric; 23] = [
         Metric::HeapLiveBytes,
         Metric::HeapUsedBytes,
         Metric::HeapMaxBytes,
@@ -65,6 +69,8 @@ impl Metric {
         Metric::SlabUnreclaimableBytes,
         Metric::KernelStackBytes,
         Metric::PageTablesBytes,
+        Metric::Gauge,
+        Metric::GaugeBytes,
     ];
 
     /// Kernel memory a cgroup is charged for: judged beside the primary
@@ -89,11 +95,29 @@ impl Metric {
         Metric::HEAP.contains(&self)
     }
 
+    /// What a process says of itself, from its `heap` row (its runtime's
+    /// heap, its `--metric` gauge), not from /proc: summed over the
+    /// processes that have such a row.
+    pub const OWN: [Metric; 5] = [
+        Metric::HeapLiveBytes,
+        Metric::HeapUsedBytes,
+        Metric::HeapMaxBytes,
+        Metric::Gauge,
+        Metric::GaugeBytes,
+    ];
+
+    pub fn is_own(self) -> bool {
+        Metric::OWN.contains(&self)
+    }
+
     /// Judged beside a scope's primary metric for the overall verdict:
-    /// shmem, fds, threads and a cgroup's kernel memory.
+    /// shmem, fds, threads, a `--metric` gauge (followed because it was
+    /// asked for) and a cgroup's kernel memory.
     pub fn judged_beside_primary(self) -> bool {
-        matches!(self, Metric::ShmemBytes | Metric::Fds | Metric::Threads)
-            || Metric::KERNEL.contains(&self)
+        matches!(
+            self,
+            Metric::ShmemBytes | Metric::Fds | Metric::Threads | Metric::Gauge | Metric::GaugeBytes
+        ) || Metric::KERNEL.contains(&self)
     }
 
     pub fn name(self) -> &'static str {
@@ -119,6 +143,8 @@ impl Metric {
             Metric::SlabUnreclaimableBytes => "slab_unreclaimable_bytes",
             Metric::KernelStackBytes => "kernel_stack_bytes",
             Metric::PageTablesBytes => "pagetables_bytes",
+            Metric::Gauge => "gauge",
+            Metric::GaugeBytes => "gauge_bytes",
         }
     }
 
@@ -146,6 +172,7 @@ impl Metric {
             Metric::SlabUnreclaimableBytes => "slab unreclaimable",
             Metric::KernelStackBytes => "kernel stack",
             Metric::PageTablesBytes => "page tables",
+            Metric::Gauge | Metric::GaugeBytes => "gauge",
         }
     }
 
@@ -154,7 +181,7 @@ impl Metric {
     }
 
     pub fn is_bytes(self) -> bool {
-        !matches!(self, Metric::Fds | Metric::Threads)
+        !matches!(self, Metric::Fds | Metric::Threads | Metric::Gauge)
     }
 }
 
@@ -204,6 +231,8 @@ metric_columns! {
     SlabUnreclaimableBytes => slab_unreclaimable_bytes,
     KernelStackBytes => kernel_stack_bytes,
     PageTablesBytes => pagetables_bytes,
+    Gauge => gauge,
+    GaugeBytes => gauge_bytes,
 }
 
 /// What the x axis counts.

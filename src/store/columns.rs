@@ -21,7 +21,7 @@ use csv::StringRecord;
 use super::{HeapSource, Row, Scope, SiteSource, Tier, cell};
 
 /// `Row`'s fields in declaration order: samples.csv's header as written.
-const FIELDS: [&str; 46] = [
+const FIELDS: [&str; 49] = [
     "sample",
     "run",
     "t_seconds",
@@ -68,6 +68,9 @@ const FIELDS: [&str; 46] = [
     "heap_used_bytes",
     "heap_max_bytes",
     "heap_source",
+    "gauge",
+    "gauge_bytes",
+    "gauge_name",
 ];
 
 /// The fields serde requires (not `Option`): a file without one of them
@@ -152,6 +155,9 @@ impl Columns {
             heap_used_bytes: opt_u64(43)?,
             heap_max_bytes: opt_u64(44)?,
             heap_source: optional(cell_of(45), HeapSource::from_name)?,
+            gauge: opt_u64(46)?,
+            gauge_bytes: opt_u64(47)?,
+            gauge_name: optional(cell_of(48), |s| Some(s.to_string()))?,
         })
     }
 }
@@ -279,6 +285,10 @@ pub(super) fn write_row(out: &mut Vec<u8>, row: &Row, scratch: &mut String) {
         line.opt(value);
     }
     line.cell(row.heap_source.map_or("", HeapSource::name));
+    for value in [row.gauge, row.gauge_bytes] {
+        line.opt(value);
+    }
+    line.text(row.gauge_name.as_deref().unwrap_or(""));
     line.out.push(b'\n');
 }
 
@@ -496,6 +506,9 @@ mod tests {
                 heap_live_bytes: (i % 3 == 2).then_some(1 << 33),
                 heap_used_bytes: Some(i as u64 * 7),
                 heap_source: HeapSource::ALL.get(i % 6).copied(),
+                gauge: (i % 2 == 0).then_some(i as u64),
+                gauge_bytes: (i % 4 == 1).then_some(1 << 20),
+                gauge_name: (i % 2 == 0).then(|| format!("queue_length, {comm}")),
                 ..Row::new(Scope::Target)
             });
         }

@@ -476,8 +476,14 @@ fn a_leaking_cxx_method_in_a_shared_library_is_named_demangled_with_its_line() {
         leak as f64,
         0.25,
     );
+    // The 95% interval misses the truth one try in twenty by design: the
+    // test holds it to the same interval widened to 99.9% (z 3.29 over 1.96),
+    // missed one try in a thousand.
     let ci = &first["bytes_per_run_ci95"];
     let (lo, hi) = (ci[0].as_f64().unwrap(), ci[1].as_f64().unwrap());
+    let rate = first["bytes_per_run"].as_f64().unwrap();
+    let widen = 3.29 / 1.96;
+    let (lo, hi) = (rate - widen * (rate - lo), rate + widen * (hi - rate));
     assert!(lo <= leak as f64 && leak as f64 <= hi, "{first:#}");
     assert!(
         first["frames"][0]

@@ -446,10 +446,27 @@ impl Heaps {
             m.heap = std::mem::take(&mut m.heap).with_gogc(metrics::go_pacing(&environ));
             m.paced = true;
         }
-        let figures = match m.fetcher.take(self.wait) {
-            None => None,
+        let (figures, gauge) = match m.fetcher.take(self.wait) {
+            None => (None, None),
             Some((_, answer)) => {
-                match answer.and_then(|body| metrics::parse(&body).map_err(|e| e.to_string())) {
+                let gauge = match (&answer, &m.gauge) {
+                    (Ok(body), Some(name)) => metrics::gauge(body, name),
+                    _ => None,
+                };
+                if let (Some(name), None, Ok(_)) = (&m.gauge, gauge, &answer) {
+                    if !m.gauge_missing_said {
+                        out.notes.push(format!(
+                            "--metric {name}: {} answers no number of that name (a gauge in \
+                             Prometheus text, a dotted path in expvar JSON); its series has \
+                             a gap until it does",
+                            m.url
+                        ));
+                    }
+                    m.gauge_missing_said = true;
+                }
+                let heap = match answer
+                    .and_then(|body| metrics::parse(&body).map_err(|e| e.to_string()))
+                {
                     Ok(g) => {
                         m.failing = false;
                         Some(m.heap.update(&g))
@@ -465,11 +482,21 @@ impl Heaps {
                         m.failing = true;
                         None
                     }
-                }
+                };
+                (heap, gauge)
             }
         };
-        out.rows
-            .push(heap_row(ctx, row, HeapSource::Metrics, figures));
+        let mut heap = heap_row(ctx, row, HeapSource::Metrics, figures);
+        if let Some(name) = &m.gauge {
+            heap.gauge_name = Some(name.clone());
+            let value = gauge.filter(|v| *v >= 0.0).map(|v| v.round() as u64);
+            if heap.gauge_bytes_named() {
+                heap.gauge_bytes = value;
+            } else {
+                heap.gauge = value;
+            }
+        }
+        out.rows.push(heap);
         Some(owner)
     }
 
@@ -750,6 +777,9 @@ pub struct MetricsEndpoint {
     failing: bool,
     /// Whether the owner's GOGC was read.
     paced: bool,
+    /// `--metric NAME`: a gauge followed as a series of its own.
+    gauge: Option<String>,
+    gauge_missing_said: bool,
 }
 
 /// Why a `--metrics` URL cannot be read.
@@ -841,7 +871,15 @@ impl MetricsEndpoint {
             unresolved_said: false,
             failing: false,
             paced: false,
+            gauge: None,
+            gauge_missing_said: false,
         })
+    }
+
+    /// Also follows the gauge NAME (`--metric`; `metrics::is_gauge_name`).
+    pub fn with_gauge(mut self, name: Option<String>) -> Self {
+        self.gauge = name;
+        self
     }
 
     /// Which followed process the endpoint is read for, and the note that
