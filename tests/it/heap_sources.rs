@@ -1,7 +1,7 @@
 //! A runtime's heap sources given hostile or wrong input: a spoiled
 //! hsperfdata file, one replaced by a link, a `--metrics` port another
-//! process serves, an endpoint answering HTML, a Node that will not open its
-//! inspector. Each is one note naming the process and the fix; sampling of
+//! process serves, an endpoint answering HTML or without the `--metric`
+//! asked for, a Node that will not open its inspector. Each is one note naming the process and the fix; sampling of
 //! /proc goes on, the session exits as usual, no heap series is made up.
 
 use std::io::{BufRead, BufReader};
@@ -196,6 +196,53 @@ fn a_metrics_endpoint_answering_html_or_garbage_is_a_note() {
         assert_eq!(notes.matches(says).count(), 1, "said once: {notes}");
         assert!(has_series(&s, "anon_bytes"), "/proc is still sampled");
     }
+}
+
+/// `--metric NAME` on an endpoint with no heap gauge: the gauge is a series
+/// of its own (its label sets summed), the missing heap one note; a name the
+/// endpoint does not answer is one note and no series.
+#[test]
+fn a_metric_gauge_is_followed_without_a_heap_and_a_missing_one_is_a_note() {
+    let body = "# TYPE queue_length gauge\nqueue_length{q=\"a\"} 3\nqueue_length{q=\"b\"} 4\n";
+    for (name, series) in [("queue_length", true), ("queue_depth", false)] {
+        let t = tempfile::tempdir().unwrap();
+        let (mut srv, port) = python(SERVES, &[body]);
+        let url = format!("http://127.0.0.1:{port}/metrics");
+        let (code, s) = attach(
+            srv.id(),
+            &t.path().join(name),
+            &["--metrics", &url, "--metric", name],
+        );
+        srv.kill().unwrap();
+        let _ = srv.wait();
+        assert_eq!(code, Some(0), "{s:#}");
+        let notes = notes(&s);
+        assert_eq!(notes.matches("hold no heap gauge").count(), 1, "{notes}");
+        assert!(!has_series(&s, "heap_live_bytes"), "{s:#}");
+        assert_eq!(has_series(&s, "gauge"), series, "{name}: {s:#}");
+        if series {
+            assert_eq!(s["gauge_name"], name);
+            let gauge = s["series"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|f| f["metric"] == "gauge")
+                .unwrap();
+            assert_eq!(gauge["last"], 7.0, "{gauge:#}");
+            assert_eq!(gauge["verdict"], "stable", "{gauge:#}");
+        } else {
+            let says = "--metric queue_depth: ";
+            assert_eq!(notes.matches(says).count(), 1, "{notes}");
+        }
+    }
+    let out = leakwatch()
+        .args(["attach", "1", "--metrics", "http://127.0.0.1:1/metrics"])
+        .args(["--metric", "queue{q=\"a\"}"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("is not a metric name"), "{err}");
 }
 
 #[test]
