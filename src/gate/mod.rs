@@ -618,7 +618,7 @@ pub fn evaluate(a: &Analysis, opts: &GateOptions) -> Result<Option<GateResult>, 
 }
 
 /// Every fitted (scope, metric, points) of an analysis.
-fn available(a: &Analysis) -> Vec<(Scope, Metric, usize)> {
+pub(crate) fn available(a: &Analysis) -> Vec<(Scope, Metric, usize)> {
     a.fits.iter().map(|f| (f.scope, f.metric, f.n)).collect()
 }
 

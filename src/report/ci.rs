@@ -7,7 +7,6 @@ use crate::Analysis;
 use crate::console::{self, Colour};
 use crate::fit::{SeriesFit, Verdict};
 use crate::gate::{GateResult, Rule};
-use crate::series::XAxis;
 use crate::units::format_bytes;
 
 /// The line a CI log is grepped for, last on stderr: the verdict, the main
@@ -93,15 +92,64 @@ pub fn next_steps(a: &Analysis, gated: bool) -> Option<String> {
         ));
     }
     if !gated {
-        let example = match main.x {
-            XAxis::Run => "1MiB/run",
-            XAxis::Seconds => "20MiB/h",
-        };
-        steps.push(format!(
-            "in CI: --max-growth {example} fails only above a limit (--exit-zero: reports only)"
-        ));
+        steps.push(ci_hint(a));
     }
     (!steps.is_empty()).then(|| format!("next: {}", steps.join("; ")))
+}
+
+/// The gate to paste into CI, one that fails this run: a round limit below
+/// the lower end of the leaking series' 95% interval (the gate fails when
+/// that end is above the limit), on the gate's default series or, when
+/// another series leaked (anon beside a heap, fds), with `--gate-on` it.
+fn ci_hint(a: &Analysis) -> String {
+    let default = crate::gate::default_gate_on(&crate::gate::available(a));
+    let gated = a
+        .fit_of(default.series, default.metric)
+        .filter(|f| f.verdict == Verdict::Leak)
+        .map(|f| (f, String::new()))
+        .or_else(|| {
+            let f = a.verdict_series().filter(|f| f.verdict == Verdict::Leak)?;
+            Some((f, format!(" --gate-on {}:{}", f.scope, f.metric.name())))
+        });
+    let limit = gated.and_then(|(f, on)| {
+        let low = f.judged_rate().1?.0 * f.x.per_rate_unit();
+        let limit = round_limit(low, f.metric.is_bytes())?;
+        Some(format!(
+            "--max-growth {limit}/{}{on} fails this run (at least {})",
+            f.x.rate_unit(),
+            f.x.format_limit(low / f.x.per_rate_unit(), f.metric.is_bytes())
+        ))
+    });
+    match limit {
+        Some(l) => format!("in CI: {l}; --exit-zero reports only"),
+        None => "in CI: --max-growth RATE fails above a limit (--exit-zero: reports only)".into(),
+    }
+}
+
+/// The largest of 1, 1.5, 2, 3, 4, 5, 6, 8 × 10^k below `v` (bytes, or a
+/// count), in KiB, MiB or GiB for bytes: `400KiB`, `3MiB`, `15`; `None`
+/// for nothing above zero.
+fn round_limit(v: f64, bytes: bool) -> Option<String> {
+    if !v.is_finite() || v <= 0.0 {
+        return None;
+    }
+    const KIB: f64 = 1024.0;
+    let (unit, scale) = match v {
+        _ if !bytes => ("", 1.0),
+        v if v >= KIB * KIB * KIB => ("GiB", KIB * KIB * KIB),
+        v if v >= KIB * KIB => ("MiB", KIB * KIB),
+        _ => ("KiB", KIB),
+    };
+    let x = v / scale;
+    let decade = 10f64.powf(x.log10().floor());
+    let step = [8.0, 6.0, 5.0, 4.0, 3.0, 2.0, 1.5, 1.0]
+        .into_iter()
+        .map(|m| m * decade)
+        .find(|&c| c < x)
+        .unwrap_or(0.8 * decade);
+    let text = format!("{step:.3}");
+    let text = text.trim_end_matches('0').trim_end_matches('.');
+    Some(format!("{text}{unit}"))
 }
 
 /// `gate: FAILED (95% CI rule)` and one `[ok]`/`[FAIL]`/`[undecided]` line per check.
@@ -148,4 +196,27 @@ pub fn step_summary(title: &str, summary: Option<&str>, gate: Option<&GateResult
         doc.push(Block::Table(Table::new(["", "check"], rows)));
     }
     markdown::render(&doc)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::round_limit;
+
+    /// A round limit strictly below the rate: the gate it builds fails it.
+    #[test]
+    fn round_limits_sit_below_the_rate() {
+        const KIB: f64 = 1024.0;
+        assert_eq!(round_limit(489.0 * KIB, true).as_deref(), Some("400KiB"));
+        assert_eq!(round_limit(4.0 * KIB * KIB, true).as_deref(), Some("3MiB"));
+        assert_eq!(round_limit(1000.0 * KIB, true).as_deref(), Some("800KiB"));
+        assert_eq!(
+            round_limit(3.5 * KIB * KIB * KIB, true).as_deref(),
+            Some("3GiB")
+        );
+        assert_eq!(round_limit(16.0, false).as_deref(), Some("15"));
+        assert_eq!(round_limit(0.8, false).as_deref(), Some("0.6"));
+        assert_eq!(round_limit(1.0, false).as_deref(), Some("0.8"));
+        assert_eq!(round_limit(0.0, true), None);
+        assert_eq!(round_limit(f64::NAN, true), None);
+    }
 }

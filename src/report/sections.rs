@@ -24,7 +24,9 @@ pub fn document(a: &Analysis, gate: Option<&GateResult>, plots: &[Plot]) -> Vec<
             text(" this report covers the samples taken so far."),
         ]));
     }
-    verdict(a, plots, &mut doc);
+    verdict(a, gate, plots, &mut doc);
+    // The gate decides the exit status: beside the verdict, before the detail.
+    doc.extend(gate.map(gate_section).unwrap_or_default());
     growth(a, &mut doc);
     doc.extend(super::fleet::series_table(a));
     attribution(a, plots, &mut doc);
@@ -32,7 +34,6 @@ pub fn document(a: &Analysis, gate: Option<&GateResult>, plots: &[Plot]) -> Vec<
     which_types_grow(a, &mut doc);
     process_tree(a, &mut doc);
     projection(a, &mut doc);
-    doc.extend(gate.map(gate_section).unwrap_or_default());
     runs(a, &mut doc);
     sampling_cost(a, &mut doc);
     notes(a, &mut doc);
@@ -98,12 +99,14 @@ fn charts_of<'a>(plots: &'a [Plot], kind: Kind, scope: Scope) -> impl Iterator<I
         })
 }
 
-fn verdict(a: &Analysis, plots: &[Plot], doc: &mut Vec<Block>) {
+fn verdict(a: &Analysis, gate: Option<&GateResult>, plots: &[Plot], doc: &mut Vec<Block>) {
     doc.push(heading(2, "Verdict"));
-    doc.push(para(vec![
-        text("Overall: "),
-        strong(a.verdict.as_str().to_uppercase()),
-    ]));
+    let mut overall = vec![text("Overall: "), strong(a.verdict.as_str().to_uppercase())];
+    if let Some(g) = gate {
+        overall.push(text(" · gate: "));
+        overall.push(strong(if g.passed { "passed" } else { "FAILED" }));
+    }
+    doc.push(para(overall));
     let lines: Vec<Vec<Inline>> = a
         .headlines()
         .chain(text::other_leaks(a))

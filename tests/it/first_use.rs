@@ -381,6 +381,28 @@ fn the_last_line_is_one_line_for_ci_logs_and_a_leak_says_what_next() {
         next.starts_with("next: ") && next.contains("--max-growth"),
         "{err}"
     );
+    // The hint is a gate that fails the run it was printed for.
+    let hint: Vec<&str> = next
+        .split("--max-growth ")
+        .nth(1)
+        .unwrap()
+        .split(" fails this run")
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    let mut gate = vec!["--max-growth"];
+    gate.extend(&hint);
+    let o = report_leak(&tmp.path().join("hint"), &gate);
+    assert!(
+        stderr(&o)
+            .lines()
+            .last()
+            .unwrap()
+            .ends_with("; gate FAILED; exit 1"),
+        "{hint:?}: {}",
+        stderr(&o)
+    );
     // With a gate: the gate in the line, no gate hint.
     let o = report_leak(&tmp.path().join("g"), &["--max-growth", "64MiB/run"]);
     let err = stderr(&o);

@@ -460,8 +460,16 @@ impl Ctx<'_> {
             }
             return c;
         }
+        // Why the end cannot tell: its own points scatter by more than one x step's worth of
+        // the threshold (noise), or they lie close to their line and are too few (short).
+        let end_sd =
+            stats::ols(&self.x[last.start..], &self.y[last.start..]).and_then(|f| f.residual_sd);
+        let why = match end_sd {
+            Some(sd) if sd <= self.thr * self.dx => "too short",
+            _ => "too noisy",
+        };
         let noisy_end = |what: String| {
-            format!("{what}, but too noisy to tell whether the end still rises ({end_txt})")
+            format!("{what}, but {why} to tell whether the end still rises ({end_txt})")
         };
         if one_step {
             // One step is not a rate: the end after it decides.
