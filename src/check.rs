@@ -114,11 +114,67 @@ pub fn compare(
     GateResult::from_checks(Rule::Ci, checks)
 }
 
+/// The process a watched series (`pid:<PID>`) of one summary follows, in
+/// the other: the series of the same process name (`watched`), when one
+/// has it; for summaries without names, the only watched series of each.
+/// A restarted service has a new PID, not a new name.
+fn same_process(from: &Summary, to: &Summary, series: Scope) -> Option<Scope> {
+    let pids = |s: &Summary| -> Vec<Scope> {
+        let mut v: Vec<Scope> = s
+            .series
+            .iter()
+            .map(|f| f.scope)
+            .filter(|sc| matches!(sc, Scope::Pid(_)))
+            .collect();
+        v.dedup();
+        v
+    };
+    let comm = from.watched.iter().find(|w| w.name == series);
+    match comm {
+        Some(w) => {
+            let same: Vec<Scope> = to
+                .watched
+                .iter()
+                .filter(|o| o.comm == w.comm && o.name != series)
+                .map(|o| o.name)
+                .collect();
+            (same.len() == 1).then(|| same[0])
+        }
+        None => {
+            let (a, b) = (pids(from), pids(to));
+            (from.watched.is_empty() && a == [series] && b.len() == 1).then(|| b[0])
+        }
+    }
+}
+
 /// A regression when the current slope's CI lies wholly above the
 /// baseline's CI widened by the tolerance and the practical threshold.
 fn compare_series(current: &Summary, baseline: &Summary, tolerance: f64, on: &GateOn) -> Check {
     let name = format!("{} {} vs baseline", on.series, on.metric.name());
-    let (Some(cur), Some(base)) = (find(current, on), find(baseline, on)) else {
+    // A watched process restarted since the baseline: matched by its name.
+    let (mut cur_on, mut base_on, mut matched) = (*on, *on, None);
+    if matches!(on.series, Scope::Pid(_)) {
+        if find(current, on).is_none()
+            && let Some(now) = same_process(baseline, current, on.series)
+        {
+            cur_on.series = now;
+            matched = Some((on.series, now));
+        } else if find(baseline, on).is_none()
+            && let Some(then) = same_process(current, baseline, on.series)
+        {
+            base_on.series = then;
+            matched = Some((then, on.series));
+        }
+    }
+    let matched = matched.map_or_else(String::new, |(then, now)| {
+        let comm = current
+            .watched
+            .iter()
+            .find(|w| w.name == now)
+            .map_or(String::new(), |w| format!(" ({})", w.comm));
+        format!(" [{then} of the baseline is {now}{comm} now: the same process name]")
+    });
+    let (Some(cur), Some(base)) = (find(current, &cur_on), find(baseline, &base_on)) else {
         return Check {
             name,
             series: on.series,
@@ -127,13 +183,19 @@ fn compare_series(current: &Summary, baseline: &Summary, tolerance: f64, on: &Ga
             passed: false,
             undecided: false,
             message: format!(
-                "{} {} is missing from the {}; compare runs of the same command",
+                "{} {} is missing from the {}; compare runs of the same command{}",
                 on.series,
                 on.metric.name(),
-                if find(current, on).is_none() {
+                if find(current, &cur_on).is_none() {
                     "current run"
                 } else {
                     "baseline"
+                },
+                if matches!(on.series, Scope::Pid(_)) {
+                    " (a watched process is matched across restarts by its name when one \
+                     process of that name is watched on each side)"
+                } else {
+                    ""
                 }
             ),
         };
@@ -162,8 +224,8 @@ fn compare_series(current: &Summary, baseline: &Summary, tolerance: f64, on: &Ga
         passed: cur_lo <= allowed,
         undecided: false,
         message: format!(
-            "{} {}: rate {} (CI from {}) vs baseline {} (CI up to {}); allowed up to {}",
-            on.series,
+            "{} {}: rate {} (CI from {}) vs baseline {} (CI up to {}); allowed up to {}{matched}",
+            cur_on.series,
             on.metric.name(),
             fmt(rate(cur).unwrap_or(0.0)),
             fmt(cur_lo),
@@ -254,6 +316,46 @@ mod tests {
             series: Scope::Survivors,
             metric: Metric::AnonBytes,
         }
+    }
+
+    /// `summary`'s series as `pid:PID`, watched under the process name `comm`
+    /// (none: a summary written before `watched`).
+    fn watched(pid: u32, comm: Option<&str>) -> Summary {
+        let mut s = summary(1.0, (0.9, 1.1), 100 << 20, 1.0);
+        s.series[0].scope = Scope::Pid(pid);
+        s.watched = comm
+            .map(|c| {
+                vec![crate::summary::Watched {
+                    name: Scope::Pid(pid),
+                    comm: c.into(),
+                }]
+            })
+            .unwrap_or_default();
+        s
+    }
+
+    /// A service restarted since its baseline has a new PID: its series is
+    /// matched by the process's name (or, in summaries without names, as the
+    /// only watched one on each side), and said so; another name is not.
+    #[test]
+    fn a_restarted_watched_process_is_matched_by_its_name() {
+        let on = GateOn {
+            series: Scope::Pid(100),
+            metric: Metric::AnonBytes,
+        };
+        let base = watched(100, Some("python3"));
+        let r = compare(&watched(200, Some("python3")), &base, 0.1, &[on]);
+        assert!(r.passed, "{:?}", r.checks);
+        let m = &r.checks[0].message;
+        assert!(
+            m.contains("pid:100 of the baseline is pid:200 (python3) now"),
+            "{m}"
+        );
+        let r = compare(&watched(200, Some("java")), &base, 0.1, &[on]);
+        assert!(!r.passed);
+        assert!(r.checks[0].message.contains("missing from the current run"));
+        let r = compare(&watched(200, None), &watched(100, None), 0.1, &[on]);
+        assert!(r.passed, "{:?}", r.checks);
     }
 
     #[test]

@@ -100,6 +100,10 @@ pub struct Summary {
     /// and when the live heap reaches its maximum (`x_to_max`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub heap: Vec<HeapReading>,
+    /// Each `pid:<PID>` series (`run --watch`) with the name of the process
+    /// it follows: `check --baseline` matches a restarted process by it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub watched: Vec<Watched>,
     /// The gauge `run`/`attach --metric NAME` followed: its name; its
     /// series are metric `gauge` (a count) or `gauge_bytes` (a name ending
     /// in `_bytes`).
@@ -291,9 +295,32 @@ pub fn summary(a: &Analysis, gate: Option<&GateResult>) -> Summary {
         heap_sources: a.heap.iter().flat_map(|h| h.processes.clone()).collect(),
         heap: a.heap.clone(),
         gauge_name: a.gauge_name.clone(),
+        watched: watched(a),
         sampling: a.sampling.clone(),
         gate: gate.cloned(),
     }
+}
+
+/// A `pid:<PID>` series and its process's name (summary.json's `watched`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Watched {
+    pub name: Scope,
+    pub comm: String,
+}
+
+/// The watched scopes, each named by the process it started from.
+fn watched(a: &Analysis) -> Vec<Watched> {
+    let mut out: Vec<Watched> = a
+        .lives
+        .iter()
+        .filter(|l| l.scope == Scope::Pid(l.pid))
+        .map(|l| Watched {
+            name: l.scope,
+            comm: l.comm.clone(),
+        })
+        .collect();
+    out.dedup_by_key(|w| w.name);
+    out
 }
 
 #[cfg(test)]

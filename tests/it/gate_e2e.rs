@@ -309,3 +309,49 @@ fn undecided_checks_follow_the_policy() {
     let (code, stderr) = gate("5MiB/run", "fail");
     assert_eq!(code, Some(0), "{stderr}");
 }
+
+/// A service restarted between its baseline and the check has a new PID:
+/// `check` matches its `pid:` series by the process's name and says so.
+#[test]
+fn a_baseline_is_checked_against_the_same_service_after_a_restart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let baseline = tmp.path().join("baseline.json");
+    let session = |name: &str, save: bool| {
+        let mut service = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let out = tmp.path().join(name);
+        let mut cmd = leakwatch();
+        cmd.args(["run", "-n", "4", "--settle", "50ms", "--quiet", "--watch"])
+            .arg(service.id().to_string())
+            .arg("--out")
+            .arg(&out);
+        if save {
+            cmd.arg("--save-baseline").arg(&baseline);
+        }
+        let status = cmd.args(["--", "true"]).status().unwrap();
+        let _ = service.kill();
+        let _ = service.wait();
+        assert_eq!(status.code(), Some(0));
+        (out, service.id())
+    };
+    let (_, before) = session("before", true);
+    let (after, now) = session("after", false);
+    assert_ne!(before, now);
+    let check = leakwatch()
+        .arg("check")
+        .arg(&after)
+        .arg("--baseline")
+        .arg(&baseline)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&check.stderr);
+    assert_eq!(check.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "pid:{before} of the baseline is pid:{now} (sleep) now"
+        )),
+        "{stderr}"
+    );
+}
