@@ -42,7 +42,8 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run a command repeatedly; follow the daemons it leaves behind and the
-    /// processes it talks to (--watch), one deep sample after each run.
+    /// processes you --watch (a local server the runs connect to is named
+    /// with the --watch to add), one deep sample after each run.
     Run(RunArgs),
     /// Sample a running process and its descendants over time.
     Attach(AttachArgs),

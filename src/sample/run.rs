@@ -2,7 +2,7 @@
 //! the command tree for its peak, then, after a settle delay, deep-sample the
 //! survivors (what this and earlier runs left behind) and each watched PID.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ffi::OsString;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
@@ -211,7 +211,14 @@ struct Session<'a> {
     /// The heaps the followed processes' runtimes count, read with each
     /// deep sample.
     heaps: Heaps,
+    /// Local servers the first runs connected to (`SERVER_LOOK_RUNS`): port
+    /// → (listening socket inode, runs that reached it).
+    reached: BTreeMap<u16, (u64, u32)>,
 }
+
+/// The runs whose loopback connections are looked at for a server the
+/// command talks to: each of them must have reached it.
+const SERVER_LOOK_RUNS: u32 = 2;
 
 pub fn run(
     prepared: &mut Prepared,
@@ -279,6 +286,7 @@ pub fn run(
             prepared.node.take(),
             prepared.metrics.take(),
         ),
+        reached: BTreeMap::new(),
     };
     match guardian {
         Some(Ok(g)) => session.guardian = Some(g),
@@ -359,6 +367,8 @@ impl Session<'_> {
                 command.pre_exec(cgroup.joiner());
             }
         }
+        let look = run <= SERVER_LOOK_RUNS;
+        let before = look.then(|| self.root.loopback(self.me));
         let child = command.spawn().map_err(|error| SampleError::Spawn {
             program: self.program.display().to_string(),
             error,
@@ -397,6 +407,14 @@ impl Session<'_> {
             }
         };
         self.record_end(&ctx, pid, &reaped, polled_hwm)?;
+        if let Some(before) = before {
+            for (port, inode) in self.root.loopback(self.me).servers_reached_since(&before) {
+                self.reached.entry(port).or_insert((inode, 0)).1 += 1;
+            }
+            if run == SERVER_LOOK_RUNS.min(self.plan.repeat) {
+                self.note_servers(run);
+            }
+        }
 
         // Let the daemon finish what the command asked of it.
         let settled = self.interrupt.sleep(self.plan.settle);
@@ -413,6 +431,40 @@ impl Session<'_> {
             ),
         );
         Ok((true, settled))
+    }
+
+    /// The local servers every run so far connected to (over loopback TCP)
+    /// that leakwatch does not follow: named with the `--watch` that would
+    /// judge them (without it only the command and what it left behind are
+    /// measured — a client's memory says nothing of the server's).
+    fn note_servers(&mut self, runs: u32) {
+        let mut followed: BTreeSet<u32> = survivors(&self.root, self.me).into_iter().collect();
+        for w in &self.watched {
+            followed.extend(watched_tree(&self.root, w.pid));
+        }
+        followed.insert(self.me);
+        let mut named = BTreeSet::new();
+        for (&port, &(inode, seen)) in &self.reached {
+            if seen < runs {
+                continue;
+            }
+            let Some(pid) = self.root.socket_owner(inode) else {
+                continue;
+            };
+            if followed.contains(&pid) || !named.insert(pid) {
+                continue;
+            }
+            let comm = self
+                .root
+                .status(pid)
+                .map(|s| s.name)
+                .unwrap_or_else(|_| "?".into());
+            self.outcome.notes.push(format!(
+                "each run connected to 127.0.0.1:{port}, served by {pid} ({comm}), which leakwatch \
+                 does not follow: only the command and what it left behind were measured; \
+                 --watch {pid} judges the server too"
+            ));
+        }
     }
 
     fn command_event(&self, ctx: &Context, pid: u32, event: &str, code: Option<i32>) -> Row {

@@ -322,3 +322,54 @@ fn sizes_refused_with_the_exact_fix() {
         &["--limit '1,5GiB'", "did you mean '1.5GiB'?"],
     );
 }
+
+/// A local server each run talks to, that `run` does not follow: named in
+/// a note with the `--watch` that would judge it; watched, no note.
+#[test]
+fn a_local_server_the_runs_connect_to_is_named_with_the_watch_to_add() {
+    use std::io::{BufRead, BufReader};
+    let mut server = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import socket\n\
+             s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(16)\n\
+             print(s.getsockname()[1], flush=True)\n\
+             while True:\n    c, _ = s.accept(); c.recv(16); c.close()\n",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(server.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let port = line.trim().to_string();
+    let client = format!(
+        "import socket; c = socket.create_connection(('127.0.0.1', {port})); c.send(b'hi'); c.recv(1); c.close()"
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let session = |name: &str, watch: bool| {
+        let out = tmp.path().join(name);
+        let mut cmd = leakwatch();
+        cmd.args(["run", "-n", "3", "--settle", "50ms", "--quiet", "--out"])
+            .arg(&out);
+        if watch {
+            cmd.args(["--watch", &server.id().to_string()]);
+        }
+        cmd.args(["--", "python3", "-c", &client])
+            .assert()
+            .success();
+        crate::common::summary(&out)["notes"].to_string()
+    };
+    let unwatched = session("unwatched", false);
+    let watched = session("watched", true);
+    let _ = server.kill();
+    let _ = server.wait();
+    let says = format!(
+        "each run connected to 127.0.0.1:{port}, served by {} (python3)",
+        server.id()
+    );
+    assert!(unwatched.contains(&says), "{unwatched}");
+    assert!(unwatched.contains(&format!("--watch {}", server.id())));
+    assert!(!watched.contains("each run connected"), "{watched}");
+}
