@@ -72,7 +72,13 @@ pub fn next_steps(a: &Analysis, gated: bool) -> Option<String> {
         .lives
         .iter()
         .any(|l| l.scope == main.scope && l.comm.starts_with("python"));
+    // Asked for already when a process was found not instrumented by it.
+    let asked = a
+        .notes
+        .iter()
+        .any(|n| n.contains("not instrumented by --py-sites"));
     if python
+        && !asked
         && !a
             .sites
             .iter()

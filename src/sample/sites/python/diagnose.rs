@@ -19,6 +19,9 @@ pub enum Silence {
     IgnoresPythonpath { flag: char },
     /// Python started with `-S`: no `site`, so no `sitecustomize`.
     NoSite,
+    /// Not started by this leakwatch (a `--watch` process, running before
+    /// it): `--py-sites` instruments what the command starts.
+    NotStarted,
     /// Its environment (as of its exec) lacks the bootstrap's PYTHONPATH
     /// entry or `LEAKWATCH_PY_DIR`: the program replaced the environment.
     EnvironmentChanged { missing: &'static str },
@@ -45,6 +48,12 @@ impl std::fmt::Display for Silence {
             Silence::NoSite => write!(
                 f,
                 "Python started with -S, which skips site and so sitecustomize; run it without -S"
+            ),
+            Silence::NotStarted => write!(
+                f,
+                "Python that this leakwatch did not start (it ran before it): --py-sites \
+                 instruments the processes the command starts; restart it under `leakwatch run \
+                 --py-sites --keep-survivors -- <its start command>`"
             ),
             Silence::EnvironmentChanged { missing } => write!(
                 f,

@@ -406,6 +406,9 @@ impl PySites {
         if flags.no_site {
             return Silence::NoSite;
         }
+        if !descends_from(pid, std::process::id()) {
+            return Silence::NotStarted;
+        }
         if let Some(silence) = self.environment_silence(&proc_dir) {
             return silence;
         }
@@ -586,6 +589,23 @@ fn create_private_dir(parent: &Path) -> Result<PathBuf, PySitesError> {
         }
     }
     Err(fail(last))
+}
+
+/// Whether `ancestor` is `pid` or one of its ancestors (by each process's
+/// parent in `/proc/PID/stat`, at most 4096 steps).
+fn descends_from(pid: u32, ancestor: u32) -> bool {
+    let root = crate::sample::procfs::ProcRoot::default();
+    let mut at = pid;
+    for _ in 0..4096 {
+        if at == ancestor {
+            return true;
+        }
+        match root.stat(at) {
+            Ok(stat) if stat.ppid != 0 && stat.ppid != at => at = stat.ppid,
+            _ => return false,
+        }
+    }
+    false
 }
 
 #[cfg(test)]
