@@ -409,6 +409,10 @@ pub struct Projection {
     /// max-tasks-per-child, gunicorn's max_requests.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub recycle_after: Option<f64>,
+    /// What the series holds at its last point, bytes (summaries written
+    /// before it read 0).
+    #[serde(default)]
+    pub level_bytes: f64,
     pub note: String,
 }
 
@@ -442,6 +446,7 @@ fn project(main: &SeriesFit, judged: Verdict, opts: &FitOptions) -> Option<Proje
         x_to_limit,
         budget_bytes: opts.budget_bytes,
         recycle_after,
+        level_bytes: main.last,
         note,
     })
 }

@@ -350,6 +350,13 @@ pub fn projection_line(p: &Projection) -> String {
                 format_bytes(limit as f64),
                 unit(x)
             ),
+            None if p.level_bytes >= limit as f64 => format!(
+                "{} {} is {} already, above {}",
+                p.series,
+                p.metric.label(),
+                format_bytes(p.level_bytes),
+                format_bytes(limit as f64)
+            ),
             None => format!(
                 "{} does not approach {}",
                 p.series,
@@ -364,7 +371,22 @@ pub fn projection_line(p: &Projection) -> String {
                 unit(x),
                 format_bytes(budget as f64)
             ),
-            None => format!("no recycling needed for {}", format_bytes(budget as f64)),
+            // Not growing, yet over the budget: recycling cannot help.
+            None if p.level_bytes >= budget as f64 => format!(
+                "{} {} is {} already, over the budget of {}: recycling cannot keep it under \
+                 (raise the budget)",
+                p.series,
+                p.metric.label(),
+                format_bytes(p.level_bytes),
+                format_bytes(budget as f64)
+            ),
+            None => format!(
+                "no recycling needed for {}: {} {} is {} and does not grow",
+                format_bytes(budget as f64),
+                p.series,
+                p.metric.label(),
+                format_bytes(p.level_bytes)
+            ),
         });
     }
     if p.x_to_limit.is_none() && p.recycle_after.is_none() {
