@@ -49,10 +49,14 @@ fn write_error(path: &Path) -> impl Fn(io::Error) -> OutputError + '_ {
         Some(libc::ELOOP) => OutputError::Symlink {
             path: path.to_path_buf(),
         },
-        _ if error.kind() == io::ErrorKind::NotFound => OutputError::NoDir {
-            path: path.to_path_buf(),
-            dir: parent(path).to_path_buf(),
-        },
+        // Only when the directory is really missing: /proc exists and
+        // refuses a new entry with ENOENT all the same.
+        _ if error.kind() == io::ErrorKind::NotFound && !parent(path).is_dir() => {
+            OutputError::NoDir {
+                path: path.to_path_buf(),
+                dir: parent(path).to_path_buf(),
+            }
+        }
         // tempfile's errors name the temporary file (`.leakwatch-Qlpc5M`);
         // the user gave `path`, so only the cause is kept.
         Some(code) => OutputError::Write {

@@ -370,14 +370,16 @@ fn check_baseline(opts: &CheckOptions) -> Result<Exit> {
             opts.current.display()
         );
     };
-    if !opts.baseline.is_file() {
+    // A report directory as the baseline: its summary.json.
+    let baseline = file_or_in_dir(&opts.baseline, "summary.json");
+    let Some(baseline) = baseline.filter(|b| b.is_file()) else {
         bail!(
             "--baseline {} does not exist; write one with --save-baseline FILE on a good run",
             opts.baseline.display()
         );
-    }
+    };
     let current = check::read_summary(&current)?;
-    let base = check::read_summary(&opts.baseline)?;
+    let base = check::read_summary(&baseline)?;
     check::same_mode(&current, &base)?;
     let targets = if opts.gate_on.is_empty() {
         check::baseline_targets(&base)
