@@ -396,6 +396,15 @@ fn judge(rt: Rt, keep: bool, mode: &str, seen: &Seen, source: &str) {
                 "{rt:?}: the projection to the heap's maximum: {reading:#}"
             );
         }
+    } else if rt == Rt::NodeInspector && mode == "attach" && heap["verdict"] == "leak" {
+        // Node serving requests that keep nothing still grows its live heap
+        // by ≈40 B a request (1.2 KiB steps every 30 or so; flat while idle,
+        // and after 1,000 warm-up requests too: docs/runtimes.md), which an
+        // attached minute at 2 requests a second reads as a leak of a few
+        // hundred KiB/h. It is real, and tiny: under 1% of what keeping
+        // makes (1 MiB a request).
+        let keeping = f64::from(work(rt).0) * 1024.0 * 2.0;
+        assert!(rate < 0.01 * keeping, "{rt:?} {mode}: {heap:#}");
     } else {
         assert_ne!(heap["verdict"], "leak", "{rt:?} {mode}: {heap:#}");
         assert_ne!(s["verdict"], "leak", "{rt:?} {mode}: {s:#}");
