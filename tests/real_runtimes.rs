@@ -457,7 +457,12 @@ fn case(rt: Runtime, keep: bool) {
         let out = t.path().join("attach");
         let seen = attach_60s(rt, keep, &srv, &out);
         keep_samples(rt, keep, attempt, &out);
-        judge(rt, keep, "attach", &seen, 0.15);
+        // Attached, a garbage-collected heap commits its memory in chunks: the
+        // truth's two anon readings 60 s apart catch one chunk more or less
+        // than the fitted line (a fresh-clone CI read a G1 JVM 19% under its
+        // endpoints' growth): 25% for them, 15% for the others.
+        let attached = if rt.gc_heap() { 0.25 } else { 0.15 };
+        judge(rt, keep, "attach", &seen, attached);
     }
 }
 
