@@ -281,6 +281,13 @@ pub struct HeapArgs {
     /// the time when attached); closed again at the end.
     #[arg(long, help_heading = "Runtime heaps")]
     pub node_inspector: bool,
+
+    /// Find the Java classes whose instances grow: each JVM followed is
+    /// asked for its class histogram (jcmd's GC.class_histogram, through
+    /// its attach socket: a full collection, so a pause each time) — once
+    /// per run, or within 1% of the time when attached.
+    #[arg(long, help_heading = "Runtime heaps")]
+    pub jvm_classes: bool,
 }
 
 #[derive(Debug, Args)]

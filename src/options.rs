@@ -316,6 +316,7 @@ impl RunOptions {
                 metrics: metrics_url(&args.heaps)?,
                 gauge: gauge_name(&args.heaps)?,
                 node_inspector: args.heaps.node_inspector,
+                jvm_classes: args.heaps.jvm_classes,
                 py_sites: args
                     .py_sites
                     .then(|| {
@@ -371,6 +372,7 @@ impl AttachOptions {
                 metrics: metrics_url(&args.heaps)?,
                 gauge: gauge_name(&args.heaps)?,
                 node_inspector: args.heaps.node_inspector,
+                jvm_classes: args.heaps.jvm_classes,
                 interval,
                 duration,
                 deep_budget,

@@ -230,6 +230,9 @@ pub enum SiteSource {
     /// The sampling allocator shim in each process (`run --native-sites`):
     /// C, C++ and Rust call stacks; `site_blocks` counts the live samples.
     Native,
+    /// A JVM's class histogram (`--jvm-classes`): type rows only, a class's
+    /// live instances in `objects` and their bytes in `site_bytes`.
+    Java,
 }
 
 impl fmt::Display for SiteSource {
@@ -237,6 +240,7 @@ impl fmt::Display for SiteSource {
         match self {
             SiteSource::Python => f.write_str("python"),
             SiteSource::Native => f.write_str("native"),
+            SiteSource::Java => f.write_str("java"),
         }
     }
 }

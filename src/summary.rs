@@ -82,8 +82,14 @@ pub struct Summary {
     /// runtimes, that leak (fastest first), grew and stopped, or hold much.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub native_sites: Vec<NativeSite>,
-    /// Which types grow (`run --py-sites`): live Python objects by type
-    /// that leak (classes of a module first), grew and stopped, or are many.
+    /// Which types grow, every runtime's (`runtime`: `python` from
+    /// `--py-sites`, `java` from `--jvm-classes`): live objects by type or
+    /// class that leak (classes of the program's own code first), grew and
+    /// stopped, or are many.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub types: Vec<TypeFit>,
+    /// The Python ones among `types`, as summaries before `types` existed
+    /// had them (for their readers).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub py_types: Vec<TypeFit>,
     /// tracemalloc's own memory in each scope's Python processes, bytes.
@@ -290,7 +296,13 @@ pub fn summary(a: &Analysis, gate: Option<&GateResult>) -> Summary {
             .filter(|s| s.source == SiteSource::Native)
             .map(NativeSite::of)
             .collect(),
-        py_types: a.py_types.clone(),
+        types: a.types.clone(),
+        py_types: a
+            .types
+            .iter()
+            .filter(|t| t.runtime == SiteSource::Python)
+            .cloned()
+            .collect(),
         py_overhead: a.py_overhead.clone(),
         heap_sources: a.heap.iter().flat_map(|h| h.processes.clone()).collect(),
         heap: a.heap.clone(),

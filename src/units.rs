@@ -186,6 +186,37 @@ pub fn format_sig3(v: f64) -> String {
     format!("{v:.decimals$}")
 }
 
+/// A signed count a person reads at a glance: `+2.5`, `+2,000`, `+12.9M`
+/// (below 100 one decimal, below a million whole with thousands
+/// separators, then three significant digits in millions or billions).
+pub fn format_signed_count(v: f64) -> String {
+    let sign = if v < 0.0 { "-" } else { "+" };
+    let a = v.abs();
+    if !a.is_finite() {
+        return format!("{v}");
+    }
+    if a < 99.95 {
+        return format!("{sign}{a:.1}");
+    }
+    if a < 999_999.5 {
+        let whole = format!("{:.0}", a.round());
+        let mut out = String::new();
+        for (i, c) in whole.chars().enumerate() {
+            if i > 0 && (whole.len() - i) % 3 == 0 {
+                out.push(',');
+            }
+            out.push(c);
+        }
+        return format!("{sign}{out}");
+    }
+    let (scaled, suffix) = if a < 1e9 {
+        (a / 1e6, "M")
+    } else {
+        (a / 1e9, "G")
+    };
+    format!("{sign}{}{suffix}", format_sig3(scaled))
+}
+
 /// Formats a signed byte rate with an explicit sign: `+4.00 MiB`.
 pub fn format_signed_bytes(bytes: f64) -> String {
     if bytes >= 0.0 {
@@ -212,6 +243,16 @@ pub fn format_duration(d: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_read_at_a_glance() {
+        assert_eq!(format_signed_count(2.54), "+2.5");
+        assert_eq!(format_signed_count(-0.04), "-0.0");
+        assert_eq!(format_signed_count(2000.4), "+2,000");
+        assert_eq!(format_signed_count(-123_456.0), "-123,456");
+        assert_eq!(format_signed_count(12_907_040.7), "+12.9M");
+        assert_eq!(format_signed_count(3.2e9), "+3.20G");
+    }
 
     #[test]
     fn sizes_in_binary_and_decimal_units() {

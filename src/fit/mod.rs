@@ -488,7 +488,7 @@ pub struct Analysis {
     /// memory), bytes.
     pub py_overhead: Vec<crate::series::sites::Overhead>,
     /// Which types grow (`--py-sites`): live Python objects by type, judged.
-    pub py_types: Vec<sites::TypeFit>,
+    pub types: Vec<sites::TypeFit>,
     /// What sampling cost (attach mode): ticks, achieved interval, walks.
     pub sampling: Option<crate::store::SamplingCost>,
     /// Each scope whose runtime publishes its heap: the heap and the
@@ -826,7 +826,7 @@ pub fn analyse(samples: Samples, opts: &FitOptions) -> Analysis {
     Analysis {
         options: *opts,
         sites: site_fits,
-        py_types: sites::fit_types(&samples.py_types),
+        types: sites::fit_types(&samples.types),
         py_overhead: samples.py_overhead,
         series: samples.series,
         lives: samples.lives,

@@ -13,7 +13,7 @@ use super::{MIN_SLOPE_BYTES, SeriesFit, verdict};
 use crate::series::sites::{SiteSeries, TypeSeries, UNTRACKED};
 use crate::series::{Metric, XAxis};
 use crate::store::{Scope, SiteSource};
-use crate::units::format_signed_bytes;
+use crate::units::{format_signed_bytes, format_signed_count};
 
 /// Sites kept in the report and summary.json (leaks first).
 const MAX_SITES: usize = 50;
@@ -205,13 +205,19 @@ const MAX_TYPES: usize = 50;
 /// largest types, objgraph's `most_common_types`).
 const HELD_OBJECTS: u64 = 10_000;
 
-/// One Python type's live objects, judged by their count; their bytes
-/// (`sys.getsizeof`) are judged beside it.
+/// One type's live objects, judged by their count; their bytes (Python's
+/// `sys.getsizeof`, the JVM's shallow size) are judged beside it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TypeFit {
     pub scope: Scope,
-    /// Module-qualified class name (`logging.LogRecord`; builtins bare;
-    /// `(untracked)`: what tracemalloc traces beyond the tracked objects).
+    /// Whose types: `python` (`--py-sites`) or `java` (`--jvm-classes`);
+    /// summaries written before the field existed had Python's only.
+    #[serde(default)]
+    pub runtime: SiteSource,
+    /// Python: the module-qualified class name (`logging.LogRecord`;
+    /// builtins bare; `(untracked)`: what tracemalloc traces beyond the
+    /// tracked objects). Java: the JVM's name (`com.example.Session`,
+    /// `[B` for byte[]).
     #[serde(rename = "type")]
     pub name: String,
     /// The count's verdict.
@@ -237,13 +243,26 @@ pub struct TypeFit {
     pub objects: u64,
     pub held_bytes: u64,
     pub processes: usize,
+    /// Its rates are per hour (read while attached), not per run; the
+    /// `_per_run` fields then hold per-hour figures.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub per_hour: bool,
 }
 
 impl TypeFit {
-    /// A class of some module: it names code (`logging.LogRecord`), where
-    /// `dict` or `(untracked)` name none.
+    /// A class of the program's code: `logging.LogRecord` (Python) or
+    /// `Leaky$Session` (Java), where `dict`, `(untracked)`, `[B` or the
+    /// JDK's own `java.lang.String` name none.
     pub fn names_code(&self) -> bool {
-        self.name.contains('.') && self.name != UNTRACKED
+        match self.runtime {
+            SiteSource::Java => {
+                !self.name.starts_with('[')
+                    && !["java.", "javax.", "jdk.", "sun.", "com.sun."]
+                        .iter()
+                        .any(|p| self.name.starts_with(p))
+            }
+            _ => self.name.contains('.') && self.name != UNTRACKED,
+        }
     }
 
     /// Objects per task in a pool, else per run.
@@ -295,6 +314,7 @@ fn fit_type(t: &TypeSeries) -> TypeFit {
     let ci = c.fit.as_ref().and_then(|f| f.slope_ci95);
     TypeFit {
         scope: t.count.scope,
+        runtime: t.count.source,
         name: t.count.site.clone(),
         verdict: c.verdict,
         objects_per_run: rate,
@@ -306,41 +326,59 @@ fn fit_type(t: &TypeSeries) -> TypeFit {
         bytes_per_run: b.rate.or(b.fit.as_ref().map(|f| f.slope)),
         bytes_per_run_ci95: b.fit.as_ref().and_then(|f| f.slope_ci95),
         bytes_per_task: byte_steps.map(|s| s.per_task),
-        reason: count_reason(&c, steps, rate, ci, t.count.lives.len(), pool),
+        reason: count_reason(
+            &c,
+            steps,
+            (rate, ci),
+            t.count.lives.len(),
+            pool,
+            t.count.per_hour,
+        ),
         objects: t.count.last_bytes,
         held_bytes: t.bytes.last_bytes,
         processes: t.count.processes,
+        per_hour: t.count.per_hour,
     }
 }
 
 /// The count's verdict in objects (the classifier words its reasons in
-/// bytes). The series counts objects gained since a type was first seen.
+/// bytes). The series counts objects gained since a type was first seen;
+/// `per_hour`: x is hours since the attach, not runs.
 fn count_reason(
     c: &verdict::Classification,
     steps: Option<TaskSteps>,
-    rate: Option<f64>,
-    ci: Option<(f64, f64)>,
+    (rate, ci): (Option<f64>, Option<(f64, f64)>),
     lives: usize,
     pool: bool,
+    per_hour: bool,
 ) -> String {
+    let n = format_signed_count;
     let show = |ci: Option<(f64, f64)>| {
-        ci.map(|(lo, hi)| format!(" (95% CI {lo:+.1} … {hi:+.1})"))
+        ci.map(|(lo, hi)| format!(" (95% CI {} … {})", n(lo), n(hi)))
             .unwrap_or_default()
     };
+    let unit = if per_hour { "h" } else { "run" };
     match (c.verdict, steps) {
         (verdict::Verdict::Leak, Some(st)) => format!(
-            "gains {:+.1} objects per task{} in {lives} processes ({} tasks seen), still late \
+            "gains {} objects per task{} in {lives} processes ({} tasks seen), still late \
              in their lives",
-            st.per_task,
+            n(st.per_task),
             show(Some(st.ci)),
             st.steps
         ),
         (verdict::Verdict::Leak, None) => format!(
-            "gains {:+.1} objects/run{}, still at the end",
-            rate.unwrap_or(0.0),
+            "gains {} objects/{unit}{}, still at the end",
+            n(rate.unwrap_or(0.0)),
             show(ci)
         ),
         (verdict::Verdict::Plateau, _) => match &c.plateau {
+            Some(p) if per_hour => format!(
+                "gained {:.0} objects, then held from {} on",
+                p.level,
+                crate::units::format_duration(std::time::Duration::from_secs_f64(
+                    (p.stop_x * 3600.0).max(0.0)
+                ))
+            ),
             Some(p) => format!(
                 "gained {:.0} objects, then held from run {:.0}",
                 p.level, p.stop_x
@@ -352,13 +390,16 @@ fn count_reason(
             show(ci)
         ),
         (verdict::Verdict::Inconclusive, _) if pool && c.runs_needed.is_none() => format!(
-            "the pool's {lives} processes gain {:+.1} objects/run in all, but no task leaves \
+            "the pool's {lives} processes gain {} objects/{unit} in all, but no task leaves \
              objects behind late in its worker's life (made once per worker?)",
-            rate.unwrap_or(0.0)
+            n(rate.unwrap_or(0.0))
         ),
         (verdict::Verdict::Inconclusive, _) => match c.runs_needed {
-            Some(n) => format!("too few or too noisy runs to tell; --repeat {n} would decide"),
-            None => "too few or too noisy runs to tell".into(),
+            Some(k) if !per_hour => {
+                format!("too few or too noisy runs to tell; --repeat {k} would decide")
+            }
+            _ if per_hour => "too short or too noisy to tell".into(),
+            _ => "too few or too noisy runs to tell".into(),
         },
     }
 }
@@ -480,7 +521,7 @@ mod tests {
         assert_eq!(fits[0].verdict, verdict::Verdict::Leak);
         assert!((fits[0].objects_per_run.unwrap() - 700.0).abs() < 1.0);
         assert!(
-            fits[0].reason.contains("+700.0 objects/run"),
+            fits[0].reason.contains("+700 objects/run"),
             "{}",
             fits[0].reason
         );

@@ -12,7 +12,7 @@ use crate::fit::{Attribution, MIN_SLOPE_BYTES, SeriesFit};
 use crate::gate::GateResult;
 use crate::series::{Metric, XAxis};
 use crate::store::{Scope, SiteSource};
-use crate::units::{format_bytes, format_duration, format_signed_bytes};
+use crate::units::{format_bytes, format_duration, format_signed_bytes, format_signed_count};
 
 /// The report's content, in reading order.
 pub fn document(a: &Analysis, gate: Option<&GateResult>, plots: &[Plot]) -> Vec<Block> {
@@ -454,42 +454,57 @@ fn where_in_the_code(a: &Analysis, doc: &mut Vec<Block>) {
     }
 }
 
-/// `--py-sites`: live Python objects by type, objgraph's table fitted per
-/// run — leaks first (classes of a module before builtins), their count per
-/// run (per task in a pool) with its CI, and their size per run.
+/// `--py-sites` and `--jvm-classes`: live objects by type (objgraph's
+/// table, the JVM's class histogram) fitted per run — leaks first (classes
+/// of the program's code before the runtime's), their count per run (per
+/// task in a pool, per hour while attached) with its CI, and their size.
 fn which_types_grow(a: &Analysis, doc: &mut Vec<Block>) {
-    if a.py_types.is_empty() {
+    if a.types.is_empty() {
         return;
     }
     doc.push(heading(2, "Which types grow"));
-    doc.push(para(vec![text(
-        "Live Python objects by type after each run (every object the cyclic GC tracks, counted \
-         as objgraph does; size is sys.getsizeof, the object itself without what it refers \
-         to), pooled over the processes that hold them and judged like every other series. \
-         (untracked) is what tracemalloc traces beyond those objects: str, bytes, int and \
-         other untracked leaves, and storage no object's size covers.",
-    )]));
+    let has = |r: SiteSource| a.types.iter().any(|t| t.runtime == r);
+    if has(SiteSource::Python) {
+        doc.push(para(vec![text(
+            "Live Python objects by type after each run (every object the cyclic GC tracks, \
+             counted as objgraph does; size is sys.getsizeof, the object itself without what it \
+             refers to), pooled over the processes that hold them and judged like every other \
+             series. (untracked) is what tracemalloc traces beyond those objects: str, bytes, \
+             int and other untracked leaves, and storage no object's size covers.",
+        )]));
+    }
+    if has(SiteSource::Java) {
+        doc.push(para(vec![text(
+            "Live Java objects by class, from each JVM's class histogram (GC.class_histogram, \
+             taken after a full collection: once per run, or while attached as often as 1% of \
+             the time in pauses allows); size is the objects' shallow size, without what they \
+             refer to. [B is byte[], [Ljava.lang.Object; an Object[].",
+        )]));
+    }
     let count = |v: Option<f64>, unit: &str| {
-        v.map(|r| format!("{r:+.1}/{unit}"))
+        v.map(|r| format!("{}/{unit}", format_signed_count(r)))
             .unwrap_or_else(|| "–".into())
     };
     let rows = a
-        .py_types
+        .types
         .iter()
         .map(|t| {
             let unit = if t.objects_per_task.is_some() {
                 "task"
+            } else if t.per_hour {
+                "h"
             } else {
                 "run"
             };
             let ci = match (t.objects_per_task_ci95, t.objects_per_run_ci95) {
                 (Some((lo, hi)), _) | (None, Some((lo, hi))) => {
-                    format!("{lo:+.1} … {hi:+.1}")
+                    format!("{} … {}", format_signed_count(lo), format_signed_count(hi))
                 }
                 _ => "–".into(),
             };
             let size = match (t.bytes_per_task, t.bytes_per_run) {
                 (Some(b), _) => format!("{}/task", format_signed_bytes(b)),
+                (None, Some(b)) if t.per_hour => XAxis::Seconds.format_rate(b / 3600.0, true),
                 (None, Some(b)) => XAxis::Run.format_rate(b, true),
                 _ => "–".into(),
             };
@@ -512,7 +527,7 @@ fn which_types_grow(a: &Analysis, doc: &mut Vec<Block>) {
         rows,
     )));
     for t in a
-        .py_types
+        .types
         .iter()
         .filter(|t| t.verdict == crate::fit::Verdict::Leak)
         .take(3)

@@ -9,7 +9,7 @@ use crate::fit::{DecidedBy, Projection, RateFrom, SeriesFit, Verdict};
 use crate::series::XAxis;
 use crate::store::HeapSource;
 use crate::store::Scope;
-use crate::units::{format_bytes, format_signed_bytes};
+use crate::units::{format_bytes, format_signed_bytes, format_signed_count};
 
 /// A rate in the unit a person thinks in: per run, or per hour for time.
 pub fn rate(f: &SeriesFit, slope: f64) -> String {
@@ -242,10 +242,14 @@ pub fn render(a: &Analysis) -> String {
             site.site, site.scope
         );
     }
-    if let Some(t) = a.py_types.iter().find(|t| t.verdict == Verdict::Leak) {
+    if let Some(t) = a.types.iter().find(|t| t.verdict == Verdict::Leak) {
         let growth = match t.objects_per_task {
-            Some(n) => format!("{n:+.1} objects per task"),
-            None => format!("{:+.1} objects/run", t.objects_per_run.unwrap_or(0.0)),
+            Some(n) => format!("{} objects per task", format_signed_count(n)),
+            None => format!(
+                "{} objects/{}",
+                format_signed_count(t.objects_per_run.unwrap_or(0.0)),
+                if t.per_hour { "h" } else { "run" }
+            ),
         };
         let _ = writeln!(out, "  type: {} leaks {growth} in {}", t.name, t.scope);
     }

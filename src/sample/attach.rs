@@ -15,6 +15,7 @@ use super::heap::{Heaps, MetricsEndpoint};
 use super::lifecycle::reaper::Interrupt;
 use super::procfs::{Depth, ProcRoot, Stat};
 use super::rows::{Clock, Context, event_row};
+use super::sites::jvm::JvmClasses;
 use super::sites::native::NativeAttached;
 use super::targets::{self, Members, Target, TargetError};
 use super::tree::{DeepPass, Member, TargetState, Tree, Walk};
@@ -46,6 +47,9 @@ pub struct AttachPlan {
     pub gauge: Option<String>,
     /// `--node-inspector`: read Node processes' heaps through their inspector.
     pub node_inspector: bool,
+    /// `--jvm-classes`: ask the JVMs followed for their class histograms,
+    /// within a pause budget.
+    pub jvm_classes: bool,
     /// Where the processes are read: /proc, or a fake tree in a test.
     pub root: ProcRoot,
 }
@@ -189,6 +193,8 @@ struct Session<'a> {
     native: Option<&'a mut NativeAttached>,
     /// The heaps the followed processes' runtimes count, read every tick.
     heaps: Heaps,
+    /// `--jvm-classes`: the JVMs' class histograms.
+    classes: Option<JvmClasses>,
 }
 
 /// Samples the target until it exits, `plan.duration` passes or an
@@ -255,6 +261,9 @@ pub fn attach(
         latest_maps: Vec::new(),
         native,
         heaps,
+        classes: plan
+            .jvm_classes
+            .then(|| JvmClasses::new(plan.root.clone(), false)),
     };
     session.native_started()?;
     let mut rng = fastrand::Rng::new();
@@ -629,7 +638,13 @@ impl Session<'_> {
     /// The heaps of the processes among `rows`, as their runtimes count
     /// them, appended to the batch; what was found or refused is said once.
     fn read_heaps(&mut self, ctx: &Context, rows: &mut Vec<Row>) {
-        let got = self.heaps.read(ctx, rows);
+        let mut got = self.heaps.read(ctx, rows);
+        if let Some(classes) = &mut self.classes {
+            // Taken as they come: a histogram is never waited for.
+            let more = classes.read(ctx, rows, Duration::ZERO);
+            got.rows.extend(more.rows);
+            got.notes.extend(more.notes);
+        }
         for note in &got.notes {
             self.progress.line(note);
         }
@@ -717,6 +732,10 @@ impl Session<'_> {
     fn finish(&mut self) -> Result<(), SampleError> {
         let heap_notes = self.heaps.finish();
         self.outcome.notes.extend(heap_notes);
+        if let Some(classes) = &mut self.classes {
+            let notes = classes.finish();
+            self.outcome.notes.extend(notes);
+        }
         let record = self.cost.record();
         if !self.budget.is_on() {
             self.outcome.notes.push(

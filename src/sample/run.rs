@@ -17,6 +17,7 @@ use super::lifecycle::guardian::{self, Guardian};
 use super::lifecycle::reaper::{self, ChildExit, Interrupt, Reaped};
 use super::procfs::{Depth, ProcRoot};
 use super::rows::{Clock, Context, event_row};
+use super::sites::jvm::JvmClasses;
 use super::sites::native::NativeTracer;
 use super::sites::python::PythonSites;
 use super::sites::{self, ANSWER_TIMEOUT, Sites};
@@ -51,6 +52,9 @@ pub struct RunPlan {
     /// `--node-inspector`: read the watched Node processes' heaps through
     /// their inspector.
     pub node_inspector: bool,
+    /// `--jvm-classes`: ask each JVM followed for its class histogram
+    /// after each run.
+    pub jvm_classes: bool,
     /// `--py-sites`: instrument Python processes, recording this many
     /// frames per allocation.
     pub py_sites: Option<usize>,
@@ -101,6 +105,9 @@ pub fn prepare(plan: &RunPlan) -> Result<Prepared, ResolveError> {
     if let Some(interval) = plan.native_sites {
         let native = NativeTracer::prepare(interval).map_err(ResolveError::NativeSites)?;
         sites.push(Box::new(native));
+    }
+    if plan.jvm_classes {
+        sites.push(Box::new(JvmClasses::new(plan.root.clone(), true)));
     }
     let node = match plan.node_preload {
         true => Some(NodePreload::prepare().map_err(ResolveError::NodePreload)?),
@@ -305,6 +312,10 @@ pub fn run(
     };
     let heap_notes = session.heaps.finish();
     session.outcome.notes.extend(heap_notes);
+    for tracer in session.sites.iter_mut() {
+        let notes = tracer.finish();
+        session.outcome.notes.extend(notes);
+    }
     session.stop_survivors();
     session.close_record();
     if let Some(guardian) = session.guardian.take() {

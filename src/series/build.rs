@@ -47,7 +47,7 @@ pub struct Samples {
     pub sites: Vec<SiteSeries>,
     pub py_overhead: Vec<Overhead>,
     /// Live Python objects by type (`--py-sites`), count and bytes.
-    pub py_types: Vec<TypeSeries>,
+    pub types: Vec<TypeSeries>,
     /// Rows read.
     pub rows: u64,
     /// What was attached to when it is not one PID (`cgroup /sys/fs/…`,
@@ -706,7 +706,7 @@ impl Builder {
             ));
         }
         let (t0, t1) = self.t_range;
-        let (sites, py_overhead, py_types) = self.sites.finish();
+        let (sites, py_overhead, types) = self.sites.finish();
         Samples {
             x_axis,
             series,
@@ -721,7 +721,7 @@ impl Builder {
             notes,
             sites,
             py_overhead,
-            py_types,
+            types,
             rows: self.rows,
             target: self.target,
             labels: self.labels,

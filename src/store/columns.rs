@@ -211,6 +211,7 @@ fn site_source(name: &str) -> Option<SiteSource> {
     match name {
         "python" => Some(SiteSource::Python),
         "native" => Some(SiteSource::Native),
+        "java" => Some(SiteSource::Java),
         _ => None,
     }
 }
@@ -279,6 +280,7 @@ pub(super) fn write_row(out: &mut Vec<u8>, row: &Row, scratch: &mut String) {
     line.cell(match row.site_source {
         Some(SiteSource::Python) => "python",
         Some(SiteSource::Native) => "native",
+        Some(SiteSource::Java) => "java",
         None => "",
     });
     for value in [row.heap_live_bytes, row.heap_used_bytes, row.heap_max_bytes] {

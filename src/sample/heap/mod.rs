@@ -19,7 +19,7 @@
 //! batch, right after they are taken: run mode at each run's deep sample,
 //! attach at every tick (a `pread` of a 32–64 KiB file).
 
-mod fetcher;
+pub(crate) mod fetcher;
 pub mod hsperf;
 pub mod inspector;
 pub mod jvm;
@@ -553,10 +553,9 @@ impl Heaps {
     /// that says so.
     fn discover(&self, row: &Row, notes: &mut Vec<String>) -> Runtime {
         let pid = row.pid;
-        let Ok(maps) = read_bounded(&self.root.path(pid, "maps"), MAX_MAPS_BYTES) else {
+        let Some(found) = maps_of(&self.root, pid) else {
             return Runtime::None;
         };
-        let found = mapped(&String::from_utf8_lossy(&maps));
         let who = format!("{pid} ({})", row.comm);
         // Not the processes a run started: they have the preload.
         if self.node_inspector
@@ -924,6 +923,13 @@ impl MetricsEndpoint {
             ),
         }
     }
+}
+
+/// What `pid`'s mappings say about its runtime; `None` when they cannot
+/// be read.
+pub fn maps_of(root: &ProcRoot, pid: u32) -> Option<Mapped> {
+    let maps = read_bounded(&root.path(pid, "maps"), MAX_MAPS_BYTES).ok()?;
+    Some(mapped(&String::from_utf8_lossy(&maps)))
 }
 
 /// A file's first `max` bytes.

@@ -41,9 +41,11 @@
 //! which the driver does after the survivors are stopped.
 //!
 //! Today: [`python`] (`run --py-sites`, tracemalloc through a Unix socket
-//! per process) and [`native`] (`run --native-sites`, a preloaded sampling
-//! allocator shim keeping a file per process).
+//! per process), [`native`] (`run --native-sites`, a preloaded sampling
+//! allocator shim keeping a file per process) and [`jvm`]
+//! (`--jvm-classes`, each JVM's class histogram through its attach socket).
 
+pub mod jvm;
 pub mod native;
 pub mod python;
 
@@ -75,6 +77,12 @@ pub trait Sites: fmt::Debug {
     /// sites of every instrumented process of the followed scopes, each
     /// waited for at most `timeout`.
     fn collect(&mut self, ctx: &Context, sampled: &[Row], timeout: Duration) -> Collected;
+
+    /// At the end of the session: what the tracer did to the processes it
+    /// asked, for the notes.
+    fn finish(&mut self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// What one tracer gave after one run.
