@@ -64,6 +64,11 @@ pub enum OptionsError {
     )]
     NativeInterval(String),
     #[error(
+        "--js-interval '{0}' is not a size from 1KiB to 1GiB; try --js-interval 256KiB \
+         (the default)"
+    )]
+    JsInterval(String),
+    #[error(
         "attach --native-sites loads the shim into one process: give its PID \
          (`leakwatch attach --native-sites 4242`), not --name, --cgroup or --unit"
     )]
@@ -313,6 +318,13 @@ impl RunOptions {
                     .transpose()?,
                 keep_survivors: args.keep_survivors,
                 node_preload: !args.no_node_preload,
+                js_sites: args
+                    .js_sites
+                    .then(|| match parse_size(&args.js_interval) {
+                        Ok(n) if (1024..=1 << 30).contains(&n) => Ok(n),
+                        _ => Err(OptionsError::JsInterval(args.js_interval.clone())),
+                    })
+                    .transpose()?,
                 metrics: metrics_url(&args.heaps)?,
                 gauge: gauge_name(&args.heaps)?,
                 node_inspector: args.heaps.node_inspector,

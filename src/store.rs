@@ -233,6 +233,9 @@ pub enum SiteSource {
     /// A JVM's class histogram (`--jvm-classes`): type rows only, a class's
     /// live instances in `objects` and their bytes in `site_bytes`.
     Java,
+    /// V8's sampling heap profiler in Node processes (`run --js-sites`):
+    /// JavaScript functions; `site_bytes` is V8's unbiased estimate.
+    JavaScript,
 }
 
 impl fmt::Display for SiteSource {
@@ -241,6 +244,7 @@ impl fmt::Display for SiteSource {
             SiteSource::Python => f.write_str("python"),
             SiteSource::Native => f.write_str("native"),
             SiteSource::Java => f.write_str("java"),
+            SiteSource::JavaScript => f.write_str("javascript"),
         }
     }
 }

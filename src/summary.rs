@@ -82,6 +82,12 @@ pub struct Summary {
     /// runtimes, that leak (fastest first), grew and stopped, or hold much.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub native_sites: Vec<NativeSite>,
+    /// Where in JavaScript (`run --js-sites`): functions, each named by the
+    /// innermost frame of the program's own code, with `site`, `scope`,
+    /// `verdict`, `bytes_per_run` and its `_ci95`, `traceback`, `source`
+    /// `javascript`, as `py_sites` has them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub js_sites: Vec<SiteFit>,
     /// Which types grow, every runtime's (`runtime`: `python` from
     /// `--py-sites`, `java` from `--jvm-classes`): live objects by type or
     /// class that leak (classes of the program's own code first), grew and
@@ -295,6 +301,12 @@ pub fn summary(a: &Analysis, gate: Option<&GateResult>) -> Summary {
             .iter()
             .filter(|s| s.source == SiteSource::Native)
             .map(NativeSite::of)
+            .collect(),
+        js_sites: a
+            .sites
+            .iter()
+            .filter(|s| s.source == SiteSource::JavaScript)
+            .cloned()
             .collect(),
         types: a.types.clone(),
         py_types: a

@@ -706,3 +706,84 @@ fn judge_classes(s: &Value, mode: &str, truth: f64) {
     );
     assert_eq!(pauses.len(), 1, "the histograms' pauses are noted: {s:#}");
 }
+
+/// `run --js-sites`: a Node server (started by the client on first use,
+/// pantsd-style) keeping objects from `rememberSession` and churning from
+/// `buildScratch`. The truth per request is V8's own (`used_heap_size`
+/// after a forced collection), measured on a server of the same program the
+/// test runs alone. Must hold: `rememberSession` is the first JavaScript
+/// site, a leak, within 25% of the truth per run; `buildScratch` no leak.
+#[test]
+fn real_js_sites_name_the_keeping_function() {
+    let Some(node) = real::need("node") else {
+        return;
+    };
+    let program = real::fixture("runtimes/sites.js");
+    let truth = {
+        let port = real::free_port();
+        let dir = tempfile::tempdir().unwrap();
+        let mut cmd = Command::new(&node);
+        cmd.arg("--expose-gc").arg(&program).arg(port.to_string());
+        let srv = Server::spawn("sites.js", cmd, port, dir, Duration::from_secs(30), |s| {
+            TcpStream::connect(("127.0.0.1", s.port)).is_ok()
+        });
+        assert!(
+            client(srv.port, 20)
+                .arg("--churn")
+                .status()
+                .unwrap()
+                .success()
+        );
+        let t0 = real::keeper_truth(srv.port);
+        assert!(client(srv.port, 10).status().unwrap().success());
+        (real::keeper_truth(srv.port) - t0) / 10.0
+    };
+    let port = real::free_port();
+    let t = tempfile::tempdir().unwrap();
+    let out = t.path().join("run");
+    let status = leakwatch()
+        .args(["run", "--repeat", "10", "--js-sites", "--quiet", "--out"])
+        .arg(&out)
+        .arg("--")
+        .arg(real::python())
+        .arg(real::fixture("runtimes/client.py"))
+        .args(["--port", &port.to_string(), "--start", "--"])
+        .arg(&node)
+        .arg(&program)
+        .arg(port.to_string())
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.code().is_some(), "leakwatch was killed");
+    let s = summary(&out);
+    let sites = s["js_sites"].as_array().expect("js_sites in summary.json");
+    let first = &sites[0];
+    let rate = first["bytes_per_run"].as_f64().unwrap_or(f64::NAN);
+    real::skip_note(&format!(
+        "--js-sites: first {} {} {rate:.0} B/run (truth {truth:.0})",
+        first["site"], first["verdict"]
+    ));
+    assert!(
+        first["site"]
+            .as_str()
+            .is_some_and(|n| n.starts_with("rememberSession (")),
+        "{sites:#?}"
+    );
+    assert_eq!(first["verdict"], "leak", "{first:#}");
+    assert_eq!(first["source"], "javascript");
+    let err = (rate - truth).abs() / truth;
+    assert!(err <= 0.25, "{rate:.0} vs {truth:.0}: {first:#}");
+    assert!(
+        sites
+            .iter()
+            .filter(|x| x["site"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("buildScratch")))
+            .all(|x| x["verdict"] != "leak"),
+        "{sites:#?}"
+    );
+    assert!(
+        !real::wait_port(port, Duration::from_millis(200)),
+        "the server the run started was stopped with the session"
+    );
+}

@@ -81,8 +81,8 @@ fn thresholds(s: &SiteSeries, min_slope_abs: f64, counts: bool) -> verdict::Thre
         // each run's new blocks bring their own sampling error, which stays (a 1 MiB/run leak:
         // at 64 KiB its line's CI covered the truth in 14 of 30 repeats; at 128 KiB its
         // parabola bent upwards wherever the walk wandered, +32% at the "curve's end").
-        // tracemalloc's sizes are exact.
-        cumulative_errors: s.source == SiteSource::Native,
+        // tracemalloc's sizes are exact. V8's sampling heap profiler is sampled by bytes too.
+        cumulative_errors: matches!(s.source, SiteSource::Native | SiteSource::JavaScript),
         ..verdict::Thresholds::default()
     }
 }

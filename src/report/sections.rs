@@ -360,7 +360,8 @@ fn where_in_the_code(a: &Analysis, doc: &mut Vec<Block>) {
     }
     doc.push(heading(2, "Where in the code"));
     let attached = a.mode() != "run";
-    if !attached {
+    let has = |source: SiteSource| a.sites.iter().any(|s| s.source == source);
+    if !attached && (has(SiteSource::Python) || !a.py_overhead.is_empty()) {
         doc.push(para(vec![text(
             "Python allocation sites (tracemalloc, innermost frame of your code), their growth \
              per run pooled over the processes that hold them (a recycled worker's growth counts \
@@ -368,7 +369,15 @@ fn where_in_the_code(a: &Analysis, doc: &mut Vec<Block>) {
              allocators only: memory C extensions allocate themselves is not in these lines.",
         )]));
     }
-    if a.sites.iter().any(|s| s.source == SiteSource::Native) {
+    if has(SiteSource::JavaScript) {
+        doc.push(para(vec![text(
+            "JavaScript sites (--js-sites) are functions, named by the innermost frame of the \
+             program's own code, with the live bytes V8's sampling heap profiler counts after a \
+             full collection (sampled by bytes, each sample weighed so the estimate is \
+             unbiased); their 95% CI counts the sampling error as well as the fit's.",
+        )]));
+    }
+    if has(SiteSource::Native) {
         doc.push(para(vec![text(
             "Native sites (--native-sites) are C, C++ and Rust call stacks sampled by the \
              allocator shim (by bytes, each sample weighed so the estimate is unbiased) and \

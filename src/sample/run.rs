@@ -45,6 +45,9 @@ pub struct RunPlan {
     /// Load the heap reader into the Node processes the commands start
     /// (off: `--no-node-preload`).
     pub node_preload: bool,
+    /// `--js-sites`: V8's sampling heap profiler in the preloaded Node
+    /// processes, one sample per this many bytes on average.
+    pub js_sites: Option<u64>,
     /// `--metrics URL`: a followed process's own metrics endpoint.
     pub metrics: Option<String>,
     /// `--metric NAME`: a gauge of that endpoint followed as a series.
@@ -110,7 +113,13 @@ pub fn prepare(plan: &RunPlan) -> Result<Prepared, ResolveError> {
         sites.push(Box::new(JvmClasses::new(plan.root.clone(), true)));
     }
     let node = match plan.node_preload {
-        true => Some(NodePreload::prepare().map_err(ResolveError::NodePreload)?),
+        true => {
+            let preload = NodePreload::prepare().map_err(ResolveError::NodePreload)?;
+            Some(match plan.js_sites {
+                Some(interval) => preload.with_sites(interval),
+                None => preload,
+            })
+        }
         false => None,
     };
     let metrics = plan

@@ -212,6 +212,7 @@ fn site_source(name: &str) -> Option<SiteSource> {
         "python" => Some(SiteSource::Python),
         "native" => Some(SiteSource::Native),
         "java" => Some(SiteSource::Java),
+        "javascript" => Some(SiteSource::JavaScript),
         _ => None,
     }
 }
@@ -281,6 +282,7 @@ pub(super) fn write_row(out: &mut Vec<u8>, row: &Row, scratch: &mut String) {
         Some(SiteSource::Python) => "python",
         Some(SiteSource::Native) => "native",
         Some(SiteSource::Java) => "java",
+        Some(SiteSource::JavaScript) => "javascript",
         None => "",
     });
     for value in [row.heap_live_bytes, row.heap_used_bytes, row.heap_max_bytes] {

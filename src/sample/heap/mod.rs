@@ -286,6 +286,8 @@ pub struct Heaps {
     /// inspector; `collect_always`: a full collection at every read (run).
     node_inspector: bool,
     collect_always: bool,
+    /// (scope, site) whose stack was written (`--js-sites`).
+    js_tracebacks: HashSet<(Scope, String)>,
 }
 
 impl Heaps {
@@ -300,6 +302,7 @@ impl Heaps {
             wait: std::time::Duration::from_millis(300),
             node_inspector: false,
             collect_always: false,
+            js_tracebacks: HashSet::new(),
         }
     }
 
@@ -396,6 +399,7 @@ impl Heaps {
                 let runtime = self.discover(row, &mut out.notes);
                 self.known.insert(key, runtime);
             }
+            let mut sites = Vec::new();
             let read = match self.known.get_mut(&key) {
                 Some(Runtime::Jvm {
                     file,
@@ -406,11 +410,14 @@ impl Heaps {
                     i.ask(self.collect_always);
                     Some(read_inspected(i, self.wait, row))
                 }
-                _ => self.ask_node(row),
+                _ => self.ask_node(row, &mut sites),
             };
             if let Some((source, figures, note)) = read {
                 out.notes.extend(note);
                 out.rows.push(heap_row(ctx, row, source, figures));
+            }
+            for site in sites {
+                out.rows.extend(self.js_site_rows(ctx, row, site));
             }
         }
         self.known.retain(|key, _| alive.contains(key));
@@ -500,10 +507,12 @@ impl Heaps {
         Some(owner)
     }
 
-    /// `row`'s process's V8 heap through the preload, if it listens.
+    /// `row`'s process's V8 heap through the preload, if it listens; its
+    /// JavaScript sites (`--js-sites`) into `sites`.
     fn ask_node(
         &mut self,
         row: &Row,
+        sites: &mut Vec<node::JsSite>,
     ) -> Option<(HeapSource, Option<jvm::Figures>, Option<String>)> {
         let preload = self.node.as_ref().filter(|n| n.listens(row.pid))?;
         let key = (row.pid, row.start_time);
@@ -511,6 +520,7 @@ impl Heaps {
         let figures = match preload.ask(row.pid, node::ANSWER_TIMEOUT) {
             Ok(a) => {
                 self.node_failing.remove(&key);
+                *sites = a.sites;
                 Some(jvm::Figures {
                     live: Some(a.used_after),
                     used: a.used_before,
@@ -536,6 +546,32 @@ impl Heaps {
             ));
         }
         Some((HeapSource::NodePreload, figures, note))
+    }
+
+    /// A JavaScript site's row (`--js-sites`), and its stack's the first
+    /// time the scope has the site.
+    fn js_site_rows(&mut self, ctx: &Context, process: &Row, site: node::JsSite) -> Vec<Row> {
+        let name = crate::escape::inert(&site.site).into_owned();
+        let row = |comm: String, bytes: u64| Row {
+            pid: process.pid,
+            ppid: process.ppid,
+            start_time: process.start_time,
+            comm,
+            tier: Tier::Site,
+            site_bytes: Some(bytes),
+            site_source: Some(crate::store::SiteSource::JavaScript),
+            ..ctx.row(process.scope)
+        };
+        let mut rows = Vec::new();
+        if self.js_tracebacks.insert((process.scope, name.clone())) {
+            rows.push(Row {
+                event: Some("traceback".into()),
+                ..row(format!("{name}\n{}", site.stack), 0)
+            });
+        }
+        // Finite and not negative (`node::parse_answer`); f64 → u64 saturates.
+        rows.push(row(name, site.bytes.round() as u64));
+        rows
     }
 
     /// Whether the Node process `key` was read before (marking it read).

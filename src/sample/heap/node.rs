@@ -23,8 +23,13 @@ use serde::Deserialize;
 pub const PRELOAD: &str = include_str!("node_preload.js");
 /// Names the private directory D for the preload.
 pub const ENV_DIR: &str = "LEAKWATCH_NODE_DIR";
-/// Longest answer taken (one JSON line is about 100 bytes).
-const MAX_ANSWER: u64 = 4096;
+/// Longest answer taken: one JSON line of about 100 bytes, and with
+/// `--js-sites` up to 200 sites of a few hundred bytes each.
+const MAX_ANSWER: u64 = 1 << 20;
+/// Names the sampling interval of `--js-sites` for the preload.
+pub const ENV_SITES: &str = "LEAKWATCH_NODE_SITES";
+/// The most characters of a site's name and stack kept.
+const MAX_SITE_TEXT: usize = 2000;
 /// How long one process may take to collect its garbage and answer (a full
 /// collection of a few GiB heap takes seconds).
 pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(20);
@@ -41,19 +46,37 @@ pub struct PreloadError {
 }
 
 /// One process's answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct Answer {
     pub v: u32,
     pub pid: u32,
     pub used_before: u64,
     pub used_after: u64,
     pub limit: u64,
+    /// `--js-sites`: live sampled bytes by the innermost frame of the
+    /// program's own code, largest first.
+    #[serde(default)]
+    pub sites: Vec<JsSite>,
+}
+
+/// One JavaScript allocation site: `fn (file:line)`, its live bytes (V8's
+/// unbiased estimate from the samples) and its stack, innermost first.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct JsSite {
+    #[serde(rename = "s")]
+    pub site: String,
+    #[serde(rename = "b")]
+    pub bytes: f64,
+    #[serde(rename = "t", default)]
+    pub stack: String,
 }
 
 /// The preload's private directory, removed when dropped.
 #[derive(Debug)]
 pub struct NodePreload {
     dir: tempfile::TempDir,
+    /// `--js-sites`: the sampling interval, bytes.
+    sites: Option<u64>,
 }
 
 impl NodePreload {
@@ -77,7 +100,7 @@ impl NodePreload {
             .open(boot.join("leakwatch-heap.js"))
             .map_err(fail)?;
         file.write_all(PRELOAD.as_bytes()).map_err(fail)?;
-        Ok(NodePreload { dir })
+        Ok(NodePreload { dir, sites: None })
     }
 
     pub fn dir(&self) -> &Path {
@@ -98,10 +121,21 @@ impl NodePreload {
             options.push(" ");
             options.push(existing);
         }
-        vec![
+        let mut env = vec![
             ("NODE_OPTIONS".into(), options),
             (ENV_DIR.into(), self.dir.path().as_os_str().to_owned()),
-        ]
+        ];
+        if let Some(interval) = self.sites {
+            env.push((ENV_SITES.into(), interval.to_string().into()));
+        }
+        env
+    }
+
+    /// With `--js-sites`: V8's sampling heap profiler in every Node process,
+    /// one sample per `interval` bytes allocated on average.
+    pub fn with_sites(mut self, interval: u64) -> Self {
+        self.sites = Some(interval);
+        self
     }
 
     /// Whether `pid` listens in D.
@@ -164,6 +198,18 @@ pub fn parse_answer(text: &[u8], pid: u32) -> Result<Answer, String> {
     if answer.used_after > answer.limit.max(answer.used_before) {
         return Err("its heap figures disagree (live above the limit)".into());
     }
+    let mut answer = answer;
+    if answer
+        .sites
+        .iter()
+        .any(|s| !s.bytes.is_finite() || s.bytes < 0.0)
+    {
+        return Err("its sites' sizes are not sizes".into());
+    }
+    for s in &mut answer.sites {
+        s.site = s.site.chars().take(MAX_SITE_TEXT).collect();
+        s.stack = s.stack.chars().take(MAX_SITE_TEXT).collect();
+    }
     Ok(answer)
 }
 
@@ -198,6 +244,33 @@ mod tests {
                 7
             )
             .is_err()
+        );
+    }
+
+    #[test]
+    fn sites_in_an_answer_are_sizes_and_bounded() {
+        let head = r#"{"v":1,"pid":7,"used_before":900,"used_after":500,"limit":4000,"sites":"#;
+        let ok = format!(r#"{head}[{{"s":"keep (a.js:3)","b":4096,"t":"keep (a.js:3)"}}]}}"#);
+        let a = parse_answer(ok.as_bytes(), 7).unwrap();
+        assert_eq!(
+            (a.sites[0].site.as_str(), a.sites[0].bytes),
+            ("keep (a.js:3)", 4096.0)
+        );
+        let negative = format!(r#"{head}[{{"s":"x","b":-1}}]}}"#);
+        assert!(parse_answer(negative.as_bytes(), 7).is_err());
+        let long = format!(r#"{head}[{{"s":"{}","b":1}}]}}"#, "f".repeat(10_000));
+        let a = parse_answer(long.as_bytes(), 7).unwrap();
+        assert_eq!(a.sites[0].site.len(), MAX_SITE_TEXT);
+        assert!(parse_answer(format!(r#"{head}"lots"}}"#).as_bytes(), 7).is_err());
+    }
+
+    #[test]
+    fn with_sites_the_interval_is_passed_to_the_preload() {
+        let p = NodePreload::prepare().unwrap().with_sites(262_144);
+        let env = p.env(None);
+        assert!(
+            env.iter().any(|(k, v)| k == ENV_SITES && v == "262144"),
+            "{env:?}"
         );
     }
 

@@ -10,6 +10,15 @@
 // (heap_size_limit), all in bytes. Nothing else runs in the process: no
 // timer, no port, and the server does not keep the process alive. Any
 // failure leaves the program as it was.
+//
+// With LEAKWATCH_NODE_SITES=N (`--js-sites`), V8's sampling heap profiler
+// runs from the start (HeapProfiler.startSampling, one sample per N bytes
+// allocated on average, through an in-process inspector session: no port),
+// and the answer carries "sites": the live sampled bytes after the
+// collection (V8 scales each sample to an unbiased estimate), summed by the
+// innermost frame of the program's own code (a frame with a script that is
+// not node:internal), the largest MAX_SITES, each {"s": "fn (file:line)",
+// "b": bytes, "t": its stack, innermost first, one frame a line}.
 'use strict';
 (function leakwatchHeap() {
   try {
@@ -25,6 +34,52 @@
     // A collection on demand, without exposing `gc` to the program.
     v8.setFlagsFromString('--expose-gc');
     const gc = vm.runInNewContext('gc');
+    const MAX_SITES = 200;
+    const MAX_FRAMES = 8;
+    const interval = parseInt(process.env.LEAKWATCH_NODE_SITES || '', 10);
+    let session = null;
+    if (interval > 0) {
+      const inspector = require('inspector');
+      session = new inspector.Session();
+      session.connect();
+      session.post('HeapProfiler.startSampling', { samplingInterval: interval });
+    }
+    const frameName = (f) => {
+      const fn = f.functionName || '(anonymous)';
+      return fn + ' (' + f.url.replace(/^file:\/\//, '') + ':' + (f.lineNumber + 1) + ')';
+    };
+    const isOwn = (f) => f.url !== '' && !f.url.startsWith('node:');
+    // This file's own allocations (its server, its answers) are leakwatch's.
+    const self = 'file://' + __filename;
+    const isSelf = (f) => f.url === self || f.url === __filename;
+    // The profile's tree folded into sites: each node's selfSize goes to
+    // the innermost own frame of its stack.
+    const fold = (head) => {
+      const bySite = new Map();
+      const walk = (node, stack) => {
+        if (isSelf(node.callFrame)) return;
+        stack.push(node.callFrame);
+        if (node.selfSize > 0) {
+          let i = stack.length - 1;
+          while (i >= 0 && !isOwn(stack[i])) i--;
+          const name = i >= 0 ? frameName(stack[i]) : '(V8 and Node internals)';
+          let site = bySite.get(name);
+          if (!site) {
+            const frames = [];
+            for (let j = stack.length - 1; j >= 0 && frames.length < MAX_FRAMES; j--) {
+              if (stack[j].url !== '') frames.push(frameName(stack[j]));
+            }
+            site = { s: name, b: 0, t: frames.join('\n') };
+            bySite.set(name, site);
+          }
+          site.b += node.selfSize;
+        }
+        for (const child of node.children || []) walk(child, stack);
+        stack.pop();
+      };
+      walk(head, []);
+      return Array.from(bySite.values()).sort((a, b) => b.b - a.b).slice(0, MAX_SITES);
+    };
     const sock = path.join(dir, process.pid + '.sock');
     try { fs.unlinkSync(sock); } catch (e) { /* none yet */ }
     const server = net.createServer((conn) => {
@@ -35,22 +90,30 @@
         request += chunk;
         if (request.length > 64) { conn.destroy(); return; }
         if (request.indexOf('\n') < 0) return;
-        let answer;
-        if (request.trim() === 'heap') {
-          const before = v8.getHeapStatistics();
-          gc();
-          const after = v8.getHeapStatistics();
-          answer = {
-            v: 1,
-            pid: process.pid,
-            used_before: before.used_heap_size,
-            used_after: after.used_heap_size,
-            limit: after.heap_size_limit,
-          };
-        } else {
-          answer = { v: 1, pid: process.pid, error: 'unknown request' };
+        if (request.trim() !== 'heap') {
+          conn.end(JSON.stringify({ v: 1, pid: process.pid, error: 'unknown request' }) + '\n');
+          return;
         }
-        conn.end(JSON.stringify(answer) + '\n');
+        const before = v8.getHeapStatistics();
+        gc();
+        const after = v8.getHeapStatistics();
+        const answer = {
+          v: 1,
+          pid: process.pid,
+          used_before: before.used_heap_size,
+          used_after: after.used_heap_size,
+          limit: after.heap_size_limit,
+        };
+        if (!session) {
+          conn.end(JSON.stringify(answer) + '\n');
+          return;
+        }
+        session.post('HeapProfiler.getSamplingProfile', (err, result) => {
+          if (!err && result && result.profile) {
+            try { answer.sites = fold(result.profile.head); } catch (e) { /* heap only */ }
+          }
+          conn.end(JSON.stringify(answer) + '\n');
+        });
       });
     });
     server.on('error', () => {});
