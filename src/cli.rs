@@ -10,6 +10,8 @@ use clap::{Args, Parser, Subcommand};
 #[command(
     name = "leakwatch",
     version,
+    // `leakwatch attach -V` prints the version too, as the man pages list it.
+    propagate_version = true,
     about = "Find memory leaks in long-running Linux processes",
     long_about = "Find memory leaks in long-running Linux processes.\n\n\
         leakwatch samples a process tree from /proc (RSS, PSS, USS, anon/file/shmem, fds, \
@@ -31,7 +33,7 @@ use clap::{Args, Parser, Subcommand};
         leakwatch run --repeat 10 --watch 4242 -- ./client --ping\n  \
         leakwatch attach 4242 --duration 30m\n  \
         leakwatch attach --cgroup /sys/fs/cgroup/memory/myapp --serve 127.0.0.1:9464\n  \
-        leakwatch analyze --prometheus http://prom:9090 --query 'container_memory_working_set_bytes{namespace=\"shop\"}' --range 7d\n  \
+        leakwatch analyze --prometheus http://prom:9090 --query 'process_resident_memory_bytes' --range 7d\n  \
         leakwatch report reports/2026-11-29T18-40-00/"
 )]
 pub struct Cli {
@@ -77,12 +79,18 @@ pub struct RunArgs {
     pub watch: Vec<String>,
 
     /// How often to poll the command's tree for its peak while it runs.
-    #[arg(long, default_value = "50ms", value_name = "DUR")]
+    #[arg(
+        hide_short_help = true,
+        long,
+        default_value = "50ms",
+        value_name = "DUR"
+    )]
     pub interval: String,
 
     /// How long to wait after the command exits before the deep sample, so a
     /// daemon can finish the work the command handed it.
     #[arg(
+        hide_short_help = true,
         long,
         default_value = "500ms",
         value_name = "DUR",
@@ -92,7 +100,7 @@ pub struct RunArgs {
 
     /// Stop a run that takes longer than this (TERM, then KILL after 3s); it
     /// is recorded as failed (timeout) and the session goes on.
-    #[arg(long, value_name = "DUR")]
+    #[arg(hide_short_help = true, long, value_name = "DUR")]
     pub timeout: Option<String>,
 
     /// Find the Python lines whose memory grows run after run: every
@@ -105,7 +113,13 @@ pub struct RunArgs {
 
     /// Frames recorded per allocation with --py-sites (more frames show the
     /// callers, and cost much more on Python 3.11+).
-    #[arg(long, value_name = "N", requires = "py_sites", default_value_t = 1)]
+    #[arg(
+        hide_short_help = true,
+        long,
+        value_name = "N",
+        requires = "py_sites",
+        default_value_t = 1
+    )]
     pub py_frames: usize,
 
     /// Find the C, C++ and Rust call stacks whose memory grows run after
@@ -119,6 +133,7 @@ pub struct RunArgs {
     /// Mean bytes allocated between two samples with --native-sites
     /// (smaller: more accurate, slower).
     #[arg(
+        hide_short_help = true,
         long,
         value_name = "SIZE",
         requires = "native_sites",
@@ -137,6 +152,7 @@ pub struct RunArgs {
     /// more accurate, slower: 1.05x at 256KiB, 1.8x at 32KiB on an
     /// allocation-heavy loop).
     #[arg(
+        hide_short_help = true,
         long,
         value_name = "SIZE",
         requires = "js_sites",
@@ -146,13 +162,13 @@ pub struct RunArgs {
 
     /// Leave the processes the command left behind running at the end
     /// (by default they get TERM, then KILL after 3s).
-    #[arg(long)]
+    #[arg(hide_short_help = true, long)]
     pub keep_survivors: bool,
 
     /// Do not load leakwatch's heap reader into the Node processes the
     /// command starts (by default each gets it through NODE_OPTIONS, and
     /// after each run collects its garbage and gives V8's live heap).
-    #[arg(long, help_heading = "Runtime heaps")]
+    #[arg(hide_short_help = true, long, help_heading = "Runtime heaps")]
     pub no_node_preload: bool,
 
     #[command(flatten)]
@@ -204,6 +220,7 @@ pub struct AttachArgs {
     /// Time between samples, on average: each wait is drawn within ±30% of
     /// it, so a workload that cycles with the same period cannot alias.
     #[arg(
+        hide_short_help = true,
         long,
         default_value = "1s",
         value_name = "DUR",
@@ -211,8 +228,14 @@ pub struct AttachArgs {
     )]
     pub interval: String,
 
-    /// Stop after this long (default: when the target exits or on Ctrl-C).
-    #[arg(long, value_name = "DUR", help_heading = "Sampling")]
+    /// Stop after this long: 90s, 10m, 2h (a bare number is seconds; default:
+    /// when the target exits or on Ctrl-C).
+    #[arg(
+        long,
+        value_name = "DUR",
+        allow_hyphen_values = true,
+        help_heading = "Sampling"
+    )]
     pub duration: Option<String>,
 
     /// Largest fraction of wall time spent walking the target's page tables
@@ -220,6 +243,7 @@ pub struct AttachArgs {
     /// over the whole tree; 0: cheap tier only, no walk at all (no PSS/USS,
     /// no mappings, no stall).
     #[arg(
+        hide_short_help = true,
         long,
         default_value = "0.1%",
         value_name = "PERCENT",
@@ -239,6 +263,7 @@ pub struct AttachArgs {
     /// Mean bytes allocated between two samples with --native-sites
     /// (smaller: more accurate, slower).
     #[arg(
+        hide_short_help = true,
         long,
         value_name = "SIZE",
         requires = "native_sites",
@@ -250,7 +275,7 @@ pub struct AttachArgs {
     /// Hold samples.csv to this many rows: when it fills, every other older
     /// cheap sample is dropped (first, last and deep samples kept) and
     /// sampling slows to half the rate, so the series stays even.
-    #[arg(long, value_name = "ROWS")]
+    #[arg(hide_short_help = true, long, value_name = "ROWS")]
     pub max_samples: Option<u64>,
 
     #[command(flatten)]
@@ -285,6 +310,7 @@ pub struct HeapArgs {
     /// its samples summed over their labels, or a dotted path in expvar
     /// JSON. A name ending in _bytes is a size.
     #[arg(
+        hide_short_help = true,
         long,
         value_name = "NAME",
         requires = "metrics",
@@ -363,21 +389,31 @@ pub struct GateArgs {
 
     /// 'ci': judge the rate's 95% CI (default, never flaky); 'slope': the
     /// rate itself (stricter, flakier).
-    #[arg(long, default_value = "ci", value_name = "RULE")]
+    #[arg(
+        hide_short_help = true,
+        long,
+        default_value = "ci",
+        value_name = "RULE"
+    )]
     pub gate_rule: String,
 
     /// What a check whose interval contains the limit does: 'pass' (default:
     /// the data do not show the limit exceeded; it is reported as undecided
     /// with the rerun that would decide it) or 'fail' (strict pipelines).
-    #[arg(long, default_value = "pass", value_name = "pass|fail")]
+    #[arg(
+        hide_short_help = true,
+        long,
+        default_value = "pass",
+        value_name = "pass|fail"
+    )]
     pub undecided: String,
 
     /// Write the gate's result as JUnit XML (one test case per check).
-    #[arg(long, value_name = "FILE")]
+    #[arg(hide_short_help = true, long, value_name = "FILE")]
     pub junit: Option<PathBuf>,
 
     /// Also write summary.json to FILE, to commit as a baseline for `check`.
-    #[arg(long, value_name = "FILE")]
+    #[arg(hide_short_help = true, long, value_name = "FILE")]
     pub save_baseline: Option<PathBuf>,
 }
 
@@ -450,12 +486,18 @@ pub struct ServeArgs {
 
     /// Allow --serve on an address other than loopback (the metrics name
     /// processes and their command names).
-    #[arg(long, requires = "serve")]
+    #[arg(hide_short_help = true, long, requires = "serve")]
     pub serve_public: bool,
 
     /// Export at most this many processes (the largest by RSS) per scrape;
     /// series and fits are always exported.
-    #[arg(long, default_value_t = 50, value_name = "N", requires = "serve")]
+    #[arg(
+        hide_short_help = true,
+        long,
+        default_value_t = 50,
+        value_name = "N",
+        requires = "serve"
+    )]
     pub export_top: usize,
 }
 
@@ -546,7 +588,7 @@ pub struct ManArgs {
 pub struct AnalysisArgs {
     /// Leading runs (or samples) to leave out as warm-up; default: detect
     /// (at most one, a first step far above the later ones).
-    #[arg(long, value_name = "K")]
+    #[arg(hide_short_help = true, long, value_name = "K")]
     pub warmup: Option<usize>,
 
     /// Project when the main series reaches this size, e.g. '2GiB'.

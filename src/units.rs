@@ -186,6 +186,13 @@ pub fn format_sig3(v: f64) -> String {
     format!("{v:.decimals$}")
 }
 
+/// `n` and its noun, singular or plural: `1 run`, `10 runs`, `1 process`,
+/// `3 processes` (`many` is the plural).
+pub fn counted(n: impl Into<u64>, one: &str, many: &str) -> String {
+    let n = n.into();
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// A signed count a person reads at a glance: `+2.5`, `+2,000`, `+12.9M`
 /// (below 100 one decimal, below a million whole with thousands
 /// separators, then three significant digits in millions or billions).
@@ -243,6 +250,13 @@ pub fn format_duration(d: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_count_takes_its_nouns_number() {
+        assert_eq!(counted(1u32, "run", "runs"), "1 run");
+        assert_eq!(counted(31u32, "process", "processes"), "31 processes");
+        assert_eq!(counted(0u32, "walk", "walks"), "0 walks");
+    }
 
     #[test]
     fn counts_read_at_a_glance() {

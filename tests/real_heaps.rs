@@ -682,7 +682,7 @@ fn judge_classes(s: &Value, mode: &str, truth: f64) {
         .unwrap()
         .iter()
         .filter_map(|n| n.as_str())
-        .filter(|n| n.contains("class histogram(s)"))
+        .filter(|n| n.contains(" class histogram"))
         .collect();
     real::skip_note(&format!(
         "--jvm-classes {mode}: first {} {} {rate:.0} (truth {truth:.0}); {pauses:?}",

@@ -61,7 +61,8 @@ pub struct Attribution {
     pub processes: Vec<ProcessGrowth>,
     /// Mappings that grew most between the first and last smaps (at most 10).
     pub mappings: Vec<MappingGrowth>,
-    /// One phrase for the terminal: `anon, [anon] +36.0 MiB`.
+    /// One phrase for the terminal: `in anon memory, most in the [heap]
+    /// mapping (+36.0 MiB)`.
     pub summary: String,
 }
 
@@ -83,11 +84,11 @@ pub fn attribute(main: &SeriesFit, fits: &[SeriesFit], samples: &Samples) -> Att
 
     let mut parts = Vec::new();
     if let Some(top) = kinds.first().filter(|k| k.slope > 0.0) {
-        parts.push(top.metric.label().to_string());
+        parts.push(format!("in {} memory", top.metric.label()));
     }
     if let Some(m) = mappings.first().filter(|m| m.growth_bytes > 0) {
         parts.push(format!(
-            "{} {}",
+            "most in the {} mapping ({})",
             m.mapping,
             format_signed_bytes(m.growth_bytes as f64)
         ));
@@ -95,7 +96,7 @@ pub fn attribute(main: &SeriesFit, fits: &[SeriesFit], samples: &Samples) -> Att
     if processes.len() > 1
         && let Some(p) = processes.first()
     {
-        parts.push(format!("mostly pid {} ({})", p.pid, p.comm));
+        parts.push(format!("mainly in pid {} ({})", p.pid, p.comm));
     }
     Attribution {
         series: main.scope,

@@ -12,7 +12,9 @@ use crate::fit::{Attribution, MIN_SLOPE_BYTES, SeriesFit};
 use crate::gate::GateResult;
 use crate::series::{Metric, XAxis};
 use crate::store::{Scope, SiteSource};
-use crate::units::{format_bytes, format_duration, format_signed_bytes, format_signed_count};
+use crate::units::{
+    counted, format_bytes, format_duration, format_signed_bytes, format_signed_count,
+};
 
 /// The report's content, in reading order.
 pub fn document(a: &Analysis, gate: Option<&GateResult>, plots: &[Plot]) -> Vec<Block> {
@@ -60,7 +62,10 @@ fn intro(a: &Analysis) -> Vec<Inline> {
         (Some(cmd), _) => {
             let failed = failed_runs(a);
             let mut parts = vec![
-                text(format!("{} run(s) of ", a.runs.len())),
+                text(format!(
+                    "{} of ",
+                    counted(a.runs.len() as u64, "run", "runs")
+                )),
                 Inline::Code(cmd.clone()),
                 text(format!(" over {}", seconds(a.duration_s))),
             ];
@@ -306,7 +311,7 @@ fn scope_attribution(a: &Analysis, plots: &[Plot], f: &SeriesFit, main: bool) ->
     let at = a.attribution.iter().find(|at| at.series == f.scope);
     if let Some(at) = at {
         if !at.summary.is_empty() {
-            blocks.push(para(vec![text(format!("Mostly: {}.", at.summary))]));
+            blocks.push(para(vec![text(format!("It grows {}.", at.summary))]));
         }
         kinds_table(f, at, &mut blocks);
         let rss = a.fit_of(f.scope, Metric::RssBytes).and_then(|r| r.slope);
@@ -447,8 +452,9 @@ fn where_in_the_code(a: &Analysis, doc: &mut Vec<Block>) {
                 }
             )),
             text(format!(
-                " in {} process(es) of {}; traceback, innermost first:",
-                s.processes, s.scope
+                " in {} of {}; traceback, innermost first:",
+                counted(s.processes as u64, "process", "processes"),
+                s.scope
             )),
         ]));
         doc.push(Block::Code(s.traceback.join("\n") + "\n"));
@@ -544,8 +550,10 @@ fn which_types_grow(a: &Analysis, doc: &mut Vec<Block>) {
         doc.push(para(vec![
             strong(format!("{} leaks", t.name)),
             text(format!(
-                " in {} process(es) of {}: {}.",
-                t.processes, t.scope, t.reason
+                " in {} of {}: {}.",
+                counted(t.processes as u64, "process", "processes"),
+                t.scope,
+                t.reason
             )),
         ]));
     }

@@ -9,7 +9,7 @@ use crate::fit::{DecidedBy, Projection, RateFrom, SeriesFit, Verdict};
 use crate::series::XAxis;
 use crate::store::HeapSource;
 use crate::store::Scope;
-use crate::units::{format_bytes, format_signed_bytes, format_signed_count};
+use crate::units::{counted, format_bytes, format_sig3, format_signed_bytes, format_signed_count};
 
 /// A rate in the unit a person thinks in: per run, or per hour for time.
 pub fn rate(f: &SeriesFit, slope: f64) -> String {
@@ -38,15 +38,34 @@ fn with_ci(f: &SeriesFit, v: Option<f64>, ci: Option<(f64, f64)>) -> Option<Stri
     })
 }
 
-/// `3.7%/run` or `0.41%/h`: the rate the verdict rests on (`judged_rate`, the one the line
-/// shows) in % of the mean level; a summary without that level: the least-squares slope's.
+/// How fast against its size: `3.7% of its size per run`, or over time the
+/// growth across the session, `+104% in 1m00s` — a percentage per hour from
+/// a session of a minute is an extrapolation nobody reads (6260%/h). The
+/// rate is the one the verdict rests on (`judged_rate`) against the mean
+/// level; a summary without that level: the least-squares slope's.
 pub fn pct(f: &SeriesFit) -> Option<String> {
     let of_level = f
         .judged_rate()
         .0
         .filter(|_| f.mean_level > 0.0)
         .map(|rate| rate / f.mean_level * 100.0);
-    Some(f.x.format_pct(of_level.or(f.growth_pct_per_x)?))
+    let per_x = of_level.or(f.growth_pct_per_x)?;
+    Some(match f.x {
+        XAxis::Seconds if f.x_span < 3600.0 => format!(
+            "{}{}% in {}",
+            if per_x >= 0.0 { "+" } else { "" },
+            format_sig3(per_x * f.x_span),
+            human_seconds(f.x_span)
+        ),
+        _ => format!(
+            "{}% of its size per {}",
+            format_sig3(per_x * f.x.per_rate_unit()),
+            match f.x {
+                XAxis::Run => "run",
+                XAxis::Seconds => "hour",
+            }
+        ),
+    })
 }
 
 /// Where x is, for people: `run 15`, or a time since the start.
@@ -95,7 +114,8 @@ fn headline_rate(f: &SeriesFit) -> Option<String> {
     }
 }
 
-/// One line per series: `survivors: leak, +4.00 MiB/run (95% CI …), 3.7%/run, anon`.
+/// One line per series: `survivors anon: leak, +4.00 MiB/run (95% CI …), 3.7% of its
+/// size per run; in anon memory, most in the [heap] mapping (+9.47 MiB)`.
 pub fn verdict_line(a: &Analysis, f: &SeriesFit) -> String {
     let mut line = format!("{} {}: {}", f.scope, a.label(f.metric), f.verdict.as_str());
     if let Some(r) = headline_rate(f) {
@@ -111,7 +131,7 @@ pub fn verdict_line(a: &Analysis, f: &SeriesFit) -> String {
             .find(|at| at.series == f.scope && at.metric == f.metric)
         && !at.summary.is_empty()
     {
-        line.push_str(&format!(", {}", at.summary));
+        line.push_str(&format!("; {}", at.summary));
     }
     match f.verdict {
         Verdict::Plateau => {
@@ -156,7 +176,11 @@ fn session_line(a: &Analysis) -> String {
         .collect();
     match (&a.command_line, a.target_pid) {
         (Some(cmd), _) => {
-            let _ = write!(out, "{} run(s) of `{cmd}`", a.runs.len());
+            let _ = write!(
+                out,
+                "{} of `{cmd}`",
+                counted(a.runs.len() as u64, "run", "runs")
+            );
             if failed.is_empty() {
                 let _ = writeln!(out, ", all exited 0");
             } else {
@@ -185,11 +209,11 @@ pub fn render(a: &Analysis) -> String {
         if f.n > 0 {
             let _ = writeln!(
                 out,
-                "      {} → {} over {} points, {} process(es)",
+                "      {} → {} over {} points, {}",
                 level(f, f.first),
                 level(f, f.last),
                 f.n,
-                f.processes
+                counted(f.processes as u64, "process", "processes")
             );
         }
     }
@@ -218,7 +242,8 @@ pub fn render(a: &Analysis) -> String {
         if recycled > 0 {
             let _ = writeln!(
                 out,
-                "  {recycled} worker(s) ended and were replaced (see report.md)"
+                "  {} ended and were replaced (see report.md)",
+                counted(recycled as u64, "worker", "workers")
             );
         }
     }

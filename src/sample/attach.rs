@@ -458,10 +458,10 @@ impl Session<'_> {
         }
         if self.cost.late_ticks == 0 {
             self.progress.line(&format!(
-                "sampling fell behind by {}: a sweep of {} process(es) took {} \
+                "sampling fell behind by {}: a sweep of {} took {} \
                  (interval {}); samples now come as fast as the tree can be read",
                 format_duration(by),
-                self.cost.processes_last,
+                crate::units::counted(self.cost.processes_last as u64, "process", "processes"),
                 format_duration(self.cost.last_tick_cost),
                 format_duration(self.cost.interval)
             ));
@@ -822,7 +822,11 @@ impl Session<'_> {
             .filter_map(|r| r.rss_bytes)
             .sum();
         let elapsed = self.started.elapsed();
-        let now = format!("{processes} process(es), RSS {}", format_bytes(rss as f64));
+        let now = format!(
+            "{}, RSS {}",
+            crate::units::counted(processes as u64, "process", "processes"),
+            format_bytes(rss as f64)
+        );
         // The bar shows the elapsed time itself: it says what is left.
         self.progress.status(&match self.plan.duration {
             Some(d) => format!(
@@ -868,8 +872,9 @@ impl Session<'_> {
             .filter(|d| !d.as_os_str().is_empty())
             .unwrap_or(std::path::Path::new("."));
         format!(
-            "sampling {what}: {processes} process(es) every {} {until}; reports go to {}/ \
+            "sampling {what}: {} every {} {until}; reports go to {}/ \
              at the end; Ctrl-C stops early and still writes them",
+            crate::units::counted(processes as u64, "process", "processes"),
             format_duration(self.plan.interval),
             dir.display()
         )

@@ -309,7 +309,7 @@ fn attach_says_what_it_samples_within_a_second_without_a_terminal() {
         for needle in [
             pid.as_str(),
             "leakwatch-fixt",
-            "1 process(es)",
+            "1 process every",
             "every 1.0s",
             until,
             out.to_str().unwrap(),

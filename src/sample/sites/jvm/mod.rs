@@ -181,10 +181,10 @@ impl JvmClasses {
             .iter()
             .filter_map(|((pid, _), k)| match k {
                 Known::Jvm(a) if a.answers > 0 => Some(format!(
-                    "--jvm-classes: {pid} ({}): {} class histogram(s), the longest {:.0} ms, \
+                    "--jvm-classes: {pid} ({}): {}, the longest {:.0} ms, \
                      {:.1} s in all",
                     a.comm,
-                    a.answers,
+                    crate::units::counted(a.answers, "class histogram", "class histograms"),
                     a.longest.as_secs_f64() * 1000.0,
                     a.total.as_secs_f64()
                 )),
