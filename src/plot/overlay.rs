@@ -106,23 +106,24 @@ fn band_polygon(
     upper.chain(lower).collect()
 }
 
-/// "95% CI: 4.40 to 4.90 MiB per run": both bounds in one unit.
+/// "95% CI: +4.40 to +4.90 MiB per run": both bounds in one unit, signed
+/// as the text signs rates.
 fn band_label(lo: f64, hi: f64, y_unit: YUnit, per: &str) -> String {
+    let signed = |v: f64| {
+        let s = layout::sig3(v);
+        if v > 0.0 { format!("+{s}") } else { s }
+    };
     match y_unit {
         YUnit::Bytes => {
             let u = layout::byte_unit_for(lo.abs().max(hi.abs()));
             format!(
                 "95% CI: {} to {} {} per {per}",
-                layout::sig3(lo / u.factor),
-                layout::sig3(hi / u.factor),
+                signed(lo / u.factor),
+                signed(hi / u.factor),
                 u.name
             )
         }
-        YUnit::Count => format!(
-            "95% CI: {} to {} per {per}",
-            layout::sig3(lo),
-            layout::sig3(hi)
-        ),
+        YUnit::Count => format!("95% CI: {} to {} per {per}", signed(lo), signed(hi)),
     }
 }
 

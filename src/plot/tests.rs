@@ -428,7 +428,7 @@ fn svg_labels_axis_with_unit_and_fit() {
     assert!(svg.contains("PSS (MiB)"));
     assert!(svg.contains("warm-up"));
     assert!(svg.contains("fit: +4.67 MiB per run"));
-    assert!(svg.contains("95% CI: 4.40 to 4.90 MiB per run"));
+    assert!(svg.contains("95% CI: +4.40 to +4.90 MiB per run"));
     let huge = line_chart_svg(&edge_line_charts()[5]).unwrap();
     assert!(huge.contains("PSS (GiB)"));
 }

@@ -210,7 +210,7 @@ mod tests {
             "leak <&> \"quoted\"",
             "PSS (MiB)",
             "fit: +4.67 MiB per run",
-            "95% CI: 4.40 to 4.90 MiB per run",
+            "95% CI: +4.40 to +4.90 MiB per run",
             "…/x86_64-linux-gnu/libpython3.11.so.1.0",
             "1 10 11 111 1.5 0.25 1024 -0",
             "AVAVA Te To Yo LT WAW fi fl ff",
