@@ -12,14 +12,11 @@ mod real;
 
 use std::process::{Command, Stdio};
 
-/// Run by hand (`cargo test --test real_pysites -- --ignored`): about one
-/// try in eight the site is judged by its summed series (+650 KiB/run), not
-/// per task. The per-task rule wants a quarter of the steps in the later
-/// half of each worker's observed life; a worker that took its 4 sampled
-/// tasks early and then sat idle until recycled (its turns went to the other
-/// worker) has none there: 2 of 12 steps late in a failing try, 1 MiB each.
+/// Workers that take their tasks early and then idle until recycled (their
+/// turns went to the other worker) are still judged per task: they step
+/// again within their lives, and new workers step to the session's end
+/// (`workers::leaking_steps`).
 #[test]
-#[ignore = "the per-task rule misses a recycled pool's leak when workers idle after their tasks (1 try in 8): run with --ignored"]
 fn real_gunicorn_pool_leaking_line_and_type_are_found_in_recycled_workers() {
     let Some(_) = real::venv_bin("gunicorn") else {
         return;

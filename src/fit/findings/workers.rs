@@ -40,6 +40,10 @@ pub(crate) struct TaskSteps {
     /// worker's observed life.
     pub steps: usize,
     pub late: usize,
+    /// Steps that were not their worker's first (a worker that stepped
+    /// again), and steps in the later half of the whole session.
+    pub repeats: usize,
+    pub session_late: usize,
 }
 
 /// The steps up between consecutive runs of each worker that stand clear
@@ -48,13 +52,18 @@ pub(crate) struct TaskSteps {
 /// are seen and the workers' net growth accounts for at least half of them
 /// (steps that fall back again are churn, not tasks leaving memory behind).
 pub(crate) fn task_steps(lives: &[Vec<(f64, f64)>], floor: f64) -> Option<TaskSteps> {
-    let mut deltas: Vec<(f64, bool)> = Vec::new();
+    // (change, in the later half of its worker's changes, x, worker).
+    let mut deltas: Vec<(f64, bool, f64, usize)> = Vec::new();
     let mut net = 0.0;
-    for pts in lives.iter().filter(|p| p.len() >= 2) {
+    let xs = lives.iter().flatten().map(|p| p.0);
+    let (first_x, last_x) = xs.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| {
+        (a.min(x), b.max(x))
+    });
+    let session_mid = (first_x + last_x) / 2.0;
+    for (worker, pts) in lives.iter().enumerate().filter(|(_, p)| p.len() >= 2) {
         let n = pts.len() - 1;
         for (i, w) in pts.windows(2).enumerate() {
-            // Later half of the changes this worker showed.
-            deltas.push((w[1].1 - w[0].1, 2 * i >= n));
+            deltas.push((w[1].1 - w[0].1, 2 * i >= n, w[1].0, worker));
         }
         net += pts[n].1 - pts[0].1;
     }
@@ -63,7 +72,12 @@ pub(crate) fn task_steps(lives: &[Vec<(f64, f64)>], floor: f64) -> Option<TaskSt
     let mut down: Vec<f64> = deltas.iter().filter(|d| d.0 < 0.0).map(|d| -d.0).collect();
     let noise = 1.4826 * stats::median(&mut down).unwrap_or(0.0);
     let clear = floor.max(5.0 * noise);
-    let steps: Vec<(f64, bool)> = deltas.into_iter().filter(|d| d.0 > clear).collect();
+    let steps: Vec<(f64, bool, f64, usize)> = deltas.into_iter().filter(|d| d.0 > clear).collect();
+    let workers_stepping = steps
+        .iter()
+        .map(|d| d.3)
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
     let total: f64 = steps.iter().map(|d| d.0).sum();
     if steps.len() < 3 || net < 0.5 * total {
         return None;
@@ -78,16 +92,24 @@ pub(crate) fn task_steps(lives: &[Vec<(f64, f64)>], floor: f64) -> Option<TaskSt
         ci: (mean - half, mean + half),
         steps: steps.len(),
         late: steps.iter().filter(|d| d.1).count(),
+        repeats: steps.len() - workers_stepping,
+        session_late: steps.iter().filter(|d| d.2 > session_mid).count(),
     })
 }
 
 /// Task steps that make a leak: at least three, their CI above the
-/// threshold, and still coming late in the workers' lives (a quarter of
-/// them at least in each life's later half).
+/// threshold, and still coming: a quarter of them at least in the later
+/// half of their workers' lives, or — a pool whose workers take their tasks
+/// early and idle until recycled — a quarter of them a worker's second or
+/// later step and a quarter in the later half of the session. What either
+/// rules out is growth that stops in every worker: a first task's one-off
+/// allocation (no worker steps twice) or a cache each worker fills early
+/// and keeps (no step late in a life, nor in the session).
 pub(crate) fn leaking_steps(lives: &[Vec<(f64, f64)>], threshold: f64) -> Option<TaskSteps> {
     let steps = task_steps(lives, threshold)?;
-    let keeps_growing = steps.late * 4 >= steps.steps && steps.late >= 1;
-    (steps.ci.0 > threshold && keeps_growing).then_some(steps)
+    let late_in_lives = steps.late * 4 >= steps.steps && steps.late >= 1;
+    let again_and_late = steps.repeats * 4 >= steps.steps && steps.session_late * 4 >= steps.steps;
+    (steps.ci.0 > threshold && (late_in_lives || again_and_late)).then_some(steps)
 }
 
 /// A leak in the workers: growth within each worker's life, pooled over
@@ -220,6 +242,25 @@ mod tests {
         let lives = vec![life(1, &warm, 3.0), life(2, &warm, 3.0)];
         let s = task_steps(&lives, 64.0 * 1024.0).unwrap();
         assert_eq!(s.late, 0, "{s:?}");
+        // Both stepped twice, but only at the session's start: a cache.
+        assert_eq!(s.repeats, 2, "{s:?}");
+        assert_eq!(leaking_steps(&lives, 64.0 * 1024.0), None);
+    }
+
+    #[test]
+    fn workers_stepping_early_then_idling_until_recycled_still_leak() {
+        // Recycled workers that each take three tasks at once and then idle:
+        // no step late in any life, but every worker steps again and new
+        // workers keep stepping to the session's end.
+        let busy = [true, true, true, false, false, false, false, false];
+        let lives: Vec<_> = (0..4).map(|k| life(1 + 8 * k, &busy, 1.0)).collect();
+        let s = leaking_steps(&lives, 64.0 * 1024.0).unwrap();
+        assert_eq!(s.late, 0, "{s:?}");
+        assert_eq!(s.repeats, 8, "{s:?}");
+        // A one-off first-task step in each recycled worker is no leak.
+        let once = [true, false, false, false, false, false, false, false];
+        let lives: Vec<_> = (0..4).map(|k| life(1 + 8 * k, &once, 1.0)).collect();
+        assert_eq!(leaking_steps(&lives, 64.0 * 1024.0), None);
     }
 
     #[test]
