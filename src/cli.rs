@@ -144,8 +144,9 @@ pub struct RunArgs {
     /// Find the JavaScript functions whose memory grows run after run:
     /// every Node process the command starts runs V8's sampling heap
     /// profiler from its start (through leakwatch's preload: no port) and
-    /// reports its live sampled bytes by function after each run.
-    #[arg(long, conflicts_with = "no_node_preload")]
+    /// reports its live sampled bytes by function after each run (a
+    /// --watch'ed one through its inspector, with --node-inspector).
+    #[arg(long)]
     pub js_sites: bool,
 
     /// Mean bytes allocated between two samples with --js-sites (smaller:
@@ -271,6 +272,24 @@ pub struct AttachArgs {
         help_heading = "Sampling"
     )]
     pub native_interval: String,
+
+    /// Find the JavaScript functions whose memory grows while attached
+    /// (with --node-inspector): V8's sampling heap profiler runs from the
+    /// attach and is read after each full collection; growth counts from the
+    /// attach.
+    #[arg(long, requires = "node_inspector", help_heading = "Sampling")]
+    pub js_sites: bool,
+
+    /// Mean bytes allocated between two samples with --js-sites.
+    #[arg(
+        hide_short_help = true,
+        long,
+        value_name = "SIZE",
+        requires = "js_sites",
+        default_value = "256KiB",
+        help_heading = "Sampling"
+    )]
+    pub js_interval: String,
 
     /// Hold samples.csv to this many rows: when it fills, every other older
     /// cheap sample is dropped (first, last and deep samples kept) and

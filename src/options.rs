@@ -318,13 +318,7 @@ impl RunOptions {
                     .transpose()?,
                 keep_survivors: args.keep_survivors,
                 node_preload: !args.no_node_preload,
-                js_sites: args
-                    .js_sites
-                    .then(|| match parse_size(&args.js_interval) {
-                        Ok(n) if (1024..=1 << 30).contains(&n) => Ok(n),
-                        _ => Err(OptionsError::JsInterval(args.js_interval.clone())),
-                    })
-                    .transpose()?,
+                js_sites: js_interval(args.js_sites, &args.js_interval)?,
                 metrics: metrics_url(&args.heaps)?,
                 gauge: gauge_name(&args.heaps)?,
                 node_inspector: args.heaps.node_inspector,
@@ -385,6 +379,7 @@ impl AttachOptions {
                 gauge: gauge_name(&args.heaps)?,
                 node_inspector: args.heaps.node_inspector,
                 jvm_classes: args.heaps.jvm_classes,
+                js_sites: js_interval(args.js_sites, &args.js_interval)?,
                 interval,
                 duration,
                 deep_budget,
@@ -623,6 +618,15 @@ fn size(flag: &'static str, value: Option<&str>) -> Result<Option<u64>, OptionsE
 
 /// `--native-interval`: at least 1 KiB (smaller costs an unwind every few
 /// allocations) and at most 1 GiB.
+/// `--js-interval`, when `--js-sites` is given.
+fn js_interval(on: bool, text: &str) -> Result<Option<u64>, OptionsError> {
+    on.then(|| match parse_size(text) {
+        Ok(n) if (1024..=1 << 30).contains(&n) => Ok(n),
+        _ => Err(OptionsError::JsInterval(text.to_string())),
+    })
+    .transpose()
+}
+
 fn native_interval(text: &str) -> Result<u64, OptionsError> {
     match parse_size(text) {
         Ok(n) if (1024..=1 << 30).contains(&n) => Ok(n),

@@ -713,6 +713,9 @@ fn judge_classes(s: &Value, mode: &str, truth: f64) {
 /// after a forced collection), measured on a server of the same program the
 /// test runs alone. Must hold: `rememberSession` is the first JavaScript
 /// site, a leak, within 25% of the truth per run; `buildScratch` no leak.
+/// Then attached (`--node-inspector --js-sites`, 60 s under load, at
+/// 64 KiB so that a minute holds about 150 samples): the same function
+/// first, a leak, within 25% of the truth per hour.
 #[test]
 fn real_js_sites_name_the_keeping_function() {
     let Some(node) = real::need("node") else {
@@ -786,4 +789,67 @@ fn real_js_sites_name_the_keeping_function() {
         !real::wait_port(port, Duration::from_millis(200)),
         "the server the run started was stopped with the session"
     );
+    js_sites_attached(&node, &program);
+}
+
+/// `attach --node-inspector --js-sites` of a server keeping 1,000 sessions
+/// per request at about 4 requests a second.
+fn js_sites_attached(node: &Path, program: &Path) {
+    let _port = INSPECTOR_PORT.lock().unwrap_or_else(|e| e.into_inner());
+    let port = real::free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(node);
+    cmd.arg("--expose-gc")
+        .arg(program)
+        .args([port.to_string().as_str(), "1000"]);
+    let srv = Server::spawn("sites.js", cmd, port, dir, Duration::from_secs(30), |s| {
+        TcpStream::connect(("127.0.0.1", s.port)).is_ok()
+    });
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                assert!(
+                    client(port, 1)
+                        .stdout(Stdio::null())
+                        .status()
+                        .unwrap()
+                        .success()
+                );
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        })
+    };
+    let t = tempfile::tempdir().unwrap();
+    let out = t.path().join("attach");
+    let (t0, from) = (real::keeper_truth(port), Instant::now());
+    let status = leakwatch()
+        .args(["attach", &srv.pid().to_string(), "--duration", "60s"])
+        .args(["--node-inspector", "--js-sites", "--js-interval", "64KiB"])
+        .args(["--quiet", "--out"])
+        .arg(&out)
+        .status()
+        .unwrap();
+    let truth = (real::keeper_truth(port) - t0) / from.elapsed().as_secs_f64() * 3600.0;
+    stop.store(true, Ordering::Relaxed);
+    load.join().unwrap();
+    assert!(status.code().is_some(), "leakwatch was killed");
+    let s = summary(&out);
+    let sites = s["js_sites"].as_array().expect("js_sites in summary.json");
+    let first = &sites[0];
+    let rate = first["bytes_per_run"].as_f64().unwrap_or(f64::NAN);
+    real::skip_note(&format!(
+        "--js-sites attached: first {} {} {rate:.0} B/h (truth {truth:.0})",
+        first["site"], first["verdict"]
+    ));
+    assert!(
+        first["site"]
+            .as_str()
+            .is_some_and(|n| n.starts_with("rememberSession (")),
+        "{sites:#?}"
+    );
+    assert_eq!(first["verdict"], "leak", "{first:#}");
+    let err = (rate - truth).abs() / truth;
+    assert!(err <= 0.25, "{rate:.0} vs {truth:.0}: {first:#}");
 }

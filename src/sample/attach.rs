@@ -50,6 +50,9 @@ pub struct AttachPlan {
     /// `--jvm-classes`: ask the JVMs followed for their class histograms,
     /// within a pause budget.
     pub jvm_classes: bool,
+    /// `--js-sites`: V8's sampling heap profiler in the inspected Node
+    /// processes, one sample per this many bytes on average.
+    pub js_sites: Option<u64>,
     /// Where the processes are read: /proc, or a fake tree in a test.
     pub root: ProcRoot,
 }
@@ -314,6 +317,9 @@ fn heaps(plan: &AttachPlan) -> Result<Heaps, SampleError> {
     let mut heaps = Heaps::new(plan.root.clone()).with_wait(endpoint_wait(plan.interval));
     if plan.node_inspector {
         heaps = heaps.with_node_inspector(false);
+        if let Some(interval) = plan.js_sites {
+            heaps = heaps.with_js_sites(interval);
+        }
     }
     if let Some(url) = &plan.metrics {
         let endpoint = MetricsEndpoint::new(url)

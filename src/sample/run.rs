@@ -924,6 +924,9 @@ fn heaps(plan: &RunPlan, node: Option<NodePreload>, metrics: Option<MetricsEndpo
     let mut heaps = Heaps::new(plan.root.clone()).with_wait(Duration::from_secs(5));
     if plan.node_inspector {
         heaps = heaps.with_node_inspector(true);
+        if let Some(interval) = plan.js_sites {
+            heaps = heaps.with_js_sites(interval);
+        }
     }
     if let Some(node) = node {
         heaps = heaps.with_node_preload(node);

@@ -13,7 +13,11 @@
 //!    heap); `HeapProfiler.collectGarbage` where the live heap is wanted (a
 //!    full collection: a pause, measured); `Runtime.evaluate` once for the
 //!    heap's limit (`v8.getHeapStatistics().heap_size_limit`).
-//! 4. At the end the inspector is closed again (`inspector.close()`, run
+//! 4. With `--js-sites`: `HeapProfiler.startSampling` at the start, and
+//!    after each full collection `HeapProfiler.getSamplingProfile`, folded
+//!    here into sites (`fold_profile`) as the preload folds it; stopped at
+//!    the end.
+//! 5. At the end the inspector is closed again (`inspector.close()`, run
 //!    from a timer after leakwatch hung up), when leakwatch opened it.
 //!
 //! Every answer is input from another process: frames and messages are
@@ -29,8 +33,9 @@ use serde_json::{Value, json};
 use super::super::procfs::ProcRoot;
 
 /// Longest message taken (a reply of ours is under 200 bytes; an event the
-/// process sends while we wait is skipped, but must fit).
-const MAX_MESSAGE: usize = 1 << 20;
+/// process sends while we wait is skipped, but must fit; a sampling
+/// profile of a large program is a few MiB, ~150 bytes a stack node).
+const MAX_MESSAGE: usize = 16 << 20;
 /// How long one exchange may take; a full collection of a large heap takes
 /// seconds.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -299,7 +304,7 @@ impl Session {
                 0x0..=0x2 => {
                     message.extend_from_slice(&payload);
                     if message.len() > MAX_MESSAGE {
-                        return Err("the inspector sent a message over 1 MiB".into());
+                        return Err("the inspector sent a message over 16 MiB".into());
                     }
                     if fin {
                         return Ok(message);
@@ -330,7 +335,7 @@ impl Session {
             n => u64::from(n),
         };
         if len > MAX_MESSAGE as u64 {
-            return Err("the inspector sent a frame over 1 MiB".into());
+            return Err("the inspector sent a frame over 16 MiB".into());
         }
         let mut mask = [0u8; 4];
         if masked {
@@ -368,20 +373,113 @@ fn base64(bytes: &[u8]) -> String {
 }
 
 /// One read through the inspector.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Reading {
     pub used: u64,
     /// After a full collection, when one was asked.
     pub live: Option<u64>,
     /// How long that collection took, round trip.
     pub pause: Option<Duration>,
+    /// `--js-sites`: the live sampled bytes by site, after that collection.
+    pub sites: Vec<super::node::JsSite>,
+}
+
+/// Most sites kept from one profile (the preload's bound too).
+const MAX_SITES: usize = 200;
+/// Most frames of a site's stack kept.
+const MAX_FRAMES: usize = 8;
+/// Most stack nodes walked in one profile (a hostile or huge tree is cut).
+const MAX_NODES: usize = 1_000_000;
+
+/// Starts V8's sampling heap profiler (`--js-sites`): one sample per
+/// `interval` bytes allocated on average.
+pub fn start_sampling(session: &mut Session, interval: u64) -> Result<(), String> {
+    session
+        .call(
+            "HeapProfiler.startSampling",
+            json!({ "samplingInterval": interval }),
+        )
+        .map(|_| ())
+}
+
+/// `fn (file:line)` of a profile's call frame; `None` for a frame without a
+/// script or of Node's own (`node:`): not the program's code.
+fn own_frame(frame: &Value) -> (String, bool) {
+    let url = frame.get("url").and_then(Value::as_str).unwrap_or("");
+    let function = frame
+        .get("functionName")
+        .and_then(Value::as_str)
+        .filter(|f| !f.is_empty())
+        .unwrap_or("(anonymous)");
+    let line = frame
+        .get("lineNumber")
+        .and_then(Value::as_i64)
+        .unwrap_or(-1)
+        + 1;
+    let file = url.strip_prefix("file://").unwrap_or(url);
+    let name: String = format!("{function} ({file}:{line})")
+        .chars()
+        .take(300)
+        .collect();
+    (name, !url.is_empty() && !url.starts_with("node:"))
+}
+
+/// A sampling profile's tree (`getSamplingProfile`'s `profile.head`) folded
+/// into sites: each node's `selfSize` goes to the innermost frame of the
+/// program's own code on its stack; largest first, at most `MAX_SITES`.
+pub fn fold_profile(head: &Value) -> Vec<super::node::JsSite> {
+    use std::collections::HashMap;
+    let mut by_site: HashMap<String, super::node::JsSite> = HashMap::new();
+    // (node, depth): the stack is rebuilt from the path kept alongside.
+    let mut todo: Vec<(&Value, usize)> = vec![(head, 0)];
+    let mut path: Vec<(String, bool)> = Vec::new();
+    let mut walked = 0;
+    while let Some((node, depth)) = todo.pop() {
+        walked += 1;
+        if walked > MAX_NODES {
+            break;
+        }
+        path.truncate(depth);
+        path.push(own_frame(node.get("callFrame").unwrap_or(&Value::Null)));
+        let size = node.get("selfSize").and_then(Value::as_f64).unwrap_or(0.0);
+        if size.is_finite() && size > 0.0 {
+            let site = path
+                .iter()
+                .rev()
+                .find(|f| f.1)
+                .map_or_else(|| "(V8 and Node internals)".to_string(), |f| f.0.clone());
+            let entry = by_site
+                .entry(site.clone())
+                .or_insert_with(|| super::node::JsSite {
+                    site,
+                    bytes: 0.0,
+                    stack: path
+                        .iter()
+                        .rev()
+                        .filter(|f| !f.0.ends_with(" (:0)"))
+                        .take(MAX_FRAMES)
+                        .map(|f| f.0.as_str())
+                        .collect::<Vec<_>>()
+                        .join("\n"),
+                });
+            entry.bytes += size;
+        }
+        if let Some(children) = node.get("children").and_then(Value::as_array) {
+            todo.extend(children.iter().map(|c| (c, depth + 1)));
+        }
+    }
+    let mut sites: Vec<_> = by_site.into_values().collect();
+    sites.sort_by(|a, b| b.bytes.total_cmp(&a.bytes));
+    sites.truncate(MAX_SITES);
+    sites
 }
 
 /// What the reader thread is asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Request {
-    /// The heap in use, after a full collection when `collect`.
-    Read { collect: bool },
+    /// The heap in use, after a full collection when `collect`; with
+    /// `sites`, the sampling profile after that collection.
+    Read { collect: bool, sites: bool },
     /// Close the inspector (when leakwatch opened it) and hang up.
     Close,
 }
@@ -415,7 +513,7 @@ pub fn heap_limit(session: &mut Session) -> Option<u64> {
 /// Serves one request on `session`.
 pub fn serve(session: &mut Session, request: Request, opened: bool) -> Result<Reading, String> {
     match request {
-        Request::Read { collect } => {
+        Request::Read { collect, sites } => {
             let pause = if collect {
                 let t0 = Instant::now();
                 session.call("HeapProfiler.collectGarbage", json!({}))?;
@@ -429,13 +527,24 @@ pub fn serve(session: &mut Session, request: Request, opened: bool) -> Result<Re
                 .and_then(Value::as_f64)
                 .filter(|v| v.is_finite() && *v >= 0.0)
                 .ok_or("Runtime.getHeapUsage: no usedSize")? as u64;
+            let sites = if sites && collect {
+                let reply = session.call("HeapProfiler.getSamplingProfile", json!({}))?;
+                let head = reply
+                    .pointer("/profile/head")
+                    .ok_or("HeapProfiler.getSamplingProfile: no profile")?;
+                fold_profile(head)
+            } else {
+                Vec::new()
+            };
             Ok(Reading {
                 used,
                 live: collect.then_some(used),
                 pause,
+                sites,
             })
         }
         Request::Close => {
+            let _ = session.call("HeapProfiler.stopSampling", json!({}));
             if opened {
                 // Run from a timer: close() blocks until no session is left,
                 // and this one hangs up right after.
@@ -453,6 +562,7 @@ pub fn serve(session: &mut Session, request: Request, opened: bool) -> Result<Re
                 used: 0,
                 live: None,
                 pause: None,
+                sites: Vec::new(),
             })
         }
     }
@@ -461,6 +571,44 @@ pub fn serve(session: &mut Session, request: Request, opened: bool) -> Result<Re
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_profile_is_folded_by_the_innermost_frame_of_the_programs_code() {
+        let frame = |f: &str, url: &str, line: i64| json!({ "functionName": f, "url": url, "lineNumber": line });
+        let head = json!({
+            "callFrame": frame("(root)", "", -1), "selfSize": 0, "children": [
+                { "callFrame": frame("serve", "file:///app/s.js", 9), "selfSize": 100,
+                  "children": [
+                    { "callFrame": frame("keep", "file:///app/s.js", 20), "selfSize": 4096,
+                      "children": [
+                        { "callFrame": frame("push", "", -1), "selfSize": 1000, "children": [] }
+                      ] },
+                    { "callFrame": frame("emit", "node:events", 470), "selfSize": 50,
+                      "children": [] }
+                  ] },
+                { "callFrame": frame("tick", "node:internal/x", 1), "selfSize": 7,
+                  "children": "not a list" }
+            ]
+        });
+        let sites = fold_profile(&head);
+        assert_eq!(sites[0].site, "keep (/app/s.js:21)");
+        assert_eq!(
+            sites[0].bytes, 5096.0,
+            "the builtin's bytes go to its caller"
+        );
+        assert!(
+            sites[0].stack.starts_with("keep (/app/s.js:21)\nserve"),
+            "{}",
+            sites[0].stack
+        );
+        assert_eq!(sites[1].site, "serve (/app/s.js:10)");
+        assert_eq!(
+            sites[1].bytes, 150.0,
+            "Node's own frames go to the program's caller"
+        );
+        assert_eq!(sites[2].site, "(V8 and Node internals)");
+        assert!(fold_profile(&json!("garbage")).is_empty());
+    }
 
     #[test]
     fn handshake_keys_are_base64() {

@@ -229,6 +229,8 @@ struct Inspected {
     collect_time: std::time::Duration,
     longest: std::time::Duration,
     failing: bool,
+    /// `--js-sites`: V8's sampling heap profiler runs in it.
+    sampling: bool,
 }
 
 impl Inspected {
@@ -239,7 +241,10 @@ impl Inspected {
         let elapsed = self.started.elapsed().as_secs_f64();
         let next = (self.collect_time + self.longest).as_secs_f64();
         let collect = always || self.collections == 0 || next <= COLLECT_BUDGET * elapsed;
-        self.fetcher.ask(inspector::Request::Read { collect });
+        self.fetcher.ask(inspector::Request::Read {
+            collect,
+            sites: self.sampling,
+        });
     }
 
     /// What the session did to the process, for the notes.
@@ -288,6 +293,8 @@ pub struct Heaps {
     collect_always: bool,
     /// (scope, site) whose stack was written (`--js-sites`).
     js_tracebacks: HashSet<(Scope, String)>,
+    /// `attach --js-sites`: the sampling interval for the inspected ones.
+    js_interval: Option<u64>,
 }
 
 impl Heaps {
@@ -303,6 +310,7 @@ impl Heaps {
             node_inspector: false,
             collect_always: false,
             js_tracebacks: HashSet::new(),
+            js_interval: None,
         }
     }
 
@@ -337,6 +345,13 @@ impl Heaps {
     pub fn with_node_inspector(mut self, collect_always: bool) -> Self {
         self.node_inspector = true;
         self.collect_always = collect_always;
+        self
+    }
+
+    /// `--js-sites` for the Node processes read through their inspector:
+    /// V8's sampling heap profiler, one sample per `interval` bytes.
+    pub fn with_js_sites(mut self, interval: u64) -> Self {
+        self.js_interval = Some(interval);
         self
     }
 
@@ -408,7 +423,7 @@ impl Heaps {
                 }) => Some(read_hsperfdata(file, heap, failing, &mut self.buf, row)),
                 Some(Runtime::Inspected(i)) => {
                     i.ask(self.collect_always);
-                    Some(read_inspected(i, self.wait, row))
+                    Some(read_inspected(i, self.wait, row, &mut sites))
                 }
                 _ => self.ask_node(row, &mut sites),
             };
@@ -553,14 +568,8 @@ impl Heaps {
     fn js_site_rows(&mut self, ctx: &Context, process: &Row, site: node::JsSite) -> Vec<Row> {
         let name = crate::escape::inert(&site.site).into_owned();
         let row = |comm: String, bytes: u64| Row {
-            pid: process.pid,
-            ppid: process.ppid,
-            start_time: process.start_time,
-            comm,
-            tier: Tier::Site,
-            site_bytes: Some(bytes),
             site_source: Some(crate::store::SiteSource::JavaScript),
-            ..ctx.row(process.scope)
+            ..super::sites::site_row(ctx, process, comm, bytes)
         };
         let mut rows = Vec::new();
         if self.js_tracebacks.insert((process.scope, name.clone())) {
@@ -599,7 +608,7 @@ impl Heaps {
             && !found.jvm
             && inspector::is_node(&self.root, pid)
         {
-            return inspect(&self.root, row, &who, notes);
+            return inspect(&self.root, row, &who, self.js_interval, notes);
         }
         let Some((path, inode)) = found.hsperfdata else {
             if found.jvm {
@@ -637,7 +646,13 @@ impl Heaps {
 }
 
 /// Opens `pid`'s inspector and starts its reader thread (`--node-inspector`).
-fn inspect(root: &ProcRoot, row: &Row, who: &str, notes: &mut Vec<String>) -> Runtime {
+fn inspect(
+    root: &ProcRoot,
+    row: &Row,
+    who: &str,
+    js_interval: Option<u64>,
+    notes: &mut Vec<String>,
+) -> Runtime {
     let found = match inspector::open(root, row.pid) {
         Ok(found) => found,
         Err(why) => {
@@ -658,6 +673,17 @@ fn inspect(root: &ProcRoot, row: &Row, who: &str, notes: &mut Vec<String>) -> Ru
     };
     let max = inspector::heap_limit(&mut session);
     let opened = found.opened;
+    let sampling = match js_interval.map(|i| inspector::start_sampling(&mut session, i)) {
+        Some(Err(why)) => {
+            notes.push(format!(
+                "--js-sites: the Node process {who}: its sampling heap profiler did not start \
+                 ({why}); its heap is read, its sites are not"
+            ));
+            false
+        }
+        Some(Ok(())) => true,
+        None => false,
+    };
     notes.push(format!(
         "--node-inspector: the Node process {who}: {} its inspector on 127.0.0.1:{} (the \
          process printed \"Debugger listening\" on its stderr); its heap is read there",
@@ -678,6 +704,7 @@ fn inspect(root: &ProcRoot, row: &Row, who: &str, notes: &mut Vec<String>) -> Ru
         collect_time: std::time::Duration::ZERO,
         longest: std::time::Duration::ZERO,
         failing: false,
+        sampling,
     }))
 }
 
@@ -687,11 +714,13 @@ fn read_inspected(
     i: &mut Inspected,
     wait: std::time::Duration,
     row: &Row,
+    sites: &mut Vec<node::JsSite>,
 ) -> (HeapSource, Option<jvm::Figures>, Option<String>) {
     let figures = match i.fetcher.take(wait) {
         None => None,
         Some((_, Ok(r))) => {
             i.failing = false;
+            sites.clone_from(&r.sites);
             if let Some(pause) = r.pause {
                 i.collections += 1;
                 i.collect_time += pause;

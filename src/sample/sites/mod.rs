@@ -94,6 +94,20 @@ pub struct Collected {
     pub notes: Vec<String>,
 }
 
+/// A `Tier::Site` row of `process` for the batch of `ctx`: the site's name
+/// in `comm`, what it holds in `site_bytes`.
+pub(crate) fn site_row(ctx: &Context, process: &Row, comm: String, bytes: u64) -> Row {
+    Row {
+        pid: process.pid,
+        ppid: process.ppid,
+        start_time: process.start_time,
+        comm,
+        tier: crate::store::Tier::Site,
+        site_bytes: Some(bytes),
+        ..ctx.row(process.scope)
+    }
+}
+
 /// The pids with an endpoint (`<pid><suffix>`: a socket `.sock`, a sites
 /// file `.sites`) in a tracer's private directory, ascending.
 fn endpoints(dir: &Path, suffix: &str) -> Vec<u32> {

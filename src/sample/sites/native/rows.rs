@@ -11,7 +11,7 @@ use super::NativeSites;
 use super::file::Snapshot;
 use super::symbols::{NamedFrame, ProcessMaps, Symbolizer};
 use crate::sample::Context;
-use crate::store::{Row, Scope, Tier};
+use crate::store::{Row, Scope};
 /// Frames shown per traceback.
 const MAX_SHOWN_FRAMES: usize = 16;
 
@@ -112,14 +112,8 @@ impl NativeSession {
             }
         }
         let row = |comm: String, bytes: u64, blocks: Option<u64>| Row {
-            pid: process.pid,
-            ppid: process.ppid,
-            start_time: process.start_time,
-            comm,
-            tier: Tier::Site,
-            site_bytes: Some(bytes),
             site_blocks: blocks,
-            ..ctx.row(process.scope)
+            ..crate::sample::sites::site_row(ctx, process, comm, bytes)
         };
         let mut rows = Vec::new();
         for (site, (bytes, samples, frames, _)) in by_site {

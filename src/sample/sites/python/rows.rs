@@ -62,14 +62,8 @@ impl SiteSession {
     /// tracing costs the process.
     fn rows_of(&mut self, ctx: &Context, process: &Row, snapshot: &Snapshot) -> Vec<Row> {
         let row = |comm: String, bytes: u64, blocks: Option<u64>| Row {
-            pid: process.pid,
-            ppid: process.ppid,
-            start_time: process.start_time,
-            comm,
-            tier: Tier::Site,
-            site_bytes: Some(bytes),
             site_blocks: blocks,
-            ..ctx.row(process.scope)
+            ..crate::sample::sites::site_row(ctx, process, comm, bytes)
         };
         let mut rows = vec![row(
             TRACEMALLOC.to_string(),
