@@ -45,6 +45,11 @@ pub struct Summary {
     /// The worst verdict over the followed processes' memory, fds and threads:
     /// `leak`, `inconclusive`, `plateau` or `stable`.
     pub verdict: String,
+    /// The series the verdict is read from, `SERIES:METRIC` as `--gate-on`
+    /// takes it (`survivors:anon_bytes`, `pid:4242:heap_live_bytes`); the
+    /// stderr summary's last line names the same one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdict_series: Option<String>,
     /// Warm-up handling: `auto` (detected per series) or the `--warmup` given.
     pub warmup: WarmupJson,
     /// Every fitted series (scope `name`, `metric`, `x`, slope with its CI, verdict …).
@@ -256,6 +261,9 @@ pub fn summary(a: &Analysis, gate: Option<&GateResult>) -> Summary {
         duration_s: a.duration_s,
         interrupted: a.interrupted,
         verdict: a.verdict.as_str().to_string(),
+        verdict_series: a
+            .verdict_series()
+            .map(|f| format!("{}:{}", f.scope, f.metric.name())),
         warmup: WarmupJson {
             mode: if a.options.warmup.is_some() {
                 "fixed"
