@@ -207,11 +207,19 @@ impl Drop for Trigger {
 
 /// Creates the trigger file, owned by the JVM's user (HotSpot ignores one
 /// owned by anybody else but root).
+///
+/// The directory is the JVM's, so what is at `path` is the process's to
+/// plant: an existing name (a link to another file) is unlinked, never
+/// opened, and the file is created new (`O_EXCL`), so leakwatch never
+/// truncates or gives away a file it did not create.
 fn create_trigger(path: &Path, id: &Identity) -> std::io::Result<Trigger> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
     let file = std::fs::OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
         .custom_flags(libc::O_NOFOLLOW)
         .mode(0o600)
         .open(path)?;
@@ -288,6 +296,27 @@ mod tests {
             Err(AttachError::Garbled(_))
         ));
         assert!(matches!(parse_answer(b""), Err(AttachError::Garbled(_))));
+    }
+
+    #[test]
+    fn a_planted_trigger_name_is_replaced_not_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, b"keep me").unwrap();
+        let trigger = dir.path().join(".attach_pid7");
+        std::fs::hard_link(&victim, &trigger).unwrap();
+        let id = Identity {
+            ns_pid: 7,
+            uid: 12345,
+            gid: 12345,
+            catches_sigquit: true,
+        };
+        let made = create_trigger(&trigger, &id).unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"keep me");
+        use std::os::unix::fs::MetadataExt;
+        assert_ne!(std::fs::metadata(&victim).unwrap().uid(), 12345);
+        drop(made);
+        assert!(!trigger.exists() && victim.exists());
     }
 
     #[test]
