@@ -105,9 +105,10 @@ pub struct RunArgs {
 
     /// Find the Python lines whose memory grows run after run: every
     /// Python process the command starts (daemons it detaches, workers they
-    /// fork) runs tracemalloc through a bootstrap sitecustomize and is asked
-    /// for its allocation sites and its live objects by type after each
-    /// run. Slows allocation-heavy Python code (2–6× at one frame).
+    /// fork) runs tracemalloc through a bootstrap sitecustomize, and a
+    /// --watch'ed one gets it through gdb (as attach --py-sites); each is
+    /// asked for its allocation sites and its live objects by type after
+    /// each run. Slows allocation-heavy Python code (2–6× at one frame).
     #[arg(long)]
     pub py_sites: bool,
 
@@ -260,6 +261,27 @@ pub struct AttachArgs {
     /// permission (the process' user or root).
     #[arg(long, help_heading = "Sampling")]
     pub native_sites: bool,
+
+    /// Find the Python lines and types whose memory grows while attached,
+    /// without a restart: gdb has one of the process' threads run
+    /// leakwatch's bootstrap (tracemalloc from the attach on, live objects
+    /// by type), and the Python processes below it too; growth counts from
+    /// the attach, and the process stops tracing at the end. One PID only;
+    /// needs gdb and ptrace permission (the process' user or root).
+    #[arg(long, help_heading = "Sampling")]
+    pub py_sites: bool,
+
+    /// Frames recorded per allocation with --py-sites (more frames show the
+    /// callers, and cost much more on Python 3.11+).
+    #[arg(
+        hide_short_help = true,
+        long,
+        value_name = "N",
+        requires = "py_sites",
+        default_value_t = 1,
+        help_heading = "Sampling"
+    )]
+    pub py_frames: usize,
 
     /// Mean bytes allocated between two samples with --native-sites
     /// (smaller: more accurate, slower).

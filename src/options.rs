@@ -73,6 +73,11 @@ pub enum OptionsError {
          (`leakwatch attach --native-sites 4242`), not --name, --cgroup or --unit"
     )]
     NativeSitesTarget,
+    #[error(
+        "attach --py-sites enters one process (and the Python processes below it): give its \
+         PID (`leakwatch attach --py-sites 4242`), not --name, --cgroup or --unit"
+    )]
+    PySitesTarget,
     #[error(transparent)]
     Metrics(#[from] crate::sample::heap::MetricsUrlError),
     #[error(
@@ -323,16 +328,7 @@ impl RunOptions {
                 gauge: gauge_name(&args.heaps)?,
                 node_inspector: args.heaps.node_inspector,
                 jvm_classes: args.heaps.jvm_classes,
-                py_sites: args
-                    .py_sites
-                    .then(|| {
-                        if (1..=64).contains(&args.py_frames) {
-                            Ok(args.py_frames)
-                        } else {
-                            Err(OptionsError::PyFrames(args.py_frames))
-                        }
-                    })
-                    .transpose()?,
+                py_sites: py_frames(args.py_sites, args.py_frames)?,
                 native_sites: args
                     .native_sites
                     .then(|| native_interval(&args.native_interval))
@@ -345,6 +341,19 @@ impl RunOptions {
             output: output(&args.output),
         })
     }
+}
+
+/// `--py-sites` with `--py-frames N`: the frames, checked.
+fn py_frames(py_sites: bool, frames: usize) -> Result<Option<usize>, OptionsError> {
+    py_sites
+        .then(|| {
+            if (1..=64).contains(&frames) {
+                Ok(frames)
+            } else {
+                Err(OptionsError::PyFrames(frames))
+            }
+        })
+        .transpose()
 }
 
 impl AttachOptions {
@@ -371,10 +380,15 @@ impl AttachOptions {
         if native_sites.is_some() && !matches!(target, Target::Pid(_)) {
             return Err(OptionsError::NativeSitesTarget);
         }
+        let py_sites = py_frames(args.py_sites, args.py_frames)?;
+        if py_sites.is_some() && !matches!(target, Target::Pid(_)) {
+            return Err(OptionsError::PySitesTarget);
+        }
         Ok(AttachOptions {
             plan: AttachPlan {
                 target,
                 native_sites,
+                py_sites,
                 metrics: metrics_url(&args.heaps)?,
                 gauge: gauge_name(&args.heaps)?,
                 node_inspector: args.heaps.node_inspector,

@@ -76,8 +76,9 @@ pub struct Summary {
     pub failed_runs: Vec<u32>,
     #[serde(default)]
     pub notes: Vec<String>,
-    /// Where in the code (`run --py-sites`): Python allocation sites that
-    /// leak (fastest first), grew and stopped, or hold much. (A summary.json
+    /// Where in the code (`--py-sites`): Python allocation sites that leak
+    /// (fastest first), grew and stopped, or hold much; their rate named for
+    /// its unit ([`SiteFit::named_for_its_unit`]). (A summary.json
     /// written before `native_sites` existed has native sites here too,
     /// `source` `native`.)
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -87,10 +88,10 @@ pub struct Summary {
     /// runtimes, that leak (fastest first), grew and stopped, or hold much.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub native_sites: Vec<NativeSite>,
-    /// Where in JavaScript (`run --js-sites`): functions, each named by the
+    /// Where in JavaScript (`--js-sites`): functions, each named by the
     /// innermost frame of the program's own code, with `site`, `scope`,
-    /// `verdict`, `bytes_per_run` and its `_ci95`, `traceback`, `source`
-    /// `javascript`, as `py_sites` has them.
+    /// `verdict`, `bytes_per_run` and its `_ci95` (`bytes_per_hour` when
+    /// attached), `traceback`, `source` `javascript`, as `py_sites` has them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub js_sites: Vec<SiteFit>,
     /// Which types grow, every runtime's (`runtime`: `python` from
@@ -302,7 +303,7 @@ pub fn summary(a: &Analysis, gate: Option<&GateResult>) -> Summary {
             .sites
             .iter()
             .filter(|s| s.source == SiteSource::Python)
-            .cloned()
+            .map(SiteFit::named_for_its_unit)
             .collect(),
         native_sites: a
             .sites
@@ -314,7 +315,7 @@ pub fn summary(a: &Analysis, gate: Option<&GateResult>) -> Summary {
             .sites
             .iter()
             .filter(|s| s.source == SiteSource::JavaScript)
-            .cloned()
+            .map(SiteFit::named_for_its_unit)
             .collect(),
         types: a.types.clone(),
         py_types: a
@@ -367,6 +368,8 @@ mod tests {
             verdict: Verdict::Leak,
             bytes_per_run: Some(7.2e9),
             bytes_per_run_ci95: Some((6.8e9, 7.6e9)),
+            bytes_per_hour: None,
+            bytes_per_hour_ci95: None,
             bytes_per_task: None,
             bytes_per_task_ci95: None,
             tasks_seen: 0,
@@ -397,6 +400,21 @@ mod tests {
             assert_eq!(json["scope"], "target", "{json:#}");
             let back: NativeSite = serde_json::from_value(json).unwrap();
             assert_eq!(back, wire);
+        }
+    }
+
+    /// A Python or JavaScript site read while attached names its rate per
+    /// hour; a run's keeps the per-run name.
+    #[test]
+    fn a_py_or_js_sites_rate_is_in_a_field_named_for_its_unit() {
+        for (per_hour, field, other) in [
+            (true, "bytes_per_hour", "bytes_per_run"),
+            (false, "bytes_per_run", "bytes_per_hour"),
+        ] {
+            let json = serde_json::to_value(site(per_hour).named_for_its_unit()).unwrap();
+            assert_eq!(json[field], 7.2e9, "{json:#}");
+            assert_eq!(json[format!("{field}_ci95")][0], 6.8e9, "{json:#}");
+            assert!(json[other].is_null(), "{json:#}");
         }
     }
 }

@@ -596,30 +596,10 @@ fn real_node_started_by_the_command_is_read_by_the_preload() {
 /// the attach listener the first started.
 #[test]
 fn real_jvm_classes_name_the_kept_class_per_run_and_attached() {
-    let Some(java) = real::need("java") else {
+    let Some(srv) = class_keeper(&["-Xmx256m"], &[]) else {
         return;
     };
-    let dir = tempfile::Builder::new()
-        .prefix("lw-classes-")
-        .tempdir()
-        .unwrap();
-    let Some(cp) = javac(dir.path(), "runtimes/ClassKeeper.java") else {
-        return;
-    };
-    let port = real::free_port();
-    let mut cmd = Command::new(java);
-    cmd.args(["-XX:+UseG1GC", "-Xmx256m", "-cp"])
-        .arg(cp)
-        .arg("ClassKeeper")
-        .arg(port.to_string());
-    let srv = Server::spawn(
-        "ClassKeeper",
-        cmd,
-        port,
-        dir,
-        Duration::from_secs(60),
-        |s| TcpStream::connect(("127.0.0.1", s.port)).is_ok(),
-    );
+    let port = srv.port;
     assert!(client(port, 20).arg("--churn").status().unwrap().success());
     let t = tempfile::tempdir().unwrap();
 
@@ -669,6 +649,84 @@ fn real_jvm_classes_name_the_kept_class_per_run_and_attached() {
     load.join().unwrap();
     assert!(status.code().is_some(), "leakwatch was killed");
     judge_classes(&summary(&out), "attach", truth);
+}
+
+/// `ClassKeeper` on G1 with the JVM's `options`, its arguments after the
+/// port (sessions kept per request, scratch objects made), ready.
+fn class_keeper(options: &[&str], args: &[&str]) -> Option<Server> {
+    let java = real::need("java")?;
+    let dir = tempfile::Builder::new()
+        .prefix("lw-classes-")
+        .tempdir()
+        .unwrap();
+    let cp = javac(dir.path(), "runtimes/ClassKeeper.java")?;
+    let port = real::free_port();
+    let mut cmd = Command::new(java);
+    cmd.arg("-XX:+UseG1GC")
+        .args(options)
+        .arg("-cp")
+        .arg(cp)
+        .arg("ClassKeeper")
+        .arg(port.to_string())
+        .args(args);
+    Some(Server::spawn(
+        "ClassKeeper",
+        cmd,
+        port,
+        dir,
+        Duration::from_secs(60),
+        |s| TcpStream::connect(("127.0.0.1", s.port)).is_ok(),
+    ))
+}
+
+/// A JVM killed (SIGKILL) while it answers a class histogram (a 200 MiB
+/// heap of small objects takes hundreds of ms to walk): the attached
+/// session ends with the target, soon, with its samples and report
+/// written; it neither hangs on the cut answer nor fails.
+#[test]
+fn real_jvm_killed_mid_histogram_ends_the_session_with_its_samples() {
+    // 20 requests of 145,000 sessions (≈72 bytes each): ≈200 MiB live.
+    let Some(srv) = class_keeper(&["-Xms512m", "-Xmx512m"], &["145000", "0"]) else {
+        return;
+    };
+    assert!(client(srv.port, 20).status().unwrap().success());
+    let pid = srv.pid();
+    let t = tempfile::tempdir().unwrap();
+    let out = t.path().join("attach");
+    let started = Instant::now();
+    let mut session = leakwatch()
+        .args(["attach", &pid.to_string(), "--duration", "60s"])
+        .args(["--jvm-classes", "--quiet", "--out"])
+        .arg(&out)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    // The attach listener's socket appears just before the first request.
+    let socket = format!("/proc/{pid}/root/tmp/.java_pid{pid}");
+    while !Path::new(&socket).exists() && started.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(30));
+    // SAFETY: kill(2) of the JVM this test started.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    let status = session.wait().unwrap();
+    real::skip_note(&format!(
+        "JVM killed mid-histogram: leakwatch ended {:.1} s after it started, {status}",
+        started.elapsed().as_secs_f64()
+    ));
+    assert!(status.code().is_some_and(|c| c <= 1), "{status}");
+    assert!(
+        started.elapsed() < Duration::from_secs(40),
+        "it waited for the duration"
+    );
+    let s = summary(&out);
+    real::skip_note(&format!("notes: {}", s["notes"]));
+    assert!(
+        s["series"].as_array().is_some_and(|a| !a.is_empty()),
+        "{s:#}"
+    );
+    assert!(out.join("samples.csv").exists() && out.join("report.md").exists());
+    drop(srv);
 }
 
 /// The session class first and within tolerance of `truth` (per run, or
@@ -838,7 +896,9 @@ fn js_sites_attached(node: &Path, program: &Path) {
     let s = summary(&out);
     let sites = s["js_sites"].as_array().expect("js_sites in summary.json");
     let first = &sites[0];
-    let rate = first["bytes_per_run"].as_f64().unwrap_or(f64::NAN);
+    // Read while attached: per hour, and named so.
+    assert!(first["bytes_per_run"].is_null(), "{first:#}");
+    let rate = first["bytes_per_hour"].as_f64().unwrap_or(f64::NAN);
     real::skip_note(&format!(
         "--js-sites attached: first {} {} {rate:.0} B/h (truth {truth:.0})",
         first["site"], first["verdict"]

@@ -86,3 +86,227 @@ fn real_gunicorn_pool_leaking_line_and_type_are_found_in_recycled_workers() {
         "{per_task} objects per task, not 300 ± 5%"
     );
 }
+
+/// The daemon's own log (`wall_time kept_bytes` per request): its kept
+/// bytes per hour between `from` and `to` (Unix seconds).
+fn kept_per_hour(log: &std::path::Path, from: f64, to: f64) -> f64 {
+    let points: Vec<(f64, f64)> = std::fs::read_to_string(log)
+        .unwrap()
+        .lines()
+        .filter_map(|l| {
+            let (t, b) = l.split_once(' ')?;
+            Some((t.parse().ok()?, b.parse().ok()?))
+        })
+        .filter(|&(t, _)| (from..=to).contains(&t))
+        .collect();
+    let (first, last) = (points[0], points[points.len() - 1]);
+    (last.1 - first.1) / (last.0 - first.0) * 3600.0
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+/// `attach PID --py-sites` on the daemon, `secs` seconds: the summary, and
+/// the truth over the same time from the daemon's log.
+fn attach_py(pid: u32, secs: u32, log: &std::path::Path) -> (serde_json::Value, f64) {
+    let out = tempfile::tempdir().unwrap();
+    let from = unix_now();
+    let status = Command::new(env!("CARGO_BIN_EXE_leakwatch"))
+        .args(["attach", &pid.to_string(), "--py-sites", "--quiet"])
+        .args(["--duration", &format!("{secs}s"), "--out"])
+        .arg(out.path())
+        .status()
+        .unwrap();
+    let truth = kept_per_hour(log, from, unix_now());
+    assert!(status.code().is_some_and(|c| c <= 1), "{status}");
+    let text = std::fs::read_to_string(out.path().join("summary.json")).unwrap();
+    (serde_json::from_str(&text).unwrap(), truth)
+}
+
+/// The line that keeps leads `py_sites`, a leak within 25% of the daemon's
+/// own count per hour; no other line (the churning one) is called a leak.
+fn assert_keeping_line_first(s: &serde_json::Value, line: &str, truth: f64, what: &str) {
+    let sites = s["py_sites"].as_array().expect("py_sites");
+    let first = &sites[0];
+    let rate = first["bytes_per_hour"].as_f64().unwrap_or(f64::NAN);
+    real::skip_note(&format!(
+        "attach --py-sites ({what}): {} {} {:.3} GB/h, truth {:.3} GB/h",
+        first["site"],
+        first["verdict"],
+        rate / 1e9,
+        truth / 1e9
+    ));
+    assert!(
+        first["site"].as_str().unwrap().ends_with(line),
+        "{line} first? {sites:#?}"
+    );
+    assert_eq!(first["verdict"], "leak", "{first:#}");
+    let err = (rate - truth).abs() / truth;
+    assert!(
+        err <= 0.25,
+        "{what}: {rate} B/h vs {truth}: {:.0}% off",
+        err * 100.0
+    );
+    for other in &sites[1..] {
+        assert_ne!(other["verdict"], "leak", "{other:#}");
+    }
+}
+
+/// `pid`'s tracer (`0`: none).
+fn tracer(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("TracerPid:"))
+        .unwrap_or("0")
+        .trim()
+        .to_string()
+}
+
+/// A child killed when dropped: a failed assertion must not leave the
+/// daemon running (it holds the test harness' output open).
+struct Reaped(std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Whether `pid` runs untraced, not stopped, with `threads` threads
+/// (within 2 s).
+fn assert_left_running(pid: u32, threads: usize) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    assert_eq!(field("TracerPid:"), "0", "{status}");
+    assert!(!field("State:").starts_with(['T', 't']), "{status}");
+    // The answering thread ends just after it answered the detach request.
+    let tasks = || {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .count()
+    };
+    let since = std::time::Instant::now();
+    while tasks() != threads && since.elapsed().as_secs() < 2 {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(tasks(), threads, "the answering thread should have ended");
+}
+
+/// A Python daemon started without leakwatch (a main thread that handles a
+/// request every 50 ms, keeping 100 kB at one line and churning 400 kB at
+/// another; a second thread idle in a queue wait): `attach --py-sites`
+/// names the keeping line, twice in a row and again after a session that
+/// was killed with SIGKILL, and as `run --watch`'s watched process; a
+/// Ctrl-C during the entry ends the session with 130; the daemon runs on
+/// untraced, its answering thread gone after each session.
+#[test]
+fn real_attach_py_sites_names_the_keeping_line_again_and_after_a_kill() {
+    if real::need("gdb").is_none() {
+        return;
+    }
+    let daemon = real::fixture("py_attach_daemon.py");
+    let line = std::fs::read_to_string(&daemon)
+        .unwrap()
+        .lines()
+        .position(|l| l.contains("# KEEP"))
+        .unwrap()
+        + 1;
+    let line = format!("py_attach_daemon.py:{line}");
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("kept.log");
+    let child = Reaped(
+        Command::new(real::python())
+            .arg(&daemon)
+            .args(["--keep", "100000", "--period", "0.05", "--log"])
+            .arg(&log)
+            .spawn()
+            .unwrap(),
+    );
+    let pid = child.0.id();
+    let started = std::time::Instant::now();
+    while std::fs::read_to_string(&log).map_or(0, |t| t.lines().count()) < 10 {
+        assert!(started.elapsed().as_secs() < 30, "the daemon did not start");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let (s, truth) = attach_py(pid, 10, &log);
+    assert_keeping_line_first(&s, &line, truth, "first attach");
+    assert_left_running(pid, 2);
+    let (s, truth) = attach_py(pid, 8, &log);
+    assert_keeping_line_first(&s, &line, truth, "attached again");
+    assert_left_running(pid, 2);
+    // A session killed mid-way leaves its copy running until it notices
+    // (within 5 s); the next attach takes over either way.
+    let out = tempfile::tempdir().unwrap();
+    let mut killed = Command::new(env!("CARGO_BIN_EXE_leakwatch"))
+        .args(["attach", &pid.to_string(), "--py-sites", "--quiet"])
+        .args(["--duration", "60s", "--out"])
+        .arg(out.path())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    killed.kill().unwrap();
+    killed.wait().unwrap();
+    let (s, truth) = attach_py(pid, 8, &log);
+    assert_keeping_line_first(&s, &line, truth, "after a killed session");
+    std::thread::sleep(std::time::Duration::from_secs(6));
+    assert_left_running(pid, 2);
+    // Ctrl-C while gdb is in the process, or just after: it waits until gdb
+    // has left, then the bootstrap detaches; the daemon runs on untraced.
+    for after_ms in [0, 30, 300] {
+        let out = tempfile::tempdir().unwrap();
+        let session = Command::new(env!("CARGO_BIN_EXE_leakwatch"))
+            .args(["attach", &pid.to_string(), "--py-sites", "--quiet"])
+            .args(["--duration", "20s", "--out"])
+            .arg(out.path())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // From when gdb holds the daemon (it is traced) on.
+        let waited = std::time::Instant::now();
+        while tracer(pid) == "0" && waited.elapsed().as_secs() < 20 {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(after_ms));
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(session.id() as i32, libc::SIGINT) };
+        let ended = session.wait_with_output().unwrap();
+        let said = String::from_utf8_lossy(&ended.stderr);
+        assert_eq!(ended.status.code(), Some(130), "{after_ms} ms in: {said}");
+        assert_left_running(pid, 2);
+        let lines = std::fs::read_to_string(&log).unwrap().lines().count();
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let later = std::fs::read_to_string(&log).unwrap().lines().count();
+        assert!(later > lines, "the daemon stopped handling requests");
+    }
+    // `run --watch PID --py-sites` enters the watched daemon the same way.
+    let out = tempfile::tempdir().unwrap();
+    let status = Command::new(env!("CARGO_BIN_EXE_leakwatch"))
+        .args(["run", "--watch", &pid.to_string(), "--py-sites", "--quiet"])
+        .args(["-n", "5", "--out"])
+        .arg(out.path())
+        .args(["--", "sleep", "0.5"])
+        .status()
+        .unwrap();
+    assert!(status.code().is_some_and(|c| c <= 1), "{status}");
+    let text = std::fs::read_to_string(out.path().join("summary.json")).unwrap();
+    let s: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let first = &s["py_sites"][0];
+    assert!(first["site"].as_str().unwrap().ends_with(&line), "{s:#}");
+    assert_eq!(first["verdict"], "leak", "{first:#}");
+    assert!(first["bytes_per_run"].as_f64().unwrap() > 0.0, "{first:#}");
+    assert_left_running(pid, 2);
+    drop(child);
+}

@@ -25,6 +25,7 @@ use crate::options::{
 use crate::output;
 use crate::report::{self, ci, junit};
 use crate::sample::sites::native::NativeAttached;
+use crate::sample::sites::python::attach::PyAttached;
 use crate::sample::{self, Interrupt, Outcome, SampleError};
 use crate::series::{self, Samples};
 use crate::store::{self, Row, SampleWriter, SessionEvent};
@@ -33,7 +34,19 @@ pub fn run(cli: Cli) -> Result<Exit> {
     match cli.command {
         Command::Run(args) => {
             let opts = RunOptions::from_args(&args)?;
+            // `--watch PID --py-sites` enters the watched processes here: a
+            // Ctrl-C meanwhile waits until gdb has left them, then dropping
+            // what was prepared detaches the bootstrap.
+            let entering = Interrupt::install().context("cannot install the Ctrl-C handler")?;
             let mut prepared = sample::prepare(&opts.plan)?;
+            if let Some(signal) = entering.signal() {
+                drop(prepared);
+                eprintln!(
+                    "leakwatch: interrupted while preparing the session; the watched processes \
+                     run on as before; nothing was run or sampled"
+                );
+                return Ok(Exit::Interrupted(signal));
+            }
             check_outputs(&opts.gate)?;
             let dir = new_out_dir(&opts.output)?;
             sample_then_report(
@@ -51,8 +64,10 @@ pub fn run(cli: Cli) -> Result<Exit> {
             let opts = AttachOptions::from_args(&args)?;
             let plan = sample::check_target(&opts.plan)?;
             check_outputs(&opts.gate)?;
-            // The shim goes in before any output exists: a refusal leaves
-            // nothing behind.
+            // The shim and the bootstrap go in before any output exists: a
+            // refusal leaves nothing behind. A Ctrl-C meanwhile waits until
+            // gdb has left the process, then undoes what went in.
+            let entering = Interrupt::install().context("cannot install the Ctrl-C handler")?;
             let mut native = match (plan.native_sites, &plan.target) {
                 (Some(interval), sample::Target::Pid(pid)) => Some(
                     NativeAttached::inject(*pid, interval)
@@ -60,6 +75,23 @@ pub fn run(cli: Cli) -> Result<Exit> {
                 ),
                 _ => None,
             };
+            let mut python = match (plan.py_sites, &plan.target) {
+                (Some(frames), sample::Target::Pid(pid)) if !entering.is_set() => {
+                    Some(PyAttached::inject(*pid, frames).map_err(sample::ResolveError::PyAttach)?)
+                }
+                _ => None,
+            };
+            if let Some(signal) = entering.signal() {
+                return Ok(interrupted_entering(
+                    match plan.target {
+                        sample::Target::Pid(pid) => pid,
+                        _ => 0,
+                    },
+                    native.as_ref(),
+                    python.as_ref(),
+                    signal,
+                ));
+            }
             let server = fleet::serve(opts.serve.as_ref(), &opts.fit, opts.output.quiet)?;
             let dir = new_out_dir(&opts.output)?;
             sample_then_report(
@@ -72,7 +104,14 @@ pub fn run(cli: Cli) -> Result<Exit> {
                     if let Some(server) = &server {
                         writer.set_tap(server.tap());
                     }
-                    sample::attach(&plan, native.as_mut(), writer, interrupt, progress)
+                    sample::attach(
+                        &plan,
+                        native.as_mut(),
+                        python.as_mut(),
+                        writer,
+                        interrupt,
+                        progress,
+                    )
                 },
             )
         }
@@ -83,6 +122,35 @@ pub fn run(cli: Cli) -> Result<Exit> {
         Command::Completions(args) => fleet::completions(&args.shell),
         Command::Man(args) => fleet::man(args.out.as_deref()),
     }
+}
+
+/// A signal came while gdb was in the process (`attach --native-sites`,
+/// `--py-sites`): the bootstrap detaches and the shim stops sampling, and
+/// the session ends before it began, saying so.
+fn interrupted_entering(
+    pid: u32,
+    native: Option<&NativeAttached>,
+    python: Option<&PyAttached>,
+    signal: i32,
+) -> Exit {
+    let mut undone = Vec::new();
+    if let Some(native) = native {
+        native.stop();
+        undone.push("the shim stopped sampling (it stays loaded, forwarding)");
+    }
+    if let Some(python) = python {
+        python.detach();
+        undone.push("the Python bootstrap detached");
+    }
+    let undone = match undone.is_empty() {
+        true => "nothing had gone in yet".to_string(),
+        false => undone.join(", "),
+    };
+    eprintln!(
+        "leakwatch: interrupted while entering process {pid} (the signal waited until gdb had left \
+         it); it runs on as before: {undone}; nothing was sampled"
+    );
+    Exit::Interrupted(signal)
 }
 
 /// Files written at the end of a session (`--junit`, `--save-baseline`)

@@ -32,9 +32,17 @@ pub struct SiteFit {
     /// `file:line` of the innermost user frame.
     pub site: String,
     pub verdict: verdict::Verdict,
-    /// Growth per run pooled over the scope's processes, bytes, with its CI.
+    /// Growth per run pooled over the scope's processes, bytes, with its CI
+    /// (per hour when `per_hour`; summary.json then names them
+    /// `bytes_per_hour`, see [`SiteFit::named_for_its_unit`]).
     pub bytes_per_run: Option<f64>,
     pub bytes_per_run_ci95: Option<(f64, f64)>,
+    /// Growth per hour since the attach, bytes, with its CI: summary.json's
+    /// name for the rate of a site read while attached.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_per_hour: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_per_hour_ci95: Option<(f64, f64)>,
     /// In a pool (several processes hold it): growth per task a process
     /// handled, with its CI, and how many such steps were seen.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -58,6 +66,19 @@ pub struct SiteFit {
     /// the field's name (`native_sites`' `bytes_per_hour`).
     #[serde(skip)]
     pub per_hour: bool,
+}
+
+impl SiteFit {
+    /// As summary.json writes it: a rate per hour (attached) under
+    /// `bytes_per_hour`, not under the per-run name.
+    pub fn named_for_its_unit(&self) -> SiteFit {
+        let mut s = self.clone();
+        if s.per_hour {
+            s.bytes_per_hour = s.bytes_per_run.take();
+            s.bytes_per_hour_ci95 = s.bytes_per_run_ci95.take();
+        }
+        s
+    }
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -179,6 +200,8 @@ pub fn fit_site(s: &SiteSeries, fits: &[SeriesFit], found: &[Finding]) -> SiteFi
         verdict: c.verdict,
         bytes_per_run: rate,
         bytes_per_run_ci95: ci,
+        bytes_per_hour: None,
+        bytes_per_hour_ci95: None,
         bytes_per_task: steps.map(|s| s.per_task),
         bytes_per_task_ci95: steps.map(|s| s.ci),
         tasks_seen: steps.map_or(0, |s| s.steps),

@@ -15,8 +15,10 @@ use super::heap::{Heaps, MetricsEndpoint};
 use super::lifecycle::reaper::Interrupt;
 use super::procfs::{Depth, ProcRoot, Stat};
 use super::rows::{Clock, Context, event_row};
+use super::sites::enter::Stop;
 use super::sites::jvm::JvmClasses;
 use super::sites::native::NativeAttached;
+use super::sites::python::attach::PyAttached;
 use super::targets::{self, Members, Target, TargetError};
 use super::tree::{DeepPass, Member, TargetState, Tree, Walk};
 use super::{Outcome, ResolveError, SampleError, Scoped, sample_scope};
@@ -41,6 +43,9 @@ pub struct AttachPlan {
     /// `--native-sites`: load the sampling allocator shim into the PID,
     /// sampling once per this many bytes.
     pub native_sites: Option<u64>,
+    /// `--py-sites`: run the Python bootstrap in the PID, tracing this many
+    /// frames per allocation.
+    pub py_sites: Option<usize>,
     /// `--metrics URL`: a followed process's own metrics endpoint.
     pub metrics: Option<String>,
     /// `--metric NAME`: a gauge of that endpoint followed as a series.
@@ -194,6 +199,8 @@ struct Session<'a> {
     latest_maps: Vec<Row>,
     /// `--native-sites`: the shim loaded into the target.
     native: Option<&'a mut NativeAttached>,
+    /// `--py-sites`: the Python bootstrap run in the target.
+    python: Option<&'a mut PyAttached>,
     /// The heaps the followed processes' runtimes count, read every tick.
     heaps: Heaps,
     /// `--jvm-classes`: the JVMs' class histograms.
@@ -202,10 +209,13 @@ struct Session<'a> {
 
 /// Samples the target until it exits, `plan.duration` passes or an
 /// interrupt; with `native` (`--native-sites`, the shim already loaded into
-/// the target) its sites too, and the shim stops sampling at the end.
+/// the target) its sites too, and the shim stops sampling at the end; with
+/// `python` (`--py-sites`, the bootstrap already running in the target) its
+/// Python sites and types, and it stops tracing at the end.
 pub fn attach(
     plan: &AttachPlan,
     native: Option<&mut NativeAttached>,
+    python: Option<&mut PyAttached>,
     writer: &mut SampleWriter,
     interrupt: &Interrupt,
     progress: &Progress,
@@ -263,12 +273,14 @@ pub fn attach(
         mapped_first: BTreeSet::new(),
         latest_maps: Vec::new(),
         native,
+        python,
         heaps,
         classes: plan
             .jvm_classes
             .then(|| JvmClasses::new(plan.root.clone(), false)),
     };
     session.native_started()?;
+    session.python_started()?;
     let mut rng = fastrand::Rng::new();
     // Ticks are due at fixed (jittered) times, not a fixed wait after each
     // sweep: a slow sweep shortens the next wait instead of shifting every
@@ -306,6 +318,9 @@ pub fn attach(
     }
     if let Some(native) = session.native.as_deref() {
         native.stop();
+    }
+    if let Some(python) = session.python.as_deref() {
+        python.detach();
     }
     session.finish()?;
     Ok(session.outcome)
@@ -380,6 +395,48 @@ impl Session<'_> {
         self.progress.line(&note);
         self.writer
             .write_batch(&[store::note_row(store::SessionEvent::Note, &note)])?;
+        Ok(())
+    }
+
+    /// `--py-sites`: says how the bootstrap came in (and where it could
+    /// not), on stderr and in the notes.
+    fn python_started(&mut self) -> Result<(), SampleError> {
+        let Some(python) = self.python.as_deref() else {
+            return Ok(());
+        };
+        let mut notes: Vec<String> = python
+            .entered
+            .iter()
+            .map(|(pid, e)| {
+                let how = match e.stop {
+                    Stop::Idle => format!("started by gdb from its thread {}", e.thread),
+                    Stop::Entry => format!(
+                        "queued by gdb from its thread {} at a call to malloc (no thread was \
+                         idle) and started by its main thread",
+                        e.thread
+                    ),
+                };
+                format!(
+                    "--py-sites: the bootstrap runs in {pid}, {how} (the process was stopped \
+                     {:.0} ms); Python sites grow from the attach on",
+                    e.pause.as_secs_f64() * 1000.0
+                )
+            })
+            .collect();
+        notes.extend(
+            python
+                .refused
+                .iter()
+                .map(|(pid, why)| format!("--py-sites: {pid} was not entered: {why}")),
+        );
+        for note in &notes {
+            self.progress.line(note);
+        }
+        let rows: Vec<Row> = notes
+            .iter()
+            .map(|n| store::note_row(store::SessionEvent::Note, n))
+            .collect();
+        self.writer.write_batch(&rows)?;
         Ok(())
     }
 
@@ -576,6 +633,13 @@ impl Session<'_> {
             && native.due(first || done)
         {
             let got = native.collect(ctx, &rows);
+            rows.extend(got.rows);
+            self.outcome.notes.extend(got.notes);
+        }
+        if let Some(python) = self.python.as_deref_mut()
+            && python.due(first || done)
+        {
+            let got = python.collect(ctx, &rows);
             rows.extend(got.rows);
             self.outcome.notes.extend(got.notes);
         }

@@ -150,6 +150,8 @@ pub enum ResolveError {
     PySites(sites::python::PySitesError),
     #[error("--native-sites: {0}")]
     NativeSites(sites::native::NativeSitesError),
+    #[error("--py-sites: {0}")]
+    PyAttach(sites::python::attach::PyAttachError),
     #[error(transparent)]
     NodePreload(heap::node::PreloadError),
     #[error(transparent)]

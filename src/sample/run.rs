@@ -102,7 +102,10 @@ pub fn prepare(plan: &RunPlan) -> Result<Prepared, ResolveError> {
     let program = resolve_program(&name)?;
     let mut sites: Vec<Box<dyn Sites>> = Vec::new();
     if let Some(frames) = plan.py_sites {
-        let python = PythonSites::prepare(frames).map_err(ResolveError::PySites)?;
+        let mut python = PythonSites::prepare(frames).map_err(ResolveError::PySites)?;
+        python
+            .enter_watched(&plan.watch)
+            .map_err(ResolveError::PyAttach)?;
         sites.push(Box::new(python));
     }
     if let Some(interval) = plan.native_sites {

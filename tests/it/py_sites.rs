@@ -214,3 +214,45 @@ fn a_real_librarys_kept_log_records_are_the_type_that_grows() {
         0.05,
     );
 }
+
+/// `attach --py-sites` refuses, before gdb and before any output, a process
+/// that is not CPython and a target that is not one PID, each in one line
+/// that says what to give; the process runs on untraced.
+#[test]
+fn attach_py_sites_refuses_a_process_that_is_not_python_and_a_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut sleeper = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap();
+    let pid = sleeper.id().to_string();
+    let output = leakwatch()
+        .args(["attach", &pid, "--py-sites", "--out"])
+        .arg(tmp.path().join("out"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("is not CPython (its program is ")
+            && stderr.contains("nothing was done to it")
+            && stderr.lines().count() == 1,
+        "{stderr}"
+    );
+    assert!(!tmp.path().join("out").exists());
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    assert!(status.contains("TracerPid:\t0"), "{status}");
+    sleeper.kill().unwrap();
+    sleeper.wait().unwrap();
+    let output = leakwatch()
+        .args(["attach", "--py-sites", "--name", "python3", "--out"])
+        .arg(tmp.path().join("out"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("give its PID (`leakwatch attach --py-sites 4242`)"),
+        "{stderr}"
+    );
+}

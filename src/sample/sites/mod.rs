@@ -45,6 +45,7 @@
 //! allocator shim keeping a file per process) and [`jvm`]
 //! (`--jvm-classes`, each JVM's class histogram through its attach socket).
 
+pub mod enter;
 pub mod jvm;
 pub mod native;
 pub mod python;

@@ -131,7 +131,7 @@ impl Ids {
     fn of(pid: u32) -> Option<Ids> {
         let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
         let fs_id = |key: &str| -> Option<u32> {
-            inject::field(&status, key)?
+            crate::sample::sites::enter::field(&status, key)?
                 .split_ascii_whitespace()
                 .nth(3)?
                 .parse()

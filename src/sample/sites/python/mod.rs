@@ -28,8 +28,11 @@
 //!    answer: the reason ([`Silence`]).
 //! 5. Drop removes D (after the survivors are stopped), unless [`PySites::keep`].
 //!
-//! The wire format is specified in [`wire`] (version 1).
+//! The wire format is specified in [`wire`] (version 1). A process already
+//! running gets the same bootstrap through gdb instead ([`attach`]:
+//! `attach --py-sites`, and the `--watch`ed processes of `run --py-sites`).
 
+pub mod attach;
 mod diagnose;
 mod rows;
 pub mod wire;
@@ -106,6 +109,16 @@ pub enum PySitesError {
          a process' place; it must be yours with mode 700 (chmod 700 {dir})"
     )]
     NotPrivate { dir: PathBuf, uid: u32, mode: u32 },
+    #[error(
+        "cannot hand the --py-sites directory {dir} to process {pid}'s user (uid {uid}): \
+         {source}; run leakwatch as uid {uid}"
+    )]
+    HandDir {
+        pid: u32,
+        uid: u32,
+        dir: PathBuf,
+        source: io::Error,
+    },
 }
 
 /// One process did not deliver a snapshot: an event in the data, not an error
@@ -172,6 +185,9 @@ pub struct SiteReport {
 pub struct PythonSites {
     sites: PySites,
     session: rows::SiteSession,
+    /// `run --watch PID --py-sites`: the watched Python processes the
+    /// bootstrap was run in (`attach`), with how; they detach at the end.
+    entered: Vec<(u32, attach::Entered<()>)>,
 }
 
 impl PythonSites {
@@ -181,7 +197,33 @@ impl PythonSites {
         Ok(PythonSites {
             sites: PySites::prepare(frames)?,
             session: rows::SiteSession::default(),
+            entered: Vec::new(),
         })
+    }
+
+    /// Runs the bootstrap in the watched processes that are CPython (as
+    /// `attach --py-sites` does; the others are left alone): they answer
+    /// after each run as the command's own Python processes do.
+    pub fn enter_watched(&mut self, watched: &[u32]) -> Result<(), attach::PyAttachError> {
+        for &pid in watched {
+            let exe = fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+            if !diagnose::looks_like_python(exe.as_os_str()) {
+                continue;
+            }
+            self.sites.hand_to(pid)?;
+            let entered = attach::enter_one(pid, &self.sites)?;
+            self.entered.push((pid, entered));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for PythonSites {
+    /// The watched processes stop tracing (before D goes).
+    fn drop(&mut self) {
+        for (pid, _) in &self.entered {
+            self.sites.detach(*pid, Duration::from_secs(5));
+        }
     }
 }
 
@@ -197,6 +239,21 @@ impl Sites for PythonSites {
 
     fn collect(&mut self, ctx: &Context, sampled: &[Row], timeout: Duration) -> Collected {
         self.session.collect(&self.sites, ctx, sampled, timeout)
+    }
+
+    /// How the watched processes were entered.
+    fn finish(&mut self) -> Vec<String> {
+        self.entered
+            .iter()
+            .map(|(pid, e)| {
+                format!(
+                    "--py-sites: the bootstrap ran in the watched process {pid} from the start \
+                     of the session (entered by gdb; it was stopped {:.0} ms) and detached at \
+                     its end",
+                    e.pause.as_secs_f64() * 1000.0
+                )
+            })
+            .collect()
     }
 }
 
@@ -286,6 +343,50 @@ impl PySites {
             limits: Limits::default(),
             remove_on_drop: false,
         })
+    }
+
+    /// Gives D and the bootstrap to `pid`'s user when leakwatch runs as
+    /// root and the process as another user (`attach`): it reads the
+    /// bootstrap and creates its endpoint there; root still reads them.
+    pub fn hand_to(&mut self, pid: u32) -> Result<(), PySitesError> {
+        let Ok(status) = fs::read_to_string(format!("/proc/{pid}/status")) else {
+            // Gone: entering it says so next.
+            return Ok(());
+        };
+        // The filesystem ids: the fourth field of Uid: and Gid:.
+        let fs_id = |key: &str| -> Option<u32> {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(key))?
+                .split_ascii_whitespace()
+                .nth(3)?
+                .parse()
+                .ok()
+        };
+        let (Some(uid), Some(gid)) = (fs_id("Uid:"), fs_id("Gid:")) else {
+            return Ok(());
+        };
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        let me = unsafe { libc::geteuid() };
+        if me != 0 || uid == me {
+            return Ok(());
+        }
+        let boot = self.boot_dir();
+        for path in [
+            self.dir.clone(),
+            boot.clone(),
+            boot.join("sitecustomize.py"),
+        ] {
+            std::os::unix::fs::lchown(&path, Some(uid), Some(gid)).map_err(|source| {
+                PySitesError::HandDir {
+                    pid,
+                    uid,
+                    dir: self.dir.clone(),
+                    source,
+                }
+            })?;
+        }
+        Ok(())
     }
 
     /// How many sites each process lists (defaults: [`Limits::default`]).
@@ -420,6 +521,23 @@ impl PySites {
     pub fn keep(mut self) -> PathBuf {
         self.remove_on_drop = false;
         self.dir.clone()
+    }
+
+    /// Asks `pid` to end its session (attached processes): tracing stops
+    /// and its endpoint closes. Best effort: a process gone or silent is
+    /// left as it is (an attached one ends by itself once leakwatch is gone).
+    pub fn detach(&self, pid: u32, timeout: Duration) {
+        let Ok(mut stream) = super::connect(&self.socket_path(pid)) else {
+            return;
+        };
+        let _ = stream.set_write_timeout(Some(timeout));
+        let _ = stream.set_read_timeout(Some(timeout));
+        let request = format!("{{\"version\":{WIRE_VERSION},\"op\":\"detach\"}}\n");
+        if stream.write_all(request.as_bytes()).is_ok() {
+            let _ = stream.shutdown(std::net::Shutdown::Write);
+            // Its answer, bounded; the process detaches after sending it.
+            let _ = stream.take(64 * 1024).read_to_end(&mut Vec::new());
+        }
     }
 
     fn socket_path(&self, pid: u32) -> PathBuf {

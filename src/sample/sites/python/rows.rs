@@ -19,6 +19,9 @@ pub struct SiteSession {
     tracebacks: BTreeSet<(Scope, String)>,
     /// Processes already checked for why they did not answer.
     diagnosed: BTreeSet<u32>,
+    /// `attach --py-sites`: the process entered (the others were not started
+    /// by leakwatch either, and are explained so).
+    attached: Option<u32>,
 }
 
 /// `file:line`, with every control character of the file name (a newline
@@ -28,6 +31,14 @@ fn site_name(frame: &Frame) -> String {
 }
 
 impl SiteSession {
+    /// The session of `attach --py-sites PID`.
+    pub fn attached(pid: u32) -> SiteSession {
+        SiteSession {
+            attached: Some(pid),
+            ..SiteSession::default()
+        }
+    }
+
     /// Asks every instrumented process for its sites after `run`, each
     /// within `timeout`; `sampled` are the rows of this run's deep sample
     /// (which scope each pid is in). Returns the rows, and notes for Python
@@ -123,6 +134,12 @@ impl SiteSession {
             }
             match sites.diagnose(pid) {
                 Silence::NotPython { .. } | Silence::Exited => {}
+                Silence::NotStarted if self.attached.is_some() => notes.push(format!(
+                    "Python process {pid} is not instrumented by --py-sites: leakwatch entered {} \
+                     and the Python processes below it at the attach (and the children they \
+                     fork since); attach to {pid} itself to see its lines",
+                    self.attached.unwrap_or_default()
+                )),
                 why => notes.push(format!(
                     "Python process {pid} is not instrumented by --py-sites: {why}"
                 )),

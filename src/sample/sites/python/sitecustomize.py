@@ -16,6 +16,11 @@ of the command's tree it then:
 5. imports the `sitecustomize` the environment would have imported without
    leakwatch (the next one on sys.path after D/boot), under that name.
 
+`leakwatch attach --py-sites` runs this file in a process already running
+instead (src/sample/sites/python/attach.rs): with `_leakwatch_attach` =
+(D, N, leakwatch's pid) in its globals it only calls `_attach`, which does
+1-4 from then on, and a `detach` request (or its leakwatch gone) undoes them.
+
 Only grouped statistics leave the process (top allocation sites with their
 tracebacks, sizes and counts; on request live objects counted by type, as
 objgraph counts them), never heap contents. The wire format is
@@ -44,6 +49,8 @@ _DEFAULT_FRAMES = 1  # leakwatch always sets LEAKWATCH_PY_FRAMES
 _MAX_REQUEST = 65536
 # A client that connects and sends nothing cannot hold the answering thread longer.
 _IO_TIMEOUT_S = 10.0
+# Attached: how often the answering thread looks whether its leakwatch is alive.
+_OWNER_CHECK_S = 5.0
 _MT_WARNING = r"This process \(pid=\d+\) is multi-threaded, use of fork"
 
 
@@ -73,6 +80,9 @@ class _S(object):
     prev_types = None  # {type name: count} at the previous answer that counted types
     sticky_types = None  # {type name: row} reported before
     untraced = (0, 0)  # tracked objects and their bytes from before tracing started
+    tm_ours = False  # tracemalloc was started here (and is stopped at detach)
+    detach_after = False  # a detach request was answered: stop after sending it
+    owner = 0  # attached: the leakwatch whose session this is (0: started with the program)
 
 
 def _say(msg):
@@ -119,6 +129,15 @@ def _init():
     if not d:
         _say("LEAKWATCH_PY_DIR is not set although the bootstrap is on PYTHONPATH; not instrumented")
         return
+    try:
+        frames = int(os.environ.get("LEAKWATCH_PY_FRAMES", _DEFAULT_FRAMES))
+    except ValueError:
+        frames = _DEFAULT_FRAMES
+    _start(d, frames)
+
+
+def _start(d, frames):
+    """Traces with `frames` frames and answers on d/<pid>.sock."""
     _S.dir = d
     if sys.version_info < (3, 7):
         # Expected, not a failure: no stderr line, only the reason for leakwatch.
@@ -152,10 +171,6 @@ def _init():
     # Captured now, before the program can monkey-patch threads into
     # greenlets (gevent, eventlet): the listener must be a real OS thread.
     _S.start_thread = _thread.start_new_thread
-    try:
-        frames = int(os.environ.get("LEAKWATCH_PY_FRAMES", _DEFAULT_FRAMES))
-    except ValueError:
-        frames = _DEFAULT_FRAMES
     frames = max(1, min(frames, 1000))
     _S.started = _now()
     _S.pid = os.getpid()
@@ -170,6 +185,7 @@ def _init():
         except Exception:
             pass
         _tracemalloc.start(frames)
+        _S.tm_ours = True
     try:
         _listen(_socket)
     except OSError as e:
@@ -194,6 +210,8 @@ def _listen(_socket):
     try:
         s.bind(path)
         s.listen(8)
+        if _S.owner:
+            s.settimeout(_OWNER_CHECK_S)
         _S.sock, _S.path, _S.pid = s, path, pid
         _S.start_thread(_serve, (s, pid, _socket))
     except BaseException:
@@ -287,6 +305,14 @@ def _serve(s, pid, _socket):
     while True:
         try:
             fd, _addr = s._accept()
+        except _socket.timeout:
+            # Attached (the listening socket has a timeout then): a session
+            # whose leakwatch is gone, killed before it could detach, ends
+            # here, so tracing never outlives it.
+            if _S.sock is s and not os.path.exists("/proc/%d" % _S.owner):
+                _detach()
+                return
+            continue
         except Exception as e:
             if _S.sock is s and _S.pid == os.getpid():
                 _say("stopped answering on %s: %s" % (_S.path, e))
@@ -306,6 +332,9 @@ def _serve(s, pid, _socket):
                     os.close(fd)
             except Exception:
                 pass
+        if _S.detach_after:
+            _detach()
+            return
 
 
 def _handle(conn):
@@ -356,8 +385,11 @@ def _answer(req):
         base["error"] = "request version %r not understood (this bootstrap speaks %d)" % (req.get("version"), _VERSION)
     elif op == "ping":
         base["seq"] = _S.seq
+    elif op == "detach":
+        base["detached"] = True
+        _S.detach_after = True
     elif op != "snapshot":
-        base["error"] = "unknown request %r (%s)" % (op, req.get("detail", "expected op snapshot or ping"))
+        base["error"] = "unknown request %r (%s)" % (op, req.get("detail", "expected op snapshot, ping or detach"))
     elif not _S.tm.is_tracing():
         base["error"] = "tracemalloc is not tracing: the program stopped it"
     else:
@@ -937,7 +969,62 @@ def _find_quietly():
 # ---------------------------------------------------------------- entry
 
 
-if _MARK in sys.modules:
+def _attach(d, frames, owner):
+    """Entry of `leakwatch attach --py-sites`, which runs this file in a
+    process already running (through gdb, on one of its threads holding
+    the GIL). An earlier session's copy, left by a leakwatch that was
+    killed or by `run --keep-survivors`, is detached first: growth counts
+    from this attach, answered on this session's directory only. `owner`
+    is the attaching leakwatch's pid: the session ends when it is gone."""
+    old = sys.modules.get(_MARK)
+    stop = getattr(old, "_detach", None)
+    if stop is not None:
+        stop()
+    handle = type(sys)(_MARK)
+    handle._detach = _detach
+    handle.__file__ = _FILE
+    sys.modules[_MARK] = handle
+    _S.owner = owner
+    _start(d, frames)
+
+
+def _detach():
+    """Ends this copy's session: the endpoint closes (waking the answering
+    thread, which then returns), tracemalloc stops if it was started here
+    (its traces freed), and forked children no longer open endpoints."""
+    s, path = _S.sock, _S.path
+    _S.sock = None
+    _S.detach_after = False
+    if _S.tm is not None and _S.tm_ours:
+        try:
+            _S.tm.stop()
+        except Exception:
+            pass
+    _S.tm = None
+    _S.tm_ours = False
+    if s is not None:
+        try:
+            s.shutdown(_S.socket_mod.SHUT_RDWR)
+        except Exception:
+            pass
+        try:
+            s.close()
+        except Exception:
+            pass
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    mine = sys.modules.get(_MARK)
+    if mine is not None and getattr(mine, "_detach", None) is _detach:
+        del sys.modules[_MARK]
+
+
+_ATTACH = globals().get("_leakwatch_attach")
+if _ATTACH is not None:
+    # Run by `leakwatch attach --py-sites` (see _attach), not imported.
+    _attach(*_ATTACH)
+elif _MARK in sys.modules:
     # A second copy, imported by another bootstrap that chains the same way
     # (e.g. ddtrace-run's, which removes its own directory and imports
     # `sitecustomize` again): set up already, only pass the chain on.
