@@ -310,3 +310,44 @@ fn real_attach_py_sites_names_the_keeping_line_again_and_after_a_kill() {
     assert_left_running(pid, 2);
     drop(child);
 }
+
+/// The same daemon without a pause and without a second thread (no thread
+/// is ever idle in a system call): `attach --py-sites` queues the bootstrap
+/// at a call to malloc and its main thread runs it; the keeping line is
+/// found, within 25% of its own count.
+#[test]
+fn real_attach_py_sites_enters_a_busy_python_through_its_main_thread() {
+    if real::need("gdb").is_none() {
+        return;
+    }
+    let daemon = real::fixture("py_attach_daemon.py");
+    let line = std::fs::read_to_string(&daemon)
+        .unwrap()
+        .lines()
+        .position(|l| l.contains("# KEEP"))
+        .unwrap()
+        + 1;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("kept.log");
+    let child = Reaped(
+        Command::new(real::python())
+            .arg(&daemon)
+            .args(["--busy", "--keep", "1000", "--log"])
+            .arg(&log)
+            .spawn()
+            .unwrap(),
+    );
+    let pid = child.0.id();
+    let started = std::time::Instant::now();
+    while std::fs::read_to_string(&log).map_or(0, |t| t.lines().count()) < 3 {
+        assert!(started.elapsed().as_secs() < 30, "the daemon did not start");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let (s, truth) = attach_py(pid, 20, &log);
+    real::skip_note(&format!("busy: {}", s["py_sites"][0]["reason"]));
+    let notes = s["notes"].to_string();
+    assert!(notes.contains("at a call to malloc"), "{notes}");
+    assert_keeping_line_first(&s, &format!("py_attach_daemon.py:{line}"), truth, "busy");
+    assert_left_running(pid, 1);
+    drop(child);
+}

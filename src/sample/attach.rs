@@ -383,10 +383,14 @@ impl Session<'_> {
             return Ok(());
         };
         let i = &native.injected;
+        let at = match i.stop {
+            Stop::Idle => "idle in a system call",
+            Stop::Entry => "at its call to malloc: no thread was idle",
+        };
         let note = format!(
-            "--native-sites: the shim was loaded into {} by gdb from its thread {} (stopped at a \
-             safe point); the process was stopped {:.0} ms; {} GOT entries of the allocation \
-             functions redirected; sites grow from the attach on",
+            "--native-sites: the shim was loaded into {} by gdb from its thread {} ({at}); the \
+             process was stopped {:.0} ms; {} GOT entries of the allocation functions \
+             redirected; sites grow from the attach on",
             native.pid,
             i.thread,
             i.pause.as_secs_f64() * 1000.0,

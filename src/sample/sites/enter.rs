@@ -69,7 +69,10 @@ pub(crate) const IDLE_WAITS: &[&str] = &[
     "sem_wait",
     "sem_timedwait",
 ];
-/// Frames no call may interrupt: the allocator, the loader, fork.
+/// Frames no call may interrupt: the allocator, the loader, fork. At a
+/// function's entry (`SafePoint::busy_entry`) only its callers are looked
+/// at, from `CALLER_FRAMES` on: an allocation wrapper (`g_malloc`) calling
+/// malloc holds none of the allocator's locks.
 const UNSAFE_FRAMES: [&str; 14] = [
     "malloc",
     "free",
@@ -86,6 +89,7 @@ const UNSAFE_FRAMES: [&str; 14] = [
     "dl_iterate_phdr",
     "fork",
 ];
+const CALLER_FRAMES: usize = 8;
 
 /// Why nothing was done to the process; each message names the process
 /// and the fix. `flag` is the option that asked (`--native-sites`,
@@ -442,12 +446,19 @@ impl Gdb {
             // Its own process group: a Ctrl-C meant for leakwatch must not
             // interrupt a call inside the target.
             .process_group(0);
-        // SAFETY: only signal(2), async-signal-safe, between fork and exec.
-        // If leakwatch dies, gdb's writes fail with EPIPE instead of
-        // killing it mid-call; its input at EOF, it detaches and quits.
+        // SAFETY: only signal(2) and sigprocmask(2), async-signal-safe,
+        // between fork and exec. If leakwatch dies, gdb's writes fail with
+        // EPIPE instead of killing it mid-call; its input at EOF, it detaches
+        // and quits. The signals `DeferSignals` blocks in leakwatch are
+        // unblocked in gdb: its SIGINT is how `run_bounded` stops a
+        // `continue` (a Ctrl-C to leakwatch still cannot reach it: its own
+        // process group).
         unsafe {
             command.pre_exec(|| {
                 libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+                let mut none: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut none);
+                libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
                 Ok(())
             });
         }
@@ -634,7 +645,7 @@ impl Gdb {
             };
             let (bt, pc) = self.stack()?;
             // Frame 0 is the function itself: only its callers count.
-            match unsafe_frame(bt.get(1..).unwrap_or_default(), pc, loader, None) {
+            match unsafe_frame(bt.get(1..).unwrap_or_default(), pc, loader, None, true) {
                 Some(why) => seen.push(format!("thread {lwp} {why}")),
                 None => {
                     self.thread = Some(number);
@@ -706,6 +717,7 @@ impl Gdb {
                 pc,
                 loader,
                 (syscall == FUTEX).then_some(point.idle_waits),
+                false,
             ) {
                 Some(why) => seen.push(format!("thread {lwp} {why}")),
                 None => {
@@ -928,7 +940,9 @@ fn unsafe_frame(
     pc: u64,
     loader: (u64, u64),
     futex: Option<&[&str]>,
+    callers: bool,
 ) -> Option<String> {
+    let unsafe_names = &UNSAFE_FRAMES[if callers { CALLER_FRAMES } else { 0 }..];
     let in_loader = |a: u64| (loader.0..loader.1).contains(&a);
     if in_loader(pc) {
         return Some("is in the dynamic loader".into());
@@ -948,7 +962,7 @@ fn unsafe_frame(
             return Some("has a frame in the dynamic loader".into());
         }
         let function = frame_function(line);
-        if let Some(f) = UNSAFE_FRAMES.iter().find(|f| function.contains(**f)) {
+        if let Some(f) = unsafe_names.iter().find(|f| function.contains(**f)) {
             return Some(format!("has a frame in {function} ({f})"));
         }
         waits |= futex.is_some_and(|idle| idle.iter().any(|w| function.contains(w)));
@@ -992,17 +1006,17 @@ mod tests {
             "#2  0x0000559d87fd91ee in main () at attach_leaker.c:63",
         ]);
         assert_eq!(
-            unsafe_frame(&sleeping, 0x7f00, (0x1000, 0x2000), None),
+            unsafe_frame(&sleeping, 0x7f00, (0x1000, 0x2000), None, false),
             None
         );
-        assert!(unsafe_frame(&sleeping, 0x1800, (0x1000, 0x2000), None).is_some());
+        assert!(unsafe_frame(&sleeping, 0x1800, (0x1000, 0x2000), None, false).is_some());
         let handler = bt(&[
             "#0  0x00007f in __GI___poll () from libc.so.6",
             "#1  <signal handler called>",
             "#2  0x0000559d in main ()",
         ]);
         assert!(
-            unsafe_frame(&handler, 0x7f00, (0, 0), None)
+            unsafe_frame(&handler, 0x7f00, (0, 0), None, false)
                 .unwrap()
                 .contains("signal")
         );
@@ -1011,17 +1025,45 @@ mod tests {
             "#1  0x00007f in _int_free () from libc.so.6",
             "#2  0x0000559d in main ()",
         ]);
-        assert!(unsafe_frame(&in_malloc, 0x7f00, (0, 0), Some(IDLE_WAITS)).is_some());
+        assert!(unsafe_frame(&in_malloc, 0x7f00, (0, 0), Some(IDLE_WAITS), false).is_some());
         let cond = bt(&[
             "#0  0x00007f in __futex_abstimed_wait_common () from libc.so.6",
             "#1  0x00007f in ___pthread_cond_wait () from libc.so.6",
             "#2  0x0000559d in worker ()",
         ]);
-        assert_eq!(unsafe_frame(&cond, 0x7f00, (0, 0), Some(IDLE_WAITS)), None);
+        assert_eq!(
+            unsafe_frame(&cond, 0x7f00, (0, 0), Some(IDLE_WAITS), false),
+            None
+        );
         let locked = bt(&[
             "#0  0x00007f in __lll_lock_wait () from libc.so.6",
             "#1  0x55 in main ()",
         ]);
-        assert!(unsafe_frame(&locked, 0x7f00, (0, 0), Some(IDLE_WAITS)).is_some());
+        assert!(unsafe_frame(&locked, 0x7f00, (0, 0), Some(IDLE_WAITS), false).is_some());
+    }
+
+    /// At malloc's entry only the callers count: an allocation wrapper is
+    /// fine, the loader or a signal handler is not.
+    #[test]
+    fn at_a_functions_entry_only_its_callers_are_judged() {
+        let bt = |lines: &[&str]| lines.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let wrapped = bt(&["#1  0x55 in g_malloc ()", "#2  0x55 in main ()"]);
+        assert_eq!(unsafe_frame(&wrapped, 0x7f00, (0, 0), None, true), None);
+        assert!(unsafe_frame(&wrapped, 0x7f00, (0, 0), None, false).is_some());
+        let loading = bt(&["#1  0x7f in _dl_map_object ()", "#2  0x55 in main ()"]);
+        assert!(unsafe_frame(&loading, 0x7f00, (0, 0), None, true).is_some());
+        let handler = bt(&["#1  <signal handler called>", "#2  0x55 in main ()"]);
+        assert!(unsafe_frame(&handler, 0x7f00, (0, 0), None, true).is_some());
+    }
+
+    #[test]
+    fn the_current_thread_is_read_from_gdbs_words() {
+        let line = "[Current thread is 3 (Thread 0x7f54c8c2a740 (LWP 21762))]";
+        assert_eq!(current_thread(line), Some((3, 21762)));
+        assert_eq!(
+            current_thread("[Current thread is 1 (process 7)]"),
+            Some((1, 7))
+        );
+        assert_eq!(current_thread("No thread selected"), None);
     }
 }

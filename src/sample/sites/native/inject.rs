@@ -27,6 +27,8 @@ pub struct Injected {
     pub entries: u32,
     /// The thread (its id) that made the calls.
     pub thread: u32,
+    /// Where it made them: idle in a system call, or at a call to malloc.
+    pub stop: enter::Stop,
 }
 
 /// Loads `shim` into `pid`, its file in `dir` and sampling once per
@@ -55,7 +57,9 @@ pub fn inject(
     let point = SafePoint {
         idle_waits: IDLE_WAITS,
         doing: "the shim is loaded",
-        busy_entry: None,
+        // A process that allocates without pause is entered at malloc's
+        // entry (outside it: dlopen may allocate there).
+        busy_entry: Some("malloc"),
     };
     // glibc's symbols (dlopen, dlsym) and unwind tables; the loader's
     // frames are found by address.
@@ -66,6 +70,7 @@ pub fn inject(
         pause: entered.pause,
         entries: entered.value,
         thread: entered.thread,
+        stop: entered.stop,
     })
 }
 
