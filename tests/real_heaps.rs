@@ -654,8 +654,7 @@ fn real_jvm_classes_name_the_kept_class_per_run_and_attached() {
 
 /// The class-histogram tests, one at a time: the attached one judges a
 /// class on the histograms its 1% pause budget allows in 20 s, and a
-/// heavy JVM beside it slows each histogram, so fewer fit the budget (3
-/// in one CI run: too few to judge).
+/// heavy JVM beside it slows each histogram, so fewer fit the budget.
 static CLASS_HISTOGRAMS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// `ClassKeeper` on G1 with the JVM's `options`, its arguments after the

@@ -7,8 +7,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "support/own_log.rs"]
+mod own_log;
 #[path = "support/real.rs"]
 mod real;
+
+use own_log::{kept_per_hour, unix_now};
 
 use std::process::{Command, Stdio};
 
@@ -87,29 +91,6 @@ fn real_gunicorn_pool_leaking_line_and_type_are_found_in_recycled_workers() {
     );
 }
 
-/// The daemon's own log (`wall_time kept_bytes` per request): its kept
-/// bytes per hour between `from` and `to` (Unix seconds).
-fn kept_per_hour(log: &std::path::Path, from: f64, to: f64) -> f64 {
-    let points: Vec<(f64, f64)> = std::fs::read_to_string(log)
-        .unwrap()
-        .lines()
-        .filter_map(|l| {
-            let (t, b) = l.split_once(' ')?;
-            Some((t.parse().ok()?, b.parse().ok()?))
-        })
-        .filter(|&(t, _)| (from..=to).contains(&t))
-        .collect();
-    let (first, last) = (points[0], points[points.len() - 1]);
-    (last.1 - first.1) / (last.0 - first.0) * 3600.0
-}
-
-fn unix_now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64()
-}
-
 /// `attach PID --py-sites` on the daemon, `secs` seconds: the summary, and
 /// the truth over the same time from the daemon's log.
 fn attach_py(pid: u32, secs: u32, log: &std::path::Path) -> (serde_json::Value, f64) {
@@ -167,14 +148,57 @@ fn tracer(pid: u32) -> String {
         .to_string()
 }
 
-/// A child killed when dropped: a failed assertion must not leave the
-/// daemon running (it holds the test harness' output open).
-struct Reaped(std::process::Child);
+/// `fixtures/real/py_attach_daemon.py`, started without leakwatch with
+/// `args`, once its log has `lines` lines; killed when dropped (a failed
+/// assertion must not leave it running: it holds the harness' output open).
+struct AttachDaemon {
+    child: std::process::Child,
+    pid: u32,
+    /// Its own log: `wall_time kept_bytes` lines.
+    log: std::path::PathBuf,
+    /// `py_attach_daemon.py:N`, the line marked KEEP.
+    line: String,
+    _dir: tempfile::TempDir,
+}
 
-impl Drop for Reaped {
+impl AttachDaemon {
+    fn start(args: &[&str], lines: usize) -> AttachDaemon {
+        let script = real::fixture("py_attach_daemon.py");
+        let keep = std::fs::read_to_string(&script)
+            .unwrap()
+            .lines()
+            .position(|l| l.contains("# KEEP"))
+            .unwrap()
+            + 1;
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("kept.log");
+        let child = Command::new(real::python())
+            .arg(&script)
+            .args(args)
+            .arg("--log")
+            .arg(&log)
+            .spawn()
+            .unwrap();
+        let daemon = AttachDaemon {
+            pid: child.id(),
+            child,
+            log,
+            line: format!("py_attach_daemon.py:{keep}"),
+            _dir: dir,
+        };
+        let started = std::time::Instant::now();
+        while std::fs::read_to_string(&daemon.log).map_or(0, |t| t.lines().count()) < lines {
+            assert!(started.elapsed().as_secs() < 30, "the daemon did not start");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        daemon
+    }
+}
+
+impl Drop for AttachDaemon {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
@@ -217,35 +241,13 @@ fn real_attach_py_sites_names_the_keeping_line_again_and_after_a_kill() {
     if real::need("gdb").is_none() {
         return;
     }
-    let daemon = real::fixture("py_attach_daemon.py");
-    let line = std::fs::read_to_string(&daemon)
-        .unwrap()
-        .lines()
-        .position(|l| l.contains("# KEEP"))
-        .unwrap()
-        + 1;
-    let line = format!("py_attach_daemon.py:{line}");
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("kept.log");
-    let child = Reaped(
-        Command::new(real::python())
-            .arg(&daemon)
-            .args(["--keep", "100000", "--period", "0.05", "--log"])
-            .arg(&log)
-            .spawn()
-            .unwrap(),
-    );
-    let pid = child.0.id();
-    let started = std::time::Instant::now();
-    while std::fs::read_to_string(&log).map_or(0, |t| t.lines().count()) < 10 {
-        assert!(started.elapsed().as_secs() < 30, "the daemon did not start");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    let (s, truth) = attach_py(pid, 10, &log);
-    assert_keeping_line_first(&s, &line, truth, "first attach");
+    let daemon = AttachDaemon::start(&["--keep", "100000", "--period", "0.05"], 10);
+    let (pid, log, line) = (daemon.pid, daemon.log.as_path(), daemon.line.as_str());
+    let (s, truth) = attach_py(pid, 10, log);
+    assert_keeping_line_first(&s, line, truth, "first attach");
     assert_left_running(pid, 2);
-    let (s, truth) = attach_py(pid, 8, &log);
-    assert_keeping_line_first(&s, &line, truth, "attached again");
+    let (s, truth) = attach_py(pid, 8, log);
+    assert_keeping_line_first(&s, line, truth, "attached again");
     assert_left_running(pid, 2);
     // A session killed mid-way leaves its copy running until it notices
     // (within 5 s); the next attach takes over either way.
@@ -259,8 +261,8 @@ fn real_attach_py_sites_names_the_keeping_line_again_and_after_a_kill() {
     std::thread::sleep(std::time::Duration::from_secs(4));
     killed.kill().unwrap();
     killed.wait().unwrap();
-    let (s, truth) = attach_py(pid, 8, &log);
-    assert_keeping_line_first(&s, &line, truth, "after a killed session");
+    let (s, truth) = attach_py(pid, 8, log);
+    assert_keeping_line_first(&s, line, truth, "after a killed session");
     std::thread::sleep(std::time::Duration::from_secs(6));
     assert_left_running(pid, 2);
     // Ctrl-C while gdb is in the process, or just after: it waits until gdb
@@ -286,9 +288,9 @@ fn real_attach_py_sites_names_the_keeping_line_again_and_after_a_kill() {
         let said = String::from_utf8_lossy(&ended.stderr);
         assert_eq!(ended.status.code(), Some(130), "{after_ms} ms in: {said}");
         assert_left_running(pid, 2);
-        let lines = std::fs::read_to_string(&log).unwrap().lines().count();
+        let lines = std::fs::read_to_string(log).unwrap().lines().count();
         std::thread::sleep(std::time::Duration::from_millis(300));
-        let later = std::fs::read_to_string(&log).unwrap().lines().count();
+        let later = std::fs::read_to_string(log).unwrap().lines().count();
         assert!(later > lines, "the daemon stopped handling requests");
     }
     // `run --watch PID --py-sites` enters the watched daemon the same way.
@@ -304,11 +306,11 @@ fn real_attach_py_sites_names_the_keeping_line_again_and_after_a_kill() {
     let text = std::fs::read_to_string(out.path().join("summary.json")).unwrap();
     let s: serde_json::Value = serde_json::from_str(&text).unwrap();
     let first = &s["py_sites"][0];
-    assert!(first["site"].as_str().unwrap().ends_with(&line), "{s:#}");
+    assert!(first["site"].as_str().unwrap().ends_with(line), "{s:#}");
     assert_eq!(first["verdict"], "leak", "{first:#}");
     assert!(first["bytes_per_run"].as_f64().unwrap() > 0.0, "{first:#}");
     assert_left_running(pid, 2);
-    drop(child);
+    drop(daemon);
 }
 
 /// The same daemon without a pause and without a second thread (no thread
@@ -320,34 +322,13 @@ fn real_attach_py_sites_enters_a_busy_python_through_its_main_thread() {
     if real::need("gdb").is_none() {
         return;
     }
-    let daemon = real::fixture("py_attach_daemon.py");
-    let line = std::fs::read_to_string(&daemon)
-        .unwrap()
-        .lines()
-        .position(|l| l.contains("# KEEP"))
-        .unwrap()
-        + 1;
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("kept.log");
-    let child = Reaped(
-        Command::new(real::python())
-            .arg(&daemon)
-            .args(["--busy", "--keep", "1000", "--log"])
-            .arg(&log)
-            .spawn()
-            .unwrap(),
-    );
-    let pid = child.0.id();
-    let started = std::time::Instant::now();
-    while std::fs::read_to_string(&log).map_or(0, |t| t.lines().count()) < 3 {
-        assert!(started.elapsed().as_secs() < 30, "the daemon did not start");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    let (s, truth) = attach_py(pid, 20, &log);
+    let daemon = AttachDaemon::start(&["--busy", "--keep", "1000"], 3);
+    let (pid, log) = (daemon.pid, daemon.log.as_path());
+    let (s, truth) = attach_py(pid, 20, log);
     real::skip_note(&format!("busy: {}", s["py_sites"][0]["reason"]));
     let notes = s["notes"].to_string();
     assert!(notes.contains("at a call to malloc"), "{notes}");
-    assert_keeping_line_first(&s, &format!("py_attach_daemon.py:{line}"), truth, "busy");
+    assert_keeping_line_first(&s, &daemon.line, truth, "busy");
     assert_left_running(pid, 1);
-    drop(child);
+    drop(daemon);
 }

@@ -5,6 +5,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
 
 mod common;
+#[path = "../support/own_log.rs"]
+mod own_log;
 
 mod attach_e2e;
 mod cli;

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::common::*;
+use crate::own_log::{kept_per_hour, unix_now};
 
 /// The shim beside the leakwatch binary under test, built (or found up to
 /// date) once per test process: `cargo test` does not build a cdylib, and a
@@ -1486,27 +1487,4 @@ fn attach_native_sites_enters_a_busy_process_with_and_without_an_idle_thread() {
         assert!(state.starts_with('R'), "{state}");
         assert_eq!((tracer.as_str(), shimmed), ("0", true));
     }
-}
-
-/// `unix_time kept_bytes` lines of a program's own log: its kept bytes per
-/// hour between `from` and `to` (Unix seconds).
-fn kept_per_hour(log: &Path, from: f64, to: f64) -> f64 {
-    let points: Vec<(f64, f64)> = std::fs::read_to_string(log)
-        .unwrap()
-        .lines()
-        .filter_map(|l| {
-            let (t, b) = l.split_once(' ')?;
-            Some((t.parse().ok()?, b.parse().ok()?))
-        })
-        .filter(|&(t, _)| (from..=to).contains(&t))
-        .collect();
-    let (first, last) = (points[0], points[points.len() - 1]);
-    (last.1 - first.1) / (last.0 - first.0) * 3600.0
-}
-
-fn unix_now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64()
 }

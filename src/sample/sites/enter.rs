@@ -133,10 +133,11 @@ pub(crate) struct Target {
 }
 
 impl Target {
+    /// `comm` is the process' own text: shown escaped.
     pub(crate) fn new(pid: u32, flag: &'static str) -> Target {
         Target {
             pid,
-            comm: comm(pid),
+            comm: crate::escape::inert(&comm(pid)).into_owned(),
             flag,
         }
     }
@@ -303,6 +304,31 @@ pub(crate) fn preflight(target: &Target) -> Result<(), InjectError> {
         )));
     }
     Ok(())
+}
+
+/// A process' filesystem uid and gid (the rights it creates and opens files with).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Ids {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl Ids {
+    /// `pid`'s, from the fourth field of its status' Uid: and Gid: lines.
+    pub(crate) fn of(pid: u32) -> Option<Ids> {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let fs_id = |key: &str| -> Option<u32> {
+            field(&status, key)?
+                .split_ascii_whitespace()
+                .nth(3)?
+                .parse()
+                .ok()
+        };
+        Some(Ids {
+            uid: fs_id("Uid:")?,
+            gid: fs_id("Gid:")?,
+        })
+    }
 }
 
 /// The value of a `/proc/PID/status` line (`Uid:`, `State:` …), trimmed.
@@ -889,23 +915,21 @@ pub(crate) fn first_line(text: &str, containing: &str) -> String {
 /// libthread_db gdb writes `1    LWP 4242 "name" …`, or `process 4242` for
 /// a process of one thread.
 fn thread_line(line: &str) -> Option<(u32, u32)> {
-    let line = line.trim_start().trim_start_matches('*').trim_start();
-    let number = line.split_ascii_whitespace().next()?.parse().ok()?;
-    let lwp = line
-        .split_once("LWP ")
-        .or_else(|| line.split_once("process "))?
-        .1;
-    let digits = lwp.find(|c: char| !c.is_ascii_digit()).unwrap_or(lwp.len());
-    Some((number, lwp[..digits].parse().ok()?))
+    number_and_lwp(line.trim_start().trim_start_matches('*').trim_start())
 }
 
 /// `[Current thread is 3 (Thread 0x7f… (LWP 4243))]` → (3, 4243).
 fn current_thread(line: &str) -> Option<(u32, u32)> {
-    let rest = line.split_once("Current thread is ")?.1;
-    let number = rest.split_ascii_whitespace().next()?.parse().ok()?;
-    let lwp = rest
+    number_and_lwp(line.split_once("Current thread is ")?.1)
+}
+
+/// gdb's thread number (the first word) and the thread's id (after `LWP `,
+/// or `process ` in a process of one thread).
+fn number_and_lwp(text: &str) -> Option<(u32, u32)> {
+    let number = text.split_ascii_whitespace().next()?.parse().ok()?;
+    let lwp = text
         .split_once("LWP ")
-        .or_else(|| rest.split_once("process "))?
+        .or_else(|| text.split_once("process "))?
         .1;
     let digits = lwp.find(|c: char| !c.is_ascii_digit()).unwrap_or(lwp.len());
     Some((number, lwp[..digits].parse().ok()?))

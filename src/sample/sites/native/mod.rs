@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 use file::Snapshot;
 use file::layout::{AT_STOP, MAX_DIR, SUFFIX};
 
+use super::enter::Ids;
 use super::{Collected, Sites};
 use crate::sample::Context;
 use crate::store::{Row, SiteSource};
@@ -117,31 +118,6 @@ pub struct NativeSites {
     /// The user D was handed to ([`NativeSites::hand_to`]), whose
     /// filesystem rights leakwatch opens the files in D with.
     owner: Option<Ids>,
-}
-
-/// A process' filesystem uid and gid (the rights it creates and opens files with).
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct Ids {
-    uid: u32,
-    gid: u32,
-}
-
-impl Ids {
-    /// `pid`'s, from the fourth field of its status' Uid: and Gid: lines.
-    fn of(pid: u32) -> Option<Ids> {
-        let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-        let fs_id = |key: &str| -> Option<u32> {
-            crate::sample::sites::enter::field(&status, key)?
-                .split_ascii_whitespace()
-                .nth(3)?
-                .parse()
-                .ok()
-        };
-        Some(Ids {
-            uid: fs_id("Uid:")?,
-            gid: fs_id("Gid:")?,
-        })
-    }
 }
 
 /// This thread's filesystem rights switched to `ids` until dropped

@@ -139,7 +139,7 @@ impl PyAttached {
 /// When no thread is idle: the entry of glibc's malloc, which a busy
 /// interpreter reaches constantly (every block over 512 bytes, every
 /// arena) and which is never inlined, unlike CPython's own allocator in an
-/// LTO build (Debian's never reached `PyObject_Malloc` in 2 s of a busy loop).
+/// LTO build.
 const BUSY_ENTRY: &str = "malloc";
 /// How long a queued bootstrap may take to start (the main thread runs
 /// pending calls between two bytecodes; a busy one within milliseconds).
@@ -175,16 +175,32 @@ pub(super) fn enter_one(pid: u32, sites: &PySites) -> Result<Entered<()>, Inject
     if sites.socket_path(pid).exists() {
         return Ok(entered);
     }
-    let said = fs::read_to_string(sites.dir().join(format!("{pid}.err")))
-        .map(|t| t.trim().trim_start_matches("leakwatch: ").to_string())
-        .unwrap_or_else(|_| {
-            "it gave no reason (it could not read the bootstrap, or its main thread never \
+    let said = read_err(&sites.dir().join(format!("{pid}.err"))).unwrap_or_else(|| {
+        "it gave no reason (it could not read the bootstrap, or its main thread never \
              reached a point to run it)"
-                .into()
-        });
+            .into()
+    });
     Err(target.refuse(format!(
         "the bootstrap does not answer: {said}; the process runs on as before"
     )))
+}
+
+/// What the bootstrap wrote in D/<pid>.err: its first 4 KiB, first line,
+/// escaped (the process wrote it).
+fn read_err(path: &Path) -> Option<String> {
+    use std::io::Read;
+    let mut text = String::new();
+    fs::File::open(path)
+        .ok()?
+        .take(4096)
+        .read_to_string(&mut text)
+        .ok()?;
+    let line = text
+        .lines()
+        .next()?
+        .trim()
+        .trim_start_matches("leakwatch: ");
+    Some(crate::escape::inert(line).into_owned())
 }
 
 /// The checks before gdb: a CPython of 3.7 or later, in this mount

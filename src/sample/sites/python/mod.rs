@@ -349,21 +349,8 @@ impl PySites {
     /// root and the process as another user (`attach`): it reads the
     /// bootstrap and creates its endpoint there; root still reads them.
     pub fn hand_to(&mut self, pid: u32) -> Result<(), PySitesError> {
-        let Ok(status) = fs::read_to_string(format!("/proc/{pid}/status")) else {
+        let Some(super::enter::Ids { uid, gid }) = super::enter::Ids::of(pid) else {
             // Gone: entering it says so next.
-            return Ok(());
-        };
-        // The filesystem ids: the fourth field of Uid: and Gid:.
-        let fs_id = |key: &str| -> Option<u32> {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix(key))?
-                .split_ascii_whitespace()
-                .nth(3)?
-                .parse()
-                .ok()
-        };
-        let (Some(uid), Some(gid)) = (fs_id("Uid:"), fs_id("Gid:")) else {
             return Ok(());
         };
         // SAFETY: geteuid has no preconditions and cannot fail.
