@@ -9,9 +9,9 @@ the injection. Each figure is the best of --repeat runs of the churn's own CPU
 time (getrusage of the whole process: the shim's patching thread included),
 alone and with leakwatch attached with --native-sites at each interval; the
 ratio to alone; and the pause leakwatch reports (gdb's attach to its detach).
-The shim is injected (dlopened, its GOT entries patched), so its thread-locals
-are dynamic TLS (`__tls_get_addr` on each hook), unlike `run --native-sites`'s
-preloaded shim (benches/harness/native_shim.py).
+The shim is injected (dlopened, its GOT entries patched); its thread-locals
+are in the static TLS block all the same (shim/src/sampler.rs). The cost on
+three loops beside preloaded, heaptrack and jemalloc: shim_cost.py.
 
   python3 benches/harness/native_attach.py
   python3 benches/harness/native_attach.py --pairs 20000000 --repeat 5

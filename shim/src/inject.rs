@@ -35,11 +35,13 @@ static INJECTED: AtomicBool = AtomicBool::new(false);
 static ADDS_SEEN: AtomicU64 = AtomicU64::new(0);
 
 // What leakwatch_inject returns when it refuses (the debugger prints it;
-// leakwatch turns it into a sentence).
-const ALREADY: i32 = -1;
+// leakwatch turns it into a sentence); -1 was "active already", before a
+// later attach could take the shim over.
 const BAD_CONFIG: i32 = -2;
 const FOREIGN_ALLOCATOR: i32 = -3;
 const NO_GLIBC: i32 = -4;
+/// Not a refusal: the shim was here already and serves this attach now.
+const TAKEN_OVER: i32 = -5;
 
 const PT_DYNAMIC: u32 = 2;
 const PT_GNU_RELRO: u32 = 0x6474_e552;
@@ -87,10 +89,8 @@ struct Hook {
 }
 
 /// The functions redirected (not cfree: glibc keeps it for old binaries
-/// only, and a lookup would find the shim's own). mmap and munmap are not: a thread's first
-/// touch of the shim's thread-locals allocates them (a dlopened object's
-/// TLS is dynamic), and mmap may be called from a signal handler that
-/// interrupted malloc.
+/// only, and a lookup would find the shim's own). mmap and munmap are not:
+/// mmap may be called from a signal handler that interrupted malloc.
 fn hooks() -> [(&'static CStr, usize, bool); 9] {
     [
         (c"free", crate::hook_free as *const () as usize, true),
@@ -152,8 +152,8 @@ fn object_base(addr: usize) -> Option<usize> {
 
 /// Starts the shim in a running process: `config` is
 /// `<interval bytes>:<directory>`. Returns the GOT entries redirected, or a
-/// negative code: -1 the shim is active already, -2 a bad configuration,
-/// -3 an allocation function is not glibc's, -4 no glibc.
+/// negative code: -2 a bad configuration, -3 an allocation function is not
+/// glibc's, -4 no glibc; -5 the shim was here already and was taken over.
 ///
 /// # Safety
 /// Called once, by a debugger, on a thread stopped at a safe point (not
@@ -164,9 +164,6 @@ pub unsafe extern "C" fn leakwatch_inject(config: *const c_char) -> i32 {
     if config.is_null() {
         return BAD_CONFIG;
     }
-    if sampler::enabled() || INJECTED.load(Ordering::Acquire) {
-        return ALREADY;
-    }
     // SAFETY: the caller passes a NUL-terminated string.
     let config = unsafe { CStr::from_ptr(config) }.to_bytes();
     let Some(colon) = config.iter().position(|&b| b == b':') else {
@@ -176,12 +173,15 @@ pub unsafe extern "C" fn leakwatch_inject(config: *const c_char) -> i32 {
     let Some(interval) = sampler::parse_u64(interval).filter(|&n| n > 0) else {
         return BAD_CONFIG;
     };
+    if sampler::enabled() || INJECTED.load(Ordering::Acquire) {
+        return take_over(dir, interval);
+    }
     let hooks = match resolve() {
         Ok(h) => h,
         Err(code) => return code,
     };
     crate::enter();
-    let started = sampler::start(dir, interval, false);
+    let started = sampler::start(dir, interval);
     crate::leave();
     if !started {
         return BAD_CONFIG;
@@ -193,6 +193,27 @@ pub unsafe extern "C" fn leakwatch_inject(config: *const c_char) -> i32 {
     crate::leave();
     crate::patcher::ensure_started();
     patched.min(i32::MAX as usize) as i32
+}
+
+/// A shim already here (injected by an earlier attach, running or
+/// stopped; or preloaded by `leakwatch run`) serves this attach: its
+/// tables start afresh, its file is made in `dir`, objects loaded since
+/// are patched, and a thread watches for this session's stop flag (a
+/// preloaded shim's thread only watches). Returns [`TAKEN_OVER`].
+fn take_over(dir: &[u8], interval: u64) -> i32 {
+    crate::enter();
+    let ok = crate::table::take_over(dir, interval, || sampler::resume(interval));
+    crate::leave();
+    if !ok {
+        return BAD_CONFIG;
+    }
+    if injected() {
+        if let Ok(hooks) = resolve() {
+            patch_all(&hooks);
+        }
+    }
+    crate::patcher::ensure_started();
+    TAKEN_OVER
 }
 
 /// Whether the shim came in by [`leakwatch_inject`].

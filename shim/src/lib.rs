@@ -417,7 +417,19 @@ pub unsafe extern "C" fn mmap(
     off: libc::off_t,
 ) -> *mut c_void {
     // SAFETY: the raw system call, as glibc's mmap makes it.
-    let p = unsafe { libc::syscall(libc::SYS_mmap, addr, len, prot, flags, fd, off) };
+    // Every argument 64 bits wide: a variadic call leaves the upper half of
+    // a 32-bit one undefined.
+    let p = unsafe {
+        libc::syscall(
+            libc::SYS_mmap,
+            addr,
+            len,
+            libc::c_long::from(prot),
+            libc::c_long::from(flags),
+            libc::c_long::from(fd),
+            off,
+        )
+    };
     if p == -1 {
         return libc::MAP_FAILED;
     }
@@ -503,7 +515,16 @@ pub unsafe extern "C" fn mremap(
         guarded(|| taken = table::take(old as usize));
     }
     // SAFETY: the raw system call, as glibc's mremap makes it.
-    let p = unsafe { libc::syscall(libc::SYS_mremap, old, old_len, new_len, flags, new_addr) };
+    let p = unsafe {
+        libc::syscall(
+            libc::SYS_mremap,
+            old,
+            old_len,
+            new_len,
+            libc::c_long::from(flags),
+            new_addr,
+        )
+    };
     if let Some(b) = taken {
         let (at, len) = if p == -1 {
             (old as usize, old_len)

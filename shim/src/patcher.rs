@@ -1,14 +1,15 @@
 //! The patching thread of a shim injected into a running process
 //! (`attach --native-sites`): every [`inject::RESCAN`] it patches the
-//! objects loaded since ([`inject::rescan`]), and it stops sampling for good
-//! once leakwatch writes the stop flag of the sites file (its attach is
-//! over). It starts at once in the process injected into, and in a child
-//! that process forks, at the child's first sample taken in plain code. A
-//! preloaded shim needs none: its hooks cover every object already.
+//! objects loaded since ([`inject::rescan`]), and it stops sampling (and
+//! ends) once leakwatch writes the stop flag of the sites file (its attach
+//! is over; a later attach starts sampling and the thread again). It
+//! starts at once in the process injected into, and in a child that process
+//! forks, at the child's first sample taken in plain code. A preloaded shim
+//! needs none: its hooks cover every object already.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::{inject, sampler, sites};
+use crate::{inject, sampler, table};
 
 static STARTED: AtomicBool = AtomicBool::new(false);
 
@@ -66,10 +67,13 @@ fn run() {
     crate::mark_own_thread();
     loop {
         std::thread::sleep(inject::RESCAN);
-        if sites::stop_requested() {
-            // The session that attached is over: sampling stops, the hooks
-            // stay (forwarding to glibc, a filter check per free).
+        // The session that attached is over: sampling stops, the hooks
+        // stay (forwarding to glibc, a filter check per free), and a later
+        // attach starts a thread again.
+        if table::stop_if_requested(|| {
             sampler::stop();
+            STARTED.store(false, Ordering::Relaxed);
+        }) {
             return;
         }
         inject::rescan();

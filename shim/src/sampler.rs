@@ -134,6 +134,14 @@ pub fn stop() {
     HOT.enabled.store(false, Ordering::Release);
 }
 
+/// Sampling back on at `interval` (a later attach took the shim over,
+/// [`crate::table::take_over`]).
+pub fn resume(interval: u64) {
+    HOT.interval.store(interval, Ordering::Relaxed);
+    HOT.enabled.store(true, Ordering::Release);
+    find_tls_offset();
+}
+
 pub fn interval() -> u64 {
     HOT.interval.load(Ordering::Relaxed)
 }
@@ -148,7 +156,7 @@ pub fn count_fast(size: usize) -> bool {
     // Not 0 only while sampling with the countdown in the static TLS block
     // (set after `enabled`, cleared before it): one load decides both.
     let from_tp = HOT.countdown_from_tp.load(Ordering::Relaxed);
-    from_tp != 0 && tls_count(from_tp, size) > 0
+    from_tp != 0 && tls_count(from_tp, size)
 }
 
 /// What [`count_fast`] left undecided: the bytes left (≤ 0) when this
@@ -172,34 +180,34 @@ pub fn count_slow(size: usize) -> Option<i64> {
 }
 
 /// Subtracts `size` from this thread's countdown, at `from_tp` from its
-/// thread pointer, and returns what is left. A size above `i64::MAX` (a
-/// request bound to fail) wraps to a negative one and only delays the
+/// thread pointer: true while it stays above zero. One instruction with a
+/// memory operand and the branch on its flags (a load, a subtraction and a
+/// store in one, no register kept for the value). A size above `i64::MAX`
+/// (a request bound to fail) wraps to a negative one and only delays the
 /// next sample.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn tls_count(from_tp: isize, size: usize) -> i64 {
-    let left: i64;
+fn tls_count(from_tp: isize, size: usize) -> bool {
     // SAFETY: in the static TLS block the countdown lies at `from_tp` from every
-    // thread's pointer (checked in `start`), %fs-relative; only this thread
-    // touches its own countdown, and nothing else in the asm.
+    // thread's pointer (checked in `find_tls_offset`), %fs-relative; only this
+    // thread touches its own countdown, and nothing else in the asm.
     unsafe {
         std::arch::asm!(
-            "mov {left}, qword ptr fs:[{off}]",
-            "sub {left}, {size}",
-            "mov qword ptr fs:[{off}], {left}",
+            "sub qword ptr fs:[{off}], {size}",
+            "jle {crossed}",
             off = in(reg) from_tp,
             size = in(reg) size,
-            left = out(reg) left,
+            crossed = label { return false; },
             options(nostack),
         );
     }
-    left
+    true
 }
 
 #[cfg(not(target_arch = "x86_64"))]
 #[inline(always)]
-fn tls_count(_from_tp: isize, _size: usize) -> i64 {
-    0
+fn tls_count(_from_tp: isize, _size: usize) -> bool {
+    false
 }
 
 /// The calling thread's thread pointer (x86-64: its TCB's self pointer at
@@ -221,10 +229,50 @@ fn thread_pointer() -> usize {
     0
 }
 
-/// Finds the thread state's offset from the thread pointer if its TLS is
-/// static.
+// One initial-exec access of a thread-local of the shim's own, so that the
+// shim's whole TLS block is static in every process: the linker marks an
+// object with such a relocation `DF_STATIC_TLS`, and glibc's dlopen then
+// places its block in the static TLS surplus it reserves for objects loaded
+// later (`glibc.rtld.optional_static_tls`, 512 bytes by default, more than
+// the shim's block) or fails the dlopen. Without it an injected shim's block
+// was dynamic: every hook reached its countdown through `__tls_get_addr`.
+#[cfg(target_arch = "x86_64")]
+std::arch::global_asm!(
+    ".pushsection .tbss,\"awT\",@nobits",
+    ".p2align 3",
+    ".type leakwatch_static_tls_anchor, @tls_object",
+    ".size leakwatch_static_tls_anchor, 8",
+    "leakwatch_static_tls_anchor:",
+    ".zero 8",
+    ".popsection",
+);
+
+/// The anchor's offset from the thread pointer, from its initial-exec GOT
+/// entry (filled by the loader at load time).
+#[cfg(target_arch = "x86_64")]
+fn anchor_from_tp() -> isize {
+    let off: isize;
+    // SAFETY: reads the GOT entry the loader filled for the anchor.
+    unsafe {
+        std::arch::asm!(
+            "mov {}, qword ptr [rip + leakwatch_static_tls_anchor@GOTTPOFF]",
+            out(reg) off,
+            options(nostack, readonly, preserves_flags),
+        );
+    }
+    off
+}
+
+/// Finds the thread state's offset from the thread pointer: the shim's TLS
+/// is static (the anchor above), preloaded or dlopened; checked here all
+/// the same (the state must lie in the static block below the thread
+/// pointer, as the anchor does).
 fn find_tls_offset() {
     if !cfg!(target_arch = "x86_64") {
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if !(-STATIC_TLS_MAX_BYTES..0).contains(&anchor_from_tp()) {
         return;
     }
     let addr = STATE.with(|t| std::ptr::from_ref(t) as usize);
@@ -253,21 +301,15 @@ pub fn init() {
         // SAFETY: as above.
         parse_u64(unsafe { CStr::from_ptr(interval) }.to_bytes())
     };
-    if start(
-        dir,
-        interval.filter(|&n| n > 0).unwrap_or(DEFAULT_INTERVAL),
-        true,
-    ) {
+    if start(dir, interval.filter(|&n| n > 0).unwrap_or(DEFAULT_INTERVAL)) {
         sites::remove_stale();
     }
 }
 
 /// Starts sampling, its sites file in `dir`: finds the shim's own text, warms the
 /// unwinder up (its first use may allocate) and registers the fork
-/// handlers. `static_tls`: the shim was loaded at startup (preloaded), so
-/// its thread-locals are in the static TLS block; false when it was
-/// dlopened into a running process. False if `dir` is unusable.
-pub fn start(dir: &[u8], interval: u64, static_tls: bool) -> bool {
+/// handlers. False if `dir` is unusable.
+pub fn start(dir: &[u8], interval: u64) -> bool {
     if !sites::set_dir(dir) {
         return false;
     }
@@ -275,6 +317,12 @@ pub fn start(dir: &[u8], interval: u64, static_tls: bool) -> bool {
     find_text_ranges();
     let mut frames = [0usize; MAX_FRAMES];
     let _ = unwind(&mut frames, false, Start::here());
+    // The walk above learned this thread's stack top, but injected, the
+    // call runs on a stack the debugger made up below the real one: with
+    // that top, every later walk of the thread gave up (its frames lie
+    // above it) and fell back to libgcc's. The thread's next sample from
+    // its own code learns it afresh.
+    with_state(|t| t.top.set(0));
     // SAFETY: the handlers are plain functions that only touch atomics.
     unsafe {
         libc::pthread_atfork(
@@ -284,9 +332,7 @@ pub fn start(dir: &[u8], interval: u64, static_tls: bool) -> bool {
         );
     }
     HOT.enabled.store(true, Ordering::Release);
-    if static_tls {
-        find_tls_offset();
-    }
+    find_tls_offset();
     true
 }
 

@@ -54,6 +54,21 @@ pub fn set_dir(dir: &[u8]) -> bool {
     true
 }
 
+/// Under the table lock, when a later attach takes the shim over: the
+/// current file (the earlier session's) is let go, and the next one is
+/// made in `dir`. False if `dir` is unusable (nothing changed then).
+pub fn switch_dir(dir: &[u8]) -> bool {
+    if dir.is_empty() || dir.len() > MAX_DIR || dir.contains(&0) {
+        return false;
+    }
+    forked();
+    // SAFETY: DIR is read only under the table lock (`path` from `create`
+    // and `remove_stale`), which the caller holds.
+    unsafe { (&mut *DIR.0.get())[..dir.len()].copy_from_slice(dir) };
+    DIR_LEN.store(dir.len(), Ordering::Release);
+    true
+}
+
 /// No file yet, and none failed: the next sample makes it.
 #[inline]
 pub fn missing() -> bool {
@@ -112,14 +127,17 @@ pub fn create(interval: u64, fill: impl FnOnce()) {
         } else {
             let sized = libc::ftruncate(fd, SIZE as libc::off_t) == 0;
             let p = if sized {
+                // Every argument 64 bits wide: a variadic call leaves the
+                // upper half of a 32-bit one undefined (an offset read as
+                // 0xffffffff00000000 failed a later file's mapping).
                 libc::syscall(
                     libc::SYS_mmap,
                     std::ptr::null_mut::<u8>(),
                     SIZE,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_SHARED,
-                    fd,
-                    0,
+                    libc::c_long::from(libc::PROT_READ | libc::PROT_WRITE),
+                    libc::c_long::from(libc::MAP_SHARED),
+                    libc::c_long::from(fd),
+                    0 as libc::c_long,
                 )
             } else {
                 -1

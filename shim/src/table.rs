@@ -285,6 +285,58 @@ pub fn make_sites_file() {
     unlock();
 }
 
+/// A later `attach --native-sites` takes the resident shim over: under the
+/// lock, every sampled block is forgotten (growth is counted from this
+/// attach), the stacks kept at 0, and the sites file from now on is a new
+/// one in `dir`, made at once. `resume` runs under the lock too (sampling
+/// back on at `interval`). False if `dir` is unusable.
+pub fn take_over(dir: &[u8], interval: u64, resume: impl FnOnce()) -> bool {
+    // A fork holds the lock only for the fork's duration.
+    while !lock() {
+        std::hint::spin_loop();
+    }
+    let ok = sites::switch_dir(dir);
+    if ok {
+        // SAFETY: the lock is held.
+        let t = unsafe { &mut *LOCKED.0.get() };
+        live_blocks(t).fill(EMPTY);
+        t.used = 0;
+        t.shared_used = 0;
+        t.maps_used = 0;
+        MAPPED.store(0, Ordering::Relaxed);
+        for word in &FILTER_BITS {
+            word.store(0, Ordering::Relaxed);
+        }
+        STICKY.store(false, Ordering::Relaxed);
+        for slot in &STACK_SLOTS {
+            slot.live.store(0, Ordering::Relaxed);
+            slot.blocks.store(0, Ordering::Relaxed);
+        }
+        SAMPLES.store(0, Ordering::Relaxed);
+        DROPPED.store(0, Ordering::Relaxed);
+        MISSED_FREES.store(0, Ordering::Relaxed);
+        resume();
+        sites::create(interval, copy_stacks);
+    }
+    unlock();
+    ok
+}
+
+/// The patching thread's check, under the lock so that a take-over
+/// ([`take_over`]) never meets it halfway: if the session's leakwatch asked
+/// sampling to stop, stops it (`stop`) and says so.
+pub fn stop_if_requested(stop: impl FnOnce()) -> bool {
+    if !lock() {
+        return false;
+    }
+    let asked = sites::stop_requested();
+    if asked {
+        stop();
+    }
+    unlock();
+    asked
+}
+
 /// Into a new sites file, under the lock: every stack published so far.
 fn copy_stacks() {
     for i in 0..STACKS {

@@ -1094,8 +1094,7 @@ impl Drop for Daemon {
 /// known 2 MiB/s is named with its rate per hour; the scratch buffers it
 /// replaces every tick are not a leak, the frees of the 16,384 blocks it
 /// allocated before the attach go to glibc untouched (it keeps running),
-/// and it is left neither traced nor stopped. A second attach is refused:
-/// the shim is in it already.
+/// and it is left neither traced nor stopped.
 #[test]
 fn attach_native_sites_names_a_running_daemons_leaking_function_and_its_rate() {
     let tmp = tempfile::tempdir().unwrap();
@@ -1152,17 +1151,80 @@ fn attach_native_sites_names_a_running_daemons_leaking_function_and_its_rate() {
         (state.starts_with('S') || state.starts_with('R')) && tracer == "0" && shimmed,
         "{state} traced by {tracer}"
     );
+}
 
-    let again = attach_native(daemon.pid(), "1s", &tmp.path().join("again"))
-        .output()
+/// Operators look again: a second `attach --native-sites` takes over the
+/// shim the first one left (stopped at its end), a third is killed with
+/// SIGKILL while sampling, and a fourth takes over from the killed one.
+/// Each session that ends names the leaking function with its rate, counted
+/// from its own attach; the daemon is left running, untraced.
+#[test]
+fn attach_native_sites_again_after_an_attach_and_after_a_killed_one() {
+    use std::io::BufRead;
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(binary) = attach_leaker(tmp.path()) else {
+        return;
+    };
+    let per_second: u64 = 2 << 20;
+    let daemon = Daemon::start(&binary, per_second);
+    let session = |name: &str, expect_taken_over: bool| {
+        let out = tmp.path().join(name);
+        let output = attach_native_12s(daemon.pid(), &out).output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert_eq!(
+            stderr.contains("the shim an earlier session left in"),
+            expect_taken_over,
+            "{name}: {stderr}"
+        );
+        let s = summary(&out);
+        let sites = s["native_sites"].as_array().expect("native_sites");
+        let first = &sites[0];
+        let site = first["site"].as_str().unwrap();
+        assert!(
+            site.starts_with("leak_per_tick ("),
+            "{name}: {sites:#?}\n{stderr}"
+        );
+        assert_eq!(first["verdict"], "leak", "{name}: {first:#}");
+        let rate = first["bytes_per_hour"].as_f64().unwrap();
+        eprintln!("{name}: {:.3} MiB/s", rate / 3600.0 / MIB);
+        assert_within(
+            &format!("{name}: bytes per hour"),
+            rate,
+            per_second as f64 * 3600.0,
+            0.25,
+        );
+    };
+    session("first", false);
+    session("second", true);
+
+    // A session killed while it samples: its stop flag is never written.
+    let mut killed = attach_native(daemon.pid(), "60s", &tmp.path().join("killed"))
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&again.stderr);
-    assert_eq!(again.status.code(), Some(2), "{stderr}");
+    let lines = std::io::BufReader::new(killed.stderr.take().unwrap());
+    let mut seen = String::new();
+    for line in lines.lines() {
+        let line = line.unwrap();
+        seen += &line;
+        if line.contains("sampling ") {
+            break;
+        }
+    }
     assert!(
-        stderr.contains("has the leakwatch shim already") && stderr.lines().count() == 1,
-        "{stderr}"
+        seen.contains("the shim an earlier session left in"),
+        "{seen}"
     );
-    assert!(!tmp.path().join("again").exists());
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    killed.kill().unwrap();
+    killed.wait().unwrap();
+
+    session("after-kill", true);
+    let (state, tracer, shimmed) = daemon.state();
+    assert!(
+        (state.starts_with('S') || state.starts_with('R')) && tracer == "0" && shimmed,
+        "{state} traced by {tracer}"
+    );
 }
 
 /// As root, `attach --native-sites` on another user's daemon (nobody): the

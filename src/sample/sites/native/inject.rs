@@ -6,8 +6,10 @@
 //! environment), and gdb detaches; the shim redirects the GOT entries of
 //! the allocation functions itself (`shim/src/inject.rs`). Before gdb, the
 //! process' mappings are checked: a program the shim cannot serve (musl,
-//! static, another allocator, the shim there already) is refused with the
-//! reason.
+//! static, another allocator) is refused with the reason. A shim there
+//! already (an earlier attach's, running or stopped, or `run`'s preloaded
+//! one) is taken over: its own file is opened again and the call starts
+//! its tables afresh in this session's directory.
 
 use std::path::Path;
 use std::time::Duration;
@@ -23,8 +25,10 @@ const FLAG: &str = "--native-sites";
 pub struct Injected {
     /// How long the target was stopped under gdb, from attach to detach.
     pub pause: Duration,
-    /// GOT entries the shim redirected.
+    /// GOT entries the shim redirected (0 when taken over).
     pub entries: u32,
+    /// The shim was there already (an earlier session's) and serves this one.
+    pub taken_over: bool,
     /// The thread (its id) that made the calls.
     pub thread: u32,
     /// Where it made them: idle in a system call, or at a call to malloc.
@@ -41,7 +45,10 @@ pub fn inject(
 ) -> Result<Injected, InjectError> {
     let target = Target::new(pid, FLAG);
     enter::preflight(&target)?;
-    preflight(&target)?;
+    // The resident shim is opened by the name it was loaded by, so that
+    // dlopen returns it rather than loading a second copy.
+    let resident = preflight(&target)?;
+    let shim = resident.as_deref().unwrap_or(shim);
     let quoted = |p: &Path| -> Result<String, InjectError> {
         let text = p.to_string_lossy();
         if text.contains(['"', '\\', '\n']) || p.to_str().is_none() {
@@ -68,15 +75,17 @@ pub fn inject(
     })?;
     Ok(Injected {
         pause: entered.pause,
-        entries: entered.value,
+        entries: entered.value.unwrap_or(0),
+        taken_over: entered.value.is_none(),
         thread: entered.thread,
         stop: entered.stop,
     })
 }
 
 /// The checks of the process' mappings before any debugger: a program the
-/// shim can serve (glibc, dynamically linked, glibc's malloc), without it.
-fn preflight(target: &Target) -> Result<(), InjectError> {
+/// shim can serve (glibc, dynamically linked, glibc's malloc); the path of
+/// the shim it has already, if any.
+fn preflight(target: &Target) -> Result<Option<std::path::PathBuf>, InjectError> {
     let pid = target.pid;
     let refuse = |why: String| target.refuse(format!("{why}; nothing was done to it"));
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|e| {
@@ -85,13 +94,14 @@ fn preflight(target: &Target) -> Result<(), InjectError> {
         ))
     })?;
     let has = |name: &str| maps.lines().any(|l| l.contains(name));
-    if has(super::SHIM_STEM) {
-        return Err(refuse(
-            "it has the leakwatch shim already (started by `leakwatch run --native-sites`, or \
-             attached to with --native-sites before: the shim stays for the process' life); its \
-             sites cannot be attached to again: restart it, or attach without --native-sites"
-                .into(),
-        ));
+    let resident = maps
+        .lines()
+        .filter_map(|l| l.splitn(6, ' ').nth(5).map(str::trim_start))
+        .find(|path| path.contains(super::SHIM_STEM));
+    if let Some(path) = resident.filter(|p| p.ends_with(" (deleted)")) {
+        return Err(refuse(format!(
+            "it has a leakwatch shim from an earlier session whose file was deleted since              ({path}): a second copy cannot be loaded beside it; restart it to attach              with --native-sites, or attach without"
+        )));
     }
     if has("ld-musl") {
         return Err(refuse(
@@ -120,12 +130,18 @@ fn preflight(target: &Target) -> Result<(), InjectError> {
             )));
         }
     }
-    Ok(())
+    Ok(resident.map(std::path::PathBuf::from))
 }
 
 /// On the entered thread: `dlopen` of the shim, then its
-/// `leakwatch_inject(config)`; the GOT entries it redirected.
-fn load_shim(gdb: &mut Gdb, target: &Target, shim: &str, config: &str) -> Result<u32, Attempt> {
+/// `leakwatch_inject(config)`; the GOT entries it redirected, or `None`
+/// when a shim already there took this session over.
+fn load_shim(
+    gdb: &mut Gdb,
+    target: &Target,
+    shim: &str,
+    config: &str,
+) -> Result<Option<u32>, Attempt> {
     let refuse = |why: String| Attempt::Failed(target.refuse(why));
     let handle = match gdb.invoke("dlopen", &[Arg::Str(shim), Arg::Int(2)]) {
         Ok(h) => h,
@@ -144,7 +160,15 @@ fn load_shim(gdb: &mut Gdb, target: &Target, shim: &str, config: &str) -> Result
                 .unwrap_or_default(),
             _ => String::new(),
         };
-        return Err(refuse(format!("it could not load the shim: {why}")));
+        let hint = if why.contains("static TLS") {
+            ": the room glibc keeps for the thread-locals of objects loaded later \
+             (glibc.rtld.optional_static_tls) is used up; start it with \
+             GLIBC_TUNABLES=glibc.rtld.optional_static_tls=4096, or use `leakwatch run \
+             --native-sites`"
+        } else {
+            ""
+        };
+        return Err(refuse(format!("it could not load the shim: {why}{hint}")));
     }
     let entry = gdb
         .invoke("dlsym", &[Arg::Int(handle), Arg::Str("leakwatch_inject")])
@@ -160,8 +184,13 @@ fn load_shim(gdb: &mut Gdb, target: &Target, shim: &str, config: &str) -> Result
         .map(|rax| i64::from(rax as u32 as i32))
         .map_err(|t| refuse(format!("the shim's start failed: {t}")))?;
     match code {
-        n if n >= 0 => Ok(n as u32),
-        -1 => Err(refuse("the shim is active in it already".into())),
+        n if n >= 0 => Ok(Some(n as u32)),
+        -5 => Ok(None),
+        -1 => Err(refuse(
+            "it has a shim of an older leakwatch, which cannot be taken over; restart it to \
+             attach with --native-sites, or attach without"
+                .into(),
+        )),
         -3 => Err(refuse(
             "its malloc is not glibc's (another allocator is linked or preloaded): the shim \
              forwards to glibc and would free that allocator's blocks; the shim stays loaded, \
