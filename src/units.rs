@@ -247,6 +247,18 @@ pub fn format_duration(d: Duration) -> String {
     }
 }
 
+/// A position or span on a time axis, in seconds, as every report words it:
+/// `12.0s`, `3m10s`, `2h10m`, `2.5 days` (from two days on).
+pub fn format_seconds(secs: f64) -> String {
+    if secs >= 2.0 * 86400.0 {
+        format!("{:.1} days", secs / 86400.0)
+    } else {
+        Duration::try_from_secs_f64(secs.max(0.0))
+            .map(format_duration)
+            .unwrap_or_else(|_| format!("{secs:.0}s"))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

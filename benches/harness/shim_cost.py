@@ -12,10 +12,11 @@ The loops (benches/harness/loops/, built with cc -O2):
                 of 256 (wall time of the exchange)
 Each loop times itself, so start-up (loading the shim, heaptrack's own
 start) is not counted. Modes: alone (glibc); preloaded malloc/free that
-only forward to glibc's (the floor of any shim); the shim preloaded at the
-default interval (512 KiB); the shim injected by `leakwatch attach
---native-sites` into the running loop before it starts (its pause not
-counted); heaptrack; jemalloc alone and with its profiler (lg_prof_sample
+only forward to glibc's (the floor of any shim); the shim preloaded at
+leakwatch's default interval (--native-interval 64KiB, as `run
+--native-sites` passes it); the shim injected by `leakwatch attach
+--native-sites` (the same default) into the running loop before it starts
+(its pause not counted); heaptrack; jemalloc alone and with its profiler (lg_prof_sample
 19 = 512 KiB, its default). Every mode runs once per round, --rounds
 rounds interleaved; the figure is the median over rounds of the round's
 ratio to the same round's run alone (jemalloc's profiler also to jemalloc
@@ -120,7 +121,8 @@ def one(mode, exe, pairs, tmp, forward):
     if mode == "preloaded":
         d = tempfile.mkdtemp(dir=tmp)
         try:
-            return run_plain(argv, dict(env, LD_PRELOAD=SHIM, LEAKWATCH_NATIVE_DIR=d))
+            return run_plain(argv, dict(env, LD_PRELOAD=SHIM, LEAKWATCH_NATIVE_DIR=d,
+                                           LEAKWATCH_NATIVE_INTERVAL=str(64 * 1024)))
         finally:
             shutil.rmtree(d, ignore_errors=True)
     if mode == "injected":
@@ -147,8 +149,14 @@ def main():
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--scale", type=float, default=1.0, help="multiplies each loop's count")
     args = ap.parse_args()
-    modes = [m for m in args.modes.split(",") if m != "heaptrack" or HEAPTRACK]
-    modes = [m for m in modes if not m.startswith("jemalloc") or os.path.exists(JEMALLOC)]
+    modes = args.modes.split(",")
+    if "heaptrack" in modes and not HEAPTRACK:
+        print("skipped heaptrack: not on PATH (apt-get install heaptrack)", file=sys.stderr)
+        modes.remove("heaptrack")
+    if not os.path.exists(JEMALLOC):
+        for m in [m for m in modes if m.startswith("jemalloc")]:
+            print(f"skipped {m}: no {JEMALLOC} (apt-get install libjemalloc2)", file=sys.stderr)
+            modes.remove(m)
     with tempfile.TemporaryDirectory() as tmp:
         exes, forward = build(tmp)
         for name in args.loops.split(","):

@@ -68,9 +68,9 @@ pub fn pooled_notes<'a>(
         .filter_map(|(labels, l)| {
             let (slope, (lo, hi)) = stats::pooled_slope(&l)?;
             Some(format!(
-                "{labels} restarted {} time(s): growth within a life, pooled over its {} \
+                "{labels} restarted {}: growth within a life, pooled over its {} \
                  lives: {} (95% CI {} … {})",
-                l.len() - 1,
+                crate::units::counted((l.len() - 1) as u64, "time", "times"),
                 l.len(),
                 rate(slope),
                 rate(lo),

@@ -402,9 +402,9 @@ fn check_growth(f: &SeriesFit, limit: &GrowthLimit, rule: Rule) -> Result<Check,
         return Ok(check.outcome(
             false,
             format!(
-                "{what}: cannot be judged, {} point(s) ({} after warm-up) give no confidence \
+                "{what}: cannot be judged, {} ({} after warm-up) give no confidence \
                  interval; run more (--repeat) or longer",
-                f.n,
+                crate::units::counted(f.n as u64, "point", "points"),
                 f.n.saturating_sub(f.warmup)
             ),
         ));
@@ -918,7 +918,7 @@ mod tests {
         let check = check_growth(&f, &parse_max_growth("1MiB/run").unwrap(), Rule::Ci).unwrap();
         assert!(!check.passed);
         assert!(
-            check.message.contains("cannot be judged, 2 point(s)"),
+            check.message.contains("cannot be judged, 2 points"),
             "{}",
             check.message
         );

@@ -326,6 +326,12 @@ fn legend_entries(p: &Prepared, o: &Overlays) -> Vec<Entry> {
                 swatch: Swatch::Band(band_color()),
             });
         }
+        if let Some(l) = &f.judged_label {
+            entries.push(Entry {
+                label: l.clone(),
+                swatch: Swatch::None,
+            });
+        }
     }
     // A model with nothing in view gets no row.
     for m in o.model.iter().filter(|m| !m.pieces.is_empty()) {

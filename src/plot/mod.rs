@@ -66,6 +66,10 @@ pub struct FitOverlay {
     /// its name), e.g. `(60.0, "h")` for an axis in minutes whose rates read per hour, as
     /// the report's text says them. `None`: per x unit.
     pub legend_per: Option<(f64, String)>,
+    /// The rate the verdict judged, per x unit, when the line is not the model it was read
+    /// on (a curve's slope at its end): a legend row of its own, so the chart and the text
+    /// give the same figure. `None`: the line's slope is that rate.
+    pub judged_rate: Option<(String, f64)>,
 }
 
 /// How a [`ModelLine`] is drawn.

@@ -14,6 +14,8 @@ pub(crate) struct FitGeom {
     pub band: Option<Vec<(f64, f64)>>,
     pub label: String,
     pub band_label: Option<String>,
+    /// The judged rate's legend row, when the line is not its model.
+    pub judged_label: Option<String>,
 }
 
 /// How the fitted series is shown: its first line's points (plot units), the bytes per plot
@@ -62,11 +64,18 @@ pub(crate) fn fit_geometry(f: &FitOverlay, cx: &FitContext<'_>) -> Option<FitGeo
         ),
         _ => (None, None),
     };
+    let judged_label = f.judged_rate.as_ref().map(|(name, r)| {
+        format!(
+            "{name}: {} per {per}",
+            layout::signed_amount(r * scale, cx.y_unit)
+        )
+    });
     Some(FitGeom {
         line: [(a, at(a)), (b, at(b))],
         band,
         label,
         band_label,
+        judged_label,
     })
 }
 

@@ -61,6 +61,7 @@ fn leak() -> LineChart {
         slope_ci95: Some((4.4 * MIB, 4.9 * MIB)),
         x_mean: None,
         legend_per: None,
+        judged_rate: None,
     });
     c.warmup_until = Some(2.0);
     c
@@ -93,6 +94,7 @@ fn edge_line_charts() -> Vec<LineChart> {
         slope_ci95: Some((-1e13, 1e13)),
         x_mean: Some(1.5),
         legend_per: None,
+        judged_rate: None,
     });
     vec![
         chart("no lines", vec![]),

@@ -228,6 +228,12 @@ fn headline(a: &Analysis, f: &SeriesFit) -> Option<Plot> {
             let mean = (n > 0).then(|| (sx / n as f64, sy / n as f64));
             // y = intercept + slope·x = intercept + (slope·k)·(x/k).
             let intercept = intercept.or(mean.map(|(mx, my)| my - slope * mx));
+            // The line is the model the rate was read on (its interval the band), or the
+            // whole line beside a rate read elsewhere (a curve's end): then the band is the
+            // line's own interval and the judged rate a legend row of its own.
+            let line_judged = name == END_FIT
+                || f.end_rate
+                    .is_none_or(|e| matches!(e.from, RateFrom::Line | RateFrom::Staircase));
             intercept.map(|intercept| FitOverlay {
                 name: name.to_string(),
                 slope: slope * k,
@@ -238,6 +244,7 @@ fn headline(a: &Analysis, f: &SeriesFit) -> Option<Plot> {
                 // widened it: a staircase's phase, a curve that speeds up), as the text says.
                 slope_ci95: f
                     .end_rate
+                    .filter(|_| line_judged)
                     .map(|e| e.ci95)
                     .filter(|(lo, hi)| lo.is_finite() && hi.is_finite())
                     .or(f.slope_ci95)
@@ -246,6 +253,10 @@ fn headline(a: &Analysis, f: &SeriesFit) -> Option<Plot> {
                 // Rates per run, or per hour as the text says them, whatever the axis.
                 legend_per: (f.x == XAxis::Seconds)
                     .then(|| (f.x.per_rate_unit() / k, f.x.rate_unit().to_string())),
+                judged_rate: f
+                    .end_rate
+                    .filter(|e| !line_judged && e.rate.is_finite())
+                    .map(|e| (JUDGED.to_string(), e.rate * k)),
             })
         }
         _ => None,
@@ -307,6 +318,9 @@ fn end_line(f: &SeriesFit) -> Option<(f64, f64)> {
 
 /// The legend's name of a line over the series' end (`end_line`).
 const END_FIT: &str = "end fit";
+
+/// The legend's name of the judged rate beside a line it was not read on.
+const JUDGED: &str = "judged rate at the end";
 
 /// A scope as charts name it: an `analyze` series with its label set
 /// (`series:0 {job="api",pod="api-7d9f"}`, cut to fit a title), others as
@@ -404,10 +418,8 @@ fn markers(f: &SeriesFit, k: f64) -> Vec<(f64, String)> {
     if let Some(p) = f.plateau
         && p.fill_rate.is_some()
     {
-        let at = match f.x {
-            XAxis::Run => format!("run {:.0}", p.stop_x),
-            XAxis::Seconds => format!("{:.0}s", p.stop_x),
-        };
+        // Worded as the report's text words it ("until 3m10s").
+        let at = super::text::at_x(f.x, p.stop_x);
         out.retain(|m| (m.0 - p.stop_x / k).abs() > f64::EPSILON);
         out.push((p.stop_x / k, format!("plateau from {at}")));
     }
@@ -699,6 +711,45 @@ mod tests {
         let pct = end.rate * f.x_span / f.mean_level * 100.0;
         let said = format!("{}% in 1m30s", crate::units::format_sig3(pct));
         assert!(line.contains(&said), "{line} ({said})");
+    }
+
+    /// A rate read off the drawn line (a curve's slope at its end, where no segments are
+    /// drawn): the legend gives that rate in a row of its own, and the band is the line's
+    /// own interval, so the chart and the text never give two figures for one rate.
+    #[test]
+    fn a_rate_read_off_the_line_has_its_own_legend_row() {
+        let mut a = attached("speeds-up", 120, |t| 64.0 * 1024.0 * 1024.0 + 30_000.0 * t);
+        let i = a.headline[0];
+        assert!(a.fits[i].model.segments.is_empty(), "{:?}", a.fits[i]);
+        let judged = crate::fit::EndRate {
+            rate: 45_000.0,
+            ci95: (40_000.0, 50_000.0),
+            from: RateFrom::CurveEnd,
+        };
+        a.fits[i].end_rate = Some(judged);
+        let f = &a.fits[i];
+        let plots = build(&a);
+        let fit = headline_chart(&plots).fit.as_ref().unwrap();
+        let k = x_scale(f.x, a.duration_s).per_unit;
+        assert_eq!(fit.judged_rate, Some((JUDGED.to_string(), 45_000.0 * k)));
+        let (lo, hi) = fit.slope_ci95.unwrap();
+        let (llo, lhi) = f.slope_ci95.unwrap();
+        assert!(
+            (lo - llo * k).abs() < 1e-6 && (hi - lhi * k).abs() < 1e-6,
+            "{fit:?}"
+        );
+        let svg = plots[0].svg().unwrap();
+        assert!(svg.contains(&format!("{JUDGED}: +154 MiB per h")), "{svg}");
+        // Read on the line itself, the legend has no such row.
+        a.fits[i].end_rate = Some(crate::fit::EndRate {
+            from: RateFrom::Line,
+            ..judged
+        });
+        let plots = build(&a);
+        assert_eq!(
+            headline_chart(&plots).fit.as_ref().unwrap().judged_rate,
+            None
+        );
     }
 
     /// A cache that filled 1 MiB/s for 8 s, held, stepped +200 KiB at 17 s and held again

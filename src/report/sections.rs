@@ -140,10 +140,11 @@ fn growth(a: &Analysis, doc: &mut Vec<Block>) {
     };
     doc.push(heading(2, "Growth"));
     doc.push(para(vec![text(format!(
-        "Least-squares slope per {} over the points after warm-up, with its 95% confidence \
-         interval; the growth in % is of the mean fitted level. The end rate is what the \
-         verdict was decided on: the growth at the end, by the model of the series' shape \
-         (line, end segment, staircase, troughs…), with its 95% interval.",
+        "The verdict of each series and the end rate it was decided on: the growth at the \
+         end, by the model of the series' shape (line, end segment, staircase, troughs…), \
+         with its 95% interval. Then the least-squares slope per {} over the points after \
+         warm-up, with its 95% confidence interval; the growth in % is of the mean fitted \
+         level.",
         if x == XAxis::Run { "run" } else { "hour" }
     ))]));
     let listed = [
@@ -193,25 +194,26 @@ fn growth(a: &Analysis, doc: &mut Vec<Block>) {
             rows.push(vec![
                 f.scope.to_string(),
                 a.label(f.metric).to_string(),
-                f.n.to_string(),
+                f.verdict.as_str().to_string(),
+                end,
                 slope,
                 ci,
                 pct,
-                end,
-                f.verdict.as_str().to_string(),
+                f.n.to_string(),
             ]);
         }
     }
     doc.push(Block::Table(Table::new(
         [
+            // The verdict and its rate first: they fit a 1280 px window without scrolling.
             "series",
             "metric",
-            "n",
+            "verdict",
+            "end rate (95% CI)",
             "slope",
             "95% CI",
             &format!("%/{}", x.rate_unit()),
-            "end rate (95% CI)",
-            "verdict",
+            "n",
         ],
         rows,
     )));
@@ -720,10 +722,10 @@ fn sampling_cost(a: &Analysis, doc: &mut Vec<Block>) {
         _ if s.deep_budget <= 0.0 => "deep tier off (--deep-budget 0): no page walk".to_string(),
         None => "no page walk".to_string(),
         Some(w) => format!(
-            "{} deep sample(s), {} page walk(s), {:.0} ms in all; the longest walk took \
+            "{}, {}, {:.0} ms in all; the longest walk took \
              {:.1} ms (pid {}, {}): the longest the target's memory map was locked",
-            s.deep_samples,
-            s.page_walks,
+            crate::units::counted(s.deep_samples, "deep sample", "deep samples"),
+            crate::units::counted(s.page_walks, "page walk", "page walks"),
             s.deep_cost_s * 1000.0,
             w.ms,
             w.pid,
@@ -735,12 +737,12 @@ fn sampling_cost(a: &Analysis, doc: &mut Vec<Block>) {
     doc.push(heading(2, "Sampling cost"));
     doc.push(para(vec![text(format!(
         "{} samples, every {} on average (asked {}){late}; a cheap sweep of up to {} \
-             process(es) took {:.1} ms on average, {:.1} ms at most; {walks}. leakwatch used \
+             took {:.1} ms on average, {:.1} ms at most; {walks}. leakwatch used \
              {:.2} s of CPU while sampling.",
         s.ticks,
         seconds(s.achieved_interval_s),
         seconds(s.interval_s),
-        s.processes_max,
+        crate::units::counted(s.processes_max, "process", "processes"),
         s.sweep_mean_ms,
         s.sweep_max_ms,
         s.cpu_s

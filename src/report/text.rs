@@ -55,7 +55,7 @@ pub fn pct(f: &SeriesFit) -> Option<String> {
             "{}{}% in {}",
             if per_x >= 0.0 { "+" } else { "" },
             format_sig3(per_x * f.x_span),
-            human_seconds(f.x_span)
+            crate::units::format_seconds(f.x_span)
         ),
         _ => format!(
             "{}% of its size per {}",
@@ -72,7 +72,7 @@ pub fn pct(f: &SeriesFit) -> Option<String> {
 pub fn at_x(x: XAxis, v: f64) -> String {
     match x {
         XAxis::Run => format!("run {v:.0}"),
-        XAxis::Seconds => human_seconds(v),
+        XAxis::Seconds => crate::units::format_seconds(v),
     }
 }
 
@@ -342,7 +342,7 @@ pub fn heap_line(h: &HeapReading) -> Option<String> {
             if let (Some(x), Some(max)) = (h.x_to_max, h.heap_max_bytes) {
                 let when = match h.x {
                     XAxis::Run => format!("{x:.0} runs"),
-                    XAxis::Seconds => human_seconds(x),
+                    XAxis::Seconds => crate::units::format_seconds(x),
                 };
                 let _ = write!(
                     line,
@@ -368,7 +368,7 @@ pub fn heap_line(h: &HeapReading) -> Option<String> {
 pub fn projection_line(p: &Projection) -> String {
     let unit = |x: f64| match p.x {
         XAxis::Run => format!("{x:.0} runs"),
-        XAxis::Seconds => human_seconds(x),
+        XAxis::Seconds => crate::units::format_seconds(x),
     };
     let mut parts = Vec::new();
     if let Some(limit) = p.limit_bytes {
@@ -424,13 +424,6 @@ pub fn projection_line(p: &Projection) -> String {
     parts.join("; ")
 }
 
-fn x_text(x: XAxis, v: f64) -> String {
-    match x {
-        XAxis::Run => format!("run {v:.0}"),
-        XAxis::Seconds => format!("{v:.0}s"),
-    }
-}
-
 /// One line per finding, for the terminal and the reports.
 pub fn finding_line(f: &Finding) -> String {
     match f {
@@ -469,8 +462,8 @@ pub fn finding_line(f: &Finding) -> String {
             let per_run = |v: f64| x.format_rate(v, true);
             let per_task = |v: f64| format!("{} per task", format_signed_bytes(v));
             let workers = format!(
-                "{} worker(s), fresh at {} RSS",
-                pids.len(),
+                "{}, fresh at {} RSS",
+                crate::units::counted(pids.len() as u64, "worker", "workers"),
                 format_bytes(*fresh_rss_bytes)
             );
             match bytes_per_task {
@@ -498,8 +491,8 @@ pub fn finding_line(f: &Finding) -> String {
             ..
         } => format!(
             "pid {pid} ({comm}) ended after {} … {}, holding {} RSS",
-            x_text(*x, *first_x),
-            x_text(*x, *last_x),
+            at_x(*x, *first_x),
+            at_x(*x, *last_x),
             format_bytes(*last_rss_bytes as f64)
         ),
     }
@@ -510,7 +503,7 @@ pub fn recycle_line(r: &RecycleAdvice) -> String {
     let after = match r.x {
         XAxis::Run if r.per_task => format!("{:.0} tasks", r.recycle_after_x),
         XAxis::Run => format!("{:.0} runs (tasks)", r.recycle_after_x),
-        XAxis::Seconds => human_seconds(r.recycle_after_x),
+        XAxis::Seconds => crate::units::format_seconds(r.recycle_after_x),
     };
     let cost = match r.x {
         XAxis::Run if r.per_task => format!("{:.1} restarts per 100 tasks", r.restarts_per_100_x),
@@ -534,15 +527,4 @@ pub fn tree_line(t: &TreeTotal) -> String {
         format_bytes(t.rss_sum_bytes as f64),
         format_bytes(t.double_counted_bytes as f64)
     )
-}
-
-/// Seconds for people: `45s`, `12m30s`, `3h05m`, `4.2 days`.
-fn human_seconds(secs: f64) -> String {
-    if secs >= 2.0 * 86400.0 {
-        format!("{:.1} days", secs / 86400.0)
-    } else {
-        std::time::Duration::try_from_secs_f64(secs.max(0.0))
-            .map(crate::units::format_duration)
-            .unwrap_or_else(|_| format!("{secs:.0}s"))
-    }
 }

@@ -852,10 +852,10 @@ impl Session<'_> {
         }
         if let (Some(max), 1..) = (self.plan.max_rows, self.thinnings) {
             self.outcome.notes.push(format!(
-                "samples.csv held to --max-samples {max} rows: thinned {} time(s), every other \
+                "samples.csv held to --max-samples {max} rows: thinned {}, every other \
                  older sample of the cheap tier dropped (the first, the last and every deep \
                  sample kept); sampling every {} at the end",
-                self.thinnings,
+                crate::units::counted(self.thinnings as u64, "time", "times"),
                 format_duration(self.halved(self.halvings))
             ));
         }
@@ -880,8 +880,13 @@ impl Session<'_> {
             self.denied_noted = true;
             let shown: Vec<u32> = denied.iter().take(NOTED_MAX).copied().collect();
             self.outcome.notes.push(format!(
-                "no PSS/USS for process(es) {shown:?}{}: smaps_rollup needs ptrace-read access \
+                "no PSS/USS for {} {shown:?}{}: smaps_rollup needs ptrace-read access \
                  (run leakwatch as the target's user or as root); RSS is still sampled",
+                if denied.len() == 1 {
+                    "process"
+                } else {
+                    "processes"
+                },
                 if denied.len() > NOTED_MAX { " …" } else { "" }
             ));
         }
@@ -936,7 +941,7 @@ impl Session<'_> {
 }
 
 impl Session<'_> {
-    /// `sampling 4242 (python3) and its descendants: 3 process(es) every 1.0s
+    /// `sampling 4242 (python3) and its descendants: 3 processes every 1.0s
     /// for 30m00s; reports go to reports/…/ at the end; Ctrl-C stops early
     /// and still writes them`.
     fn start_line(&self, processes: usize) -> String {

@@ -655,8 +655,8 @@ impl Session<'_> {
         }
         if self.plan.keep_survivors {
             self.outcome.notes.push(format!(
-                "left {} survivor(s) running (--keep-survivors): {}",
-                survivors.len(),
+                "left {} the command started running (--keep-survivors): {}",
+                crate::units::counted(survivors.len() as u64, "process", "processes"),
                 pid_list(&survivors)
             ));
             return;
@@ -685,13 +685,14 @@ impl Session<'_> {
                 format!("for {}s", STOP_GRACE.as_secs())
             };
             self.outcome.notes.push(format!(
-                "survivor(s) {} ignored TERM {waited} and were killed",
+                "processes the command left running ({}) ignored TERM {waited} and were killed",
                 pid_list(&stopped.killed),
             ));
         }
         if !stopped.remaining.is_empty() {
             self.outcome.notes.push(format!(
-                "survivor(s) {} could not be stopped and are still running",
+                "processes the command left running ({}) could not be stopped and are still \
+                 running",
                 pid_list(&stopped.remaining)
             ));
             // The record stays, so the next session names them.

@@ -379,7 +379,7 @@ fn analyze_splits_restarts_and_gaps_into_lives_and_lists_the_worst_first() {
     assert!(
         notes
             .iter()
-            .any(|n| n.contains("pod=\"a\"} restarted 1 time(s)") && n.contains("+60.0 MiB/h")),
+            .any(|n| n.contains("pod=\"a\"} restarted 1 time") && n.contains("+60.0 MiB/h")),
         "{notes:?}"
     );
     // `report` on the directory gates every series again, as analyze did.

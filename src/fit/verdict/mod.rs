@@ -548,7 +548,7 @@ impl<'a> Ctx<'a> {
         if self.t.display_unit == "run" || self.t.display_unit == "x" {
             format!("{} {x:.0}", self.t.display_unit)
         } else {
-            format!("{x:.0} s")
+            crate::units::format_seconds(x)
         }
     }
 
