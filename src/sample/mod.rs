@@ -138,6 +138,12 @@ pub enum ResolveError {
          (-- sh -c '{0}')"
     )]
     CommandWithSpaces(String),
+    #[error(
+        "command '{0}' not found: it is one argument holding shell syntax, and leakwatch runs \
+         the command directly, with no shell; ask for one (-- sh -c '{0}'), or leakwatch's own \
+         output would be piped or redirected too"
+    )]
+    ShellLine(String),
     #[error("command '{0}' does not exist; check the path")]
     CommandMissing(String),
     #[error("command '{0}' is a directory; give the program to run in it")]

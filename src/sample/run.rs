@@ -171,9 +171,14 @@ pub fn resolve_program(name: &str) -> Result<PathBuf, ResolveError> {
         .ok_or_else(|| not_found(name))
 }
 
-/// `"python3 -c pass"` quoted as one word is a shell habit: say so.
+/// `"python3 -c pass"` quoted as one word is a shell habit: say so. With a
+/// pipe, redirection, list or substitution in it only a shell reproduces it:
+/// unquoted, the user's shell would apply it to leakwatch itself.
 fn not_found(name: &str) -> ResolveError {
-    if name.trim().contains(char::is_whitespace) {
+    const SHELL: &[char] = &['|', '&', ';', '<', '>', '$', '`', '(', ')', '*', '?'];
+    if name.trim().contains(char::is_whitespace) && name.contains(SHELL) {
+        ResolveError::ShellLine(name.trim().to_string())
+    } else if name.trim().contains(char::is_whitespace) {
         ResolveError::CommandWithSpaces(name.trim().to_string())
     } else {
         ResolveError::CommandNotFound(name.to_string())

@@ -10,7 +10,7 @@ fn leakwatch() -> Command {
 
 /// Runs leakwatch with `args` (plus `--out DIR`), expects exit 2 with a
 /// single error line containing every `needles`, and no DIR afterwards.
-fn rejects(args: &[&str], needles: &[&str]) {
+fn rejects(args: &[&str], needles: &[&str]) -> String {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("report");
     let (before, after) = match args.iter().position(|a| *a == "--") {
@@ -32,6 +32,7 @@ fn rejects(args: &[&str], needles: &[&str]) {
     }
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert!(!out.exists(), "a report directory was left behind");
+    stderr
 }
 
 #[test]
@@ -273,6 +274,17 @@ fn a_quoted_command_line_is_told_there_is_no_shell() {
             "sh -c 'python3 -c pass'",
         ],
     );
+}
+
+/// A quoted pipeline is not told to drop its quotes: unquoted, the pipe would
+/// take leakwatch's own output.
+#[test]
+fn a_quoted_pipeline_is_told_to_use_a_shell_only() {
+    let out = rejects(
+        &["run", "--", "ls | wc -l"],
+        &["shell syntax", "sh -c 'ls | wc -l'"],
+    );
+    assert!(!out.contains("drop the quotes"), "{out}");
 }
 
 /// The options under one heading of a help text (`Prometheus:`).
