@@ -76,6 +76,13 @@ fn intro(a: &Analysis) -> Vec<Inline> {
                 parts.push(strong(format!("FAILED: {}", failed.join(", "))));
                 parts.push(text("."));
             }
+            // The series' name is the one word a reader cannot guess.
+            if a.fits.iter().any(|f| f.scope == Scope::Survivors) {
+                parts.push(text(
+                    " The processes the command left running (daemons, servers: the \
+                     survivors) were sampled after each run.",
+                ));
+            }
             parts
         }
         (None, Some(pid)) => vec![text(format!(
