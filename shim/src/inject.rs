@@ -35,8 +35,8 @@ static INJECTED: AtomicBool = AtomicBool::new(false);
 static ADDS_SEEN: AtomicU64 = AtomicU64::new(0);
 
 // What leakwatch_inject returns when it refuses (the debugger prints it;
-// leakwatch turns it into a sentence); -1 was "active already", before a
-// later attach could take the shim over.
+// leakwatch turns it into a sentence); -1, "active already", is what a
+// shim of an older leakwatch returns (it cannot be taken over).
 const BAD_CONFIG: i32 = -2;
 const FOREIGN_ALLOCATOR: i32 = -3;
 const NO_GLIBC: i32 = -4;
@@ -207,10 +207,10 @@ fn take_over(dir: &[u8], interval: u64) -> i32 {
     if !ok {
         return BAD_CONFIG;
     }
-    if injected() {
-        if let Ok(hooks) = resolve() {
-            patch_all(&hooks);
-        }
+    if injected()
+        && let Ok(hooks) = resolve()
+    {
+        patch_all(&hooks);
     }
     crate::patcher::ensure_started();
     TAKEN_OVER

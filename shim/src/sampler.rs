@@ -235,7 +235,8 @@ fn thread_pointer() -> usize {
 // places its block in the static TLS surplus it reserves for objects loaded
 // later (`glibc.rtld.optional_static_tls`, 512 bytes by default, more than
 // the shim's block) or fails the dlopen. Without it an injected shim's block
-// was dynamic: every hook reached its countdown through `__tls_get_addr`.
+// would be dynamic: every hook would reach its countdown through
+// `__tls_get_addr`.
 #[cfg(target_arch = "x86_64")]
 std::arch::global_asm!(
     ".pushsection .tbss,\"awT\",@nobits",
@@ -318,10 +319,10 @@ pub fn start(dir: &[u8], interval: u64) -> bool {
     let mut frames = [0usize; MAX_FRAMES];
     let _ = unwind(&mut frames, false, Start::here());
     // The walk above learned this thread's stack top, but injected, the
-    // call runs on a stack the debugger made up below the real one: with
-    // that top, every later walk of the thread gave up (its frames lie
-    // above it) and fell back to libgcc's. The thread's next sample from
-    // its own code learns it afresh.
+    // call runs on a stack the debugger made up below the real one, and
+    // every later walk of the thread would stop at that top (its frames lie
+    // above it). The thread's next sample from its own code learns it
+    // afresh.
     with_state(|t| t.top.set(0));
     // SAFETY: the handlers are plain functions that only touch atomics.
     unsafe {

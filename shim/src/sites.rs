@@ -27,8 +27,9 @@ use crate::layout::{
 const MAX_PATH: usize = MAX_DIR + 48;
 
 struct Buf<const N: usize>(UnsafeCell<[u8; N]>);
-// SAFETY: DIR is written once by `set_dir` at load time, before any
-// reader; the path buffers only under the table lock (`create`).
+// SAFETY: DIR is written by `set_dir` at load time, before any reader, and
+// by `switch_dir` under the table lock, under which it is read; the path
+// buffers only under the table lock (`create`).
 unsafe impl<const N: usize> Sync for Buf<N> {}
 static DIR: Buf<MAX_DIR> = Buf(UnsafeCell::new([0; MAX_DIR]));
 static DIR_LEN: AtomicUsize = AtomicUsize::new(0);
@@ -48,7 +49,8 @@ pub fn set_dir(dir: &[u8]) -> bool {
         return false;
     }
     // SAFETY: called once from the load-time constructor (or the injected
-    // call), before any sample can read DIR.
+    // call), before any sample can read DIR; or by `switch_dir` under the
+    // table lock.
     unsafe { (&mut *DIR.0.get())[..dir.len()].copy_from_slice(dir) };
     DIR_LEN.store(dir.len(), Ordering::Release);
     true
@@ -61,12 +63,10 @@ pub fn switch_dir(dir: &[u8]) -> bool {
     if dir.is_empty() || dir.len() > MAX_DIR || dir.contains(&0) {
         return false;
     }
+    // The earlier session's mapping, let go as a fork's child lets go its
+    // parent's.
     forked();
-    // SAFETY: DIR is read only under the table lock (`path` from `create`
-    // and `remove_stale`), which the caller holds.
-    unsafe { (&mut *DIR.0.get())[..dir.len()].copy_from_slice(dir) };
-    DIR_LEN.store(dir.len(), Ordering::Release);
-    true
+    set_dir(dir)
 }
 
 /// No file yet, and none failed: the next sample makes it.
@@ -128,8 +128,7 @@ pub fn create(interval: u64, fill: impl FnOnce()) {
             let sized = libc::ftruncate(fd, SIZE as libc::off_t) == 0;
             let p = if sized {
                 // Every argument 64 bits wide: a variadic call leaves the
-                // upper half of a 32-bit one undefined (an offset read as
-                // 0xffffffff00000000 failed a later file's mapping).
+                // upper half of a 32-bit one undefined.
                 libc::syscall(
                     libc::SYS_mmap,
                     std::ptr::null_mut::<u8>(),

@@ -387,21 +387,21 @@ impl Session<'_> {
             Stop::Idle => "idle in a system call",
             Stop::Entry => "at its call to malloc: no thread was idle",
         };
+        let pid = native.pid;
         let (what, done) = if i.taken_over {
             (
-                "the shim an earlier session left in {pid} was taken over",
+                format!("the shim an earlier session left in {pid} was taken over"),
                 "its tables started afresh".to_owned(),
             )
         } else {
             (
-                "the shim was loaded into {pid}",
+                format!("the shim was loaded into {pid}"),
                 format!(
                     "{} GOT entries of the allocation functions redirected",
                     i.entries
                 ),
             )
         };
-        let what = what.replace("{pid}", &native.pid.to_string());
         let note = format!(
             "--native-sites: {what} by gdb from its thread {} ({at}); the process was stopped \
              {:.0} ms; {done}; sites grow from the attach on",

@@ -176,12 +176,13 @@ pub fn resolve_program(name: &str) -> Result<PathBuf, ResolveError> {
 /// unquoted, the user's shell would apply it to leakwatch itself.
 fn not_found(name: &str) -> ResolveError {
     const SHELL: &[char] = &['|', '&', ';', '<', '>', '$', '`', '(', ')', '*', '?'];
-    if name.trim().contains(char::is_whitespace) && name.contains(SHELL) {
-        ResolveError::ShellLine(name.trim().to_string())
-    } else if name.trim().contains(char::is_whitespace) {
-        ResolveError::CommandWithSpaces(name.trim().to_string())
-    } else {
+    let line = name.trim();
+    if !line.contains(char::is_whitespace) {
         ResolveError::CommandNotFound(name.to_string())
+    } else if line.contains(SHELL) {
+        ResolveError::ShellLine(line.to_string())
+    } else {
+        ResolveError::CommandWithSpaces(line.to_string())
     }
 }
 

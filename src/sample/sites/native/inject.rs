@@ -100,7 +100,10 @@ fn preflight(target: &Target) -> Result<Option<std::path::PathBuf>, InjectError>
         .find(|path| path.contains(super::SHIM_STEM));
     if let Some(path) = resident.filter(|p| p.ends_with(" (deleted)")) {
         return Err(refuse(format!(
-            "it has a leakwatch shim from an earlier session whose file was deleted since              ({path}): a second copy cannot be loaded beside it; restart it to attach              with --native-sites, or attach without"
+            "it has a leakwatch shim from an earlier session whose file was deleted since \
+             ({}): a second copy cannot be loaded beside it; restart it to attach with \
+             --native-sites, or attach without",
+            crate::escape::inert(path)
         )));
     }
     if has("ld-musl") {
