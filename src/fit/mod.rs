@@ -340,6 +340,8 @@ pub(crate) fn rate_ci(c: &verdict::Classification, xs: &[f64], ys: &[f64]) -> Op
         RateFrom::SecondHalf | RateFrom::TroughEnd | RateFrom::CurveEnd => None,
         // Only when troughs decided, answered above.
         RateFrom::Troughs | RateFrom::TroughFill => None,
+        // Per task, never a series' headline rate.
+        RateFrom::TaskSteps => None,
     }
 }
 
@@ -742,86 +744,15 @@ pub fn analyse(samples: Samples, opts: &FitOptions) -> Analysis {
     // process tree leaves out the same first fill; and that primary's path
     // (troughs or mean) for every byte metric of its family: one series,
     // one story.
-    let families: Vec<(Scope, Metric, usize, SeriesFit)> = scopes
-        .iter()
-        .flat_map(|&scope| {
-            [
-                Metric::HeapLiveBytes,
-                family_primary(&samples.series, scope, Metric::RssBytes),
-            ]
-            .map(|m| (scope, m))
-        })
-        .filter_map(|(scope, metric)| {
-            let s = samples
-                .series
-                .iter()
-                .find(|s| s.scope == scope && s.metric == metric)?;
-            let k = warmup_of(s, opts);
-            Some((scope, metric, k, fit(s, k)))
-        })
-        .collect();
-    let mut fits: Vec<SeriesFit> = samples
-        .series
-        .iter()
-        .map(|s| {
-            let primary = family_primary(&samples.series, s.scope, s.metric);
-            let family = families.iter().find(|p| p.0 == s.scope && p.1 == primary);
-            if let Some(p) = family.filter(|p| p.1 == s.metric) {
-                // Fitted once, above.
-                return p.3.clone();
-            }
-            let k = family.map_or(0, |p| p.2);
-            let path = family
-                .filter(|_| s.metric.is_bytes())
-                .map(|p| p.3.decided_by == DecidedBy::Troughs);
-            fit_as(s, k, path)
-        })
-        .collect();
-    for f in fits.iter_mut().filter(|f| f.scope == Scope::Command) {
-        unseen_runs(f, &samples.runs);
-    }
-    let used: Vec<SeriesFit> = fits
-        .iter()
-        .filter(|f| f.metric == Metric::HeapUsedBytes)
-        .cloned()
-        .collect();
-    for f in fits
-        .iter_mut()
-        .filter(|f| f.metric == Metric::HeapLiveBytes)
-    {
-        if let Some(u) = used.iter().find(|u| u.scope == f.scope) {
-            seen_at_collections(f, u);
-        }
-    }
+    let families = family_fits(&samples.series, &scopes, opts);
+    let mut fits = fits_by_family(&samples.series, &families);
+    explain_missing_points(&mut fits, &samples.runs);
     let headline = headlines(&fits, &scopes);
-    // Which kind of memory grows: the kernel's view, also of a scope judged
-    // by its runtime's heap.
-    let attribution = headline
-        .iter()
-        .filter_map(|&i| fits.get(i))
-        .filter(|f| f.scope != Scope::Command)
-        .filter_map(|f| {
-            fits.iter()
-                .find(|k| k.scope == f.scope && k.metric == kernel_primary(&fits, f.scope))
-        })
-        .map(|f| attribution::attribute(f, &fits, &samples))
-        .collect();
+    let attribution = attributions(&fits, &headline, &samples);
     let heap = heap::read(&fits, &samples.heap_sources);
     let tree = findings::analyse(&samples, &scopes, opts.budget_bytes);
     let verdict = overall_verdict(&fits, &headline, &tree);
-
-    // Recycle advice for a pool's workers supersedes the whole tree's.
-    let project_opts = FitOptions {
-        budget_bytes: opts.budget_bytes.filter(|_| tree.recycle.is_empty()),
-        ..*opts
-    };
-    let projection = headline.first().and_then(|&i| fits.get(i)).and_then(|f| {
-        let rss = fits
-            .iter()
-            .find(|r| r.scope == f.scope && r.metric == Metric::RssBytes)
-            .unwrap_or(f);
-        project(rss, f.verdict, &project_opts)
-    });
+    let projection = headline_projection(&fits, &headline, &tree, opts);
     let site_fits = sites::fit_sites(&samples.sites, &fits, &tree.findings);
     Analysis {
         options: *opts,
@@ -850,6 +781,106 @@ pub fn analyse(samples: Samples, opts: &FitOptions) -> Analysis {
         heap,
         gauge_name: samples.gauge_name,
     }
+}
+
+/// A family's scope, primary metric, warm-up (points) and the fit of that primary.
+type FamilyFit = (Scope, Metric, usize, SeriesFit);
+
+/// Each scope's families (kernel metrics, runtime heap) fitted on their primary metric.
+fn family_fits(series: &[Series], scopes: &[Scope], opts: &FitOptions) -> Vec<FamilyFit> {
+    scopes
+        .iter()
+        .flat_map(|&scope| {
+            [
+                Metric::HeapLiveBytes,
+                family_primary(series, scope, Metric::RssBytes),
+            ]
+            .map(|m| (scope, m))
+        })
+        .filter_map(|(scope, metric)| {
+            let s = series
+                .iter()
+                .find(|s| s.scope == scope && s.metric == metric)?;
+            let k = warmup_of(s, opts);
+            Some((scope, metric, k, fit(s, k)))
+        })
+        .collect()
+}
+
+/// Every series fitted with its family's warm-up and, for bytes, its family's path.
+fn fits_by_family(series: &[Series], families: &[FamilyFit]) -> Vec<SeriesFit> {
+    series
+        .iter()
+        .map(|s| {
+            let primary = family_primary(series, s.scope, s.metric);
+            let family = families.iter().find(|p| p.0 == s.scope && p.1 == primary);
+            if let Some(p) = family.filter(|p| p.1 == s.metric) {
+                // Fitted once, in `family_fits`.
+                return p.3.clone();
+            }
+            let k = family.map_or(0, |p| p.2);
+            let path = family
+                .filter(|_| s.metric.is_bytes())
+                .map(|p| p.3.decided_by == DecidedBy::Troughs);
+            fit_as(s, k, path)
+        })
+        .collect()
+}
+
+/// Points the command or a live heap could not have: said in its reason and its rerun.
+fn explain_missing_points(fits: &mut [SeriesFit], runs: &[RunRecord]) {
+    for f in fits.iter_mut().filter(|f| f.scope == Scope::Command) {
+        unseen_runs(f, runs);
+    }
+    let used: Vec<SeriesFit> = fits
+        .iter()
+        .filter(|f| f.metric == Metric::HeapUsedBytes)
+        .cloned()
+        .collect();
+    for f in fits
+        .iter_mut()
+        .filter(|f| f.metric == Metric::HeapLiveBytes)
+    {
+        if let Some(u) = used.iter().find(|u| u.scope == f.scope) {
+            seen_at_collections(f, u);
+        }
+    }
+}
+
+/// Which kind of memory grows in each headline scope but the command's.
+fn attributions(fits: &[SeriesFit], headline: &[usize], samples: &Samples) -> Vec<Attribution> {
+    // The kernel's view, also of a scope judged by its runtime's heap.
+    headline
+        .iter()
+        .filter_map(|&i| fits.get(i))
+        .filter(|f| f.scope != Scope::Command)
+        .filter_map(|f| {
+            fits.iter()
+                .find(|k| k.scope == f.scope && k.metric == kernel_primary(fits, f.scope))
+        })
+        .map(|f| attribution::attribute(f, fits, samples))
+        .collect()
+}
+
+/// The first headline scope's RSS, or its headline series, projected to `--limit` and `--budget`.
+fn headline_projection(
+    fits: &[SeriesFit],
+    headline: &[usize],
+    tree: &findings::TreeFindings,
+    opts: &FitOptions,
+) -> Option<Projection> {
+    // Recycle advice for a pool's workers supersedes the whole tree's.
+    let project_opts = FitOptions {
+        budget_bytes: opts.budget_bytes.filter(|_| tree.recycle.is_empty()),
+        ..*opts
+    };
+    headline.first().and_then(|&i| fits.get(i)).and_then(|f| {
+        let rss = fits
+            .iter()
+            .find(|r| r.scope == f.scope && r.metric == Metric::RssBytes)
+            .unwrap_or(f);
+        project(rss, f.verdict, &project_opts)
+    })
 }
 
 #[cfg(test)]

@@ -117,14 +117,14 @@ fn judge(
     counts: bool,
 ) -> (verdict::Classification, Option<TaskSteps>) {
     let (xs, ys): (Vec<f64>, Vec<f64>) = s.points.iter().copied().unzip();
-    let mut c = verdict::classify(&xs, &ys, Some(0), &thresholds(s, min_slope_abs, counts));
+    let c = verdict::classify(&xs, &ys, Some(0), &thresholds(s, min_slope_abs, counts));
     let steps = (s.lives.len() > 1)
         .then(|| leaking_steps(&s.lives, min_slope_abs))
         .flatten();
-    if steps.is_some() {
-        c.verdict = verdict::Verdict::Leak;
+    match steps {
+        Some(st) => (c.judged_per_task(st.per_task, st.ci, min_slope_abs), steps),
+        None => (c, steps),
     }
-    (c, steps)
 }
 
 /// Fits every site; leaks fastest first, then what grew and stopped, then
@@ -323,14 +323,9 @@ pub fn fit_types(types: &[TypeSeries]) -> Vec<TypeFit> {
 fn fit_type(t: &TypeSeries) -> TypeFit {
     let (mut c, steps) = judge(&t.count, MIN_SLOPE_OBJECTS, true);
     let pool = t.count.lives.len() > 1;
-    if pool && steps.is_none() && c.verdict == verdict::Verdict::Leak {
-        // A pool is judged per task (as its workers are): a total that grows
-        // while no task leaves objects behind late in its worker's life is
-        // what each new worker makes once at its start, summed over the
-        // recycled ones — a few objects, where a site's 64 KiB floor hides
-        // the same. Not a leak the per-task estimate shows.
-        c.verdict = verdict::Verdict::Inconclusive;
-        c.runs_needed = None;
+    if pool && steps.is_none() {
+        // A few objects per new worker, where a site's 64 KiB floor hides the same.
+        c = c.without_task_steps();
     }
     let (b, byte_steps) = judge(&t.bytes, MIN_SLOPE_BYTES, false);
     let rate = c.rate.or(c.fit.as_ref().map(|f| f.slope));

@@ -764,12 +764,14 @@ mod tests {
                     rate: 0.0,
                     ci95: (-0.1 * MIB, 0.1 * MIB),
                     from: RateFrom::EndSegment,
+                    widened_by: Default::default(),
                 }
             } else {
                 crate::fit::EndRate {
                     rate: slope,
                     ci95: ci,
                     from: RateFrom::Line,
+                    widened_by: Default::default(),
                 }
             }),
             end_slope: Some(if verdict == Verdict::Plateau {

@@ -725,6 +725,7 @@ mod tests {
             rate: 45_000.0,
             ci95: (40_000.0, 50_000.0),
             from: RateFrom::CurveEnd,
+            widened_by: Default::default(),
         };
         a.fits[i].end_rate = Some(judged);
         let f = &a.fits[i];

@@ -373,10 +373,19 @@ fn where_in_the_code(a: &Analysis, doc: &mut Vec<Block>) {
         return;
     }
     doc.push(heading(2, "Where in the code"));
+    doc.extend(site_sources_explained(a));
+    doc.push(sites_table(a));
+    doc.extend(leaking_sites(a));
+    doc.extend(tracing_costs(a));
+}
+
+/// What the sites are, one paragraph per source in the table, and their unit while attached.
+fn site_sources_explained(a: &Analysis) -> Vec<Block> {
+    let mut blocks = Vec::new();
     let attached = a.mode() != "run";
     let has = |source: SiteSource| a.sites.iter().any(|s| s.source == source);
     if !attached && (has(SiteSource::Python) || !a.py_overhead.is_empty()) {
-        doc.push(para(vec![text(
+        blocks.push(para(vec![text(
             "Python allocation sites (tracemalloc, innermost frame of your code), their growth \
              per run pooled over the processes that hold them (a recycled worker's growth counts \
              while it lived), judged like every other series. tracemalloc sees Python's \
@@ -384,7 +393,7 @@ fn where_in_the_code(a: &Analysis, doc: &mut Vec<Block>) {
         )]));
     }
     if has(SiteSource::JavaScript) {
-        doc.push(para(vec![text(
+        blocks.push(para(vec![text(
             "JavaScript sites (--js-sites) are functions, named by the innermost frame of the \
              program's own code, with the live bytes V8's sampling heap profiler counts after a \
              full collection (sampled by bytes, each sample weighed so the estimate is \
@@ -392,7 +401,7 @@ fn where_in_the_code(a: &Analysis, doc: &mut Vec<Block>) {
         )]));
     }
     if has(SiteSource::Native) {
-        doc.push(para(vec![text(
+        blocks.push(para(vec![text(
             "Native sites (--native-sites) are C, C++ and Rust call stacks sampled by the \
              allocator shim (by bytes, each sample weighed so the estimate is unbiased) and \
              named by leakwatch, each by its first frame outside the allocator and the \
@@ -400,12 +409,21 @@ fn where_in_the_code(a: &Analysis, doc: &mut Vec<Block>) {
         )]));
     }
     if attached {
-        doc.push(para(vec![text(
+        blocks.push(para(vec![text(
             "Attached (attach --native-sites): each site's growth is per hour from the moment \
              the shim went in, one point per answer (every 2 s).",
         )]));
     }
-    let rate = |v: Option<f64>| v.map(|r| site_rate(a, r)).unwrap_or_else(|| "–".into());
+    blocks
+}
+
+/// A site's growth per x as `site_rate` words it, or "–" without one.
+fn optional_site_rate(a: &Analysis, per_x: Option<f64>) -> String {
+    per_x.map(|r| site_rate(a, r)).unwrap_or_else(|| "–".into())
+}
+
+/// One row per site: its verdict, growth and 95% CI, share of the anon growth, what it holds.
+fn sites_table(a: &Analysis) -> Block {
     let rows = a
         .sites
         .iter()
@@ -416,7 +434,7 @@ fn where_in_the_code(a: &Analysis, doc: &mut Vec<Block>) {
                 s.verdict.as_str().to_string(),
                 match s.bytes_per_task {
                     Some(t) => format!("{}/task", format_signed_bytes(t)),
-                    None => rate(s.bytes_per_run),
+                    None => optional_site_rate(a, s.bytes_per_run),
                 },
                 match (s.bytes_per_task_ci95, s.bytes_per_run_ci95) {
                     (Some((lo, hi)), _) => format!(
@@ -424,7 +442,11 @@ fn where_in_the_code(a: &Analysis, doc: &mut Vec<Block>) {
                         format_signed_bytes(lo),
                         format_signed_bytes(hi)
                     ),
-                    (None, Some((lo, hi))) => format!("{} … {}", rate(Some(lo)), rate(Some(hi))),
+                    (None, Some((lo, hi))) => format!(
+                        "{} … {}",
+                        optional_site_rate(a, Some(lo)),
+                        optional_site_rate(a, Some(hi))
+                    ),
                     _ => "–".into(),
                 },
                 s.share_of_anon
@@ -434,7 +456,7 @@ fn where_in_the_code(a: &Analysis, doc: &mut Vec<Block>) {
             ]
         })
         .collect();
-    doc.push(Block::Table(Table::new(
+    Block::Table(Table::new(
         [
             "site",
             "scope",
@@ -445,19 +467,24 @@ fn where_in_the_code(a: &Analysis, doc: &mut Vec<Block>) {
             "holds",
         ],
         rows,
-    )));
+    ))
+}
+
+/// Each leaking site's growth and the processes that hold it, then its traceback.
+fn leaking_sites(a: &Analysis) -> Vec<Block> {
+    let mut blocks = Vec::new();
     for s in a
         .sites
         .iter()
         .filter(|s| s.verdict == crate::fit::Verdict::Leak)
     {
-        doc.push(para(vec![
+        blocks.push(para(vec![
             strong(format!(
                 "{} leaks {}",
                 s.site,
                 match s.bytes_per_task {
                     Some(t) => format!("{} per task", format_signed_bytes(t)),
-                    None => rate(s.bytes_per_run),
+                    None => optional_site_rate(a, s.bytes_per_run),
                 }
             )),
             text(format!(
@@ -466,16 +493,24 @@ fn where_in_the_code(a: &Analysis, doc: &mut Vec<Block>) {
                 s.scope
             )),
         ]));
-        doc.push(Block::Code(s.traceback.join("\n") + "\n"));
+        blocks.push(Block::Code(s.traceback.join("\n") + "\n"));
     }
-    for o in &a.py_overhead {
-        doc.push(para(vec![text(format!(
-            "Tracing cost in {}: tracemalloc's own memory reached {} (part of the processes' \
-             RSS while --py-sites runs).",
-            o.scope,
-            format_bytes(o.bytes as f64)
-        ))]));
-    }
+    blocks
+}
+
+/// What tracemalloc's own memory reached in each scope traced with `--py-sites`.
+fn tracing_costs(a: &Analysis) -> Vec<Block> {
+    a.py_overhead
+        .iter()
+        .map(|o| {
+            para(vec![text(format!(
+                "Tracing cost in {}: tracemalloc's own memory reached {} (part of the processes' \
+                 RSS while --py-sites runs).",
+                o.scope,
+                format_bytes(o.bytes as f64)
+            ))])
+        })
+        .collect()
 }
 
 /// `--py-sites` and `--jvm-classes`: live objects by type (objgraph's
@@ -768,106 +803,129 @@ fn notes(a: &Analysis, doc: &mut Vec<Block>) {
 
 fn how_to_read(doc: &mut Vec<Block>) {
     doc.push(heading(2, "How to read this"));
-    doc.push(heading(3, "RSS, PSS, USS and shared"));
-    doc.push(Block::List(vec![
-        vec![
-            strong("RSS"),
-            text(
-                " (resident set size): the process's pages in RAM, counting every shared page \
-                 (libraries, memory still shared with a forked parent) in full. Summed over a \
-                 worker pool it counts shared pages once per worker.",
-            ),
-        ],
-        vec![
-            strong("PSS"),
-            text(
-                " (proportional set size): each shared page divided among the processes that \
-                 share it, so the PSS of a process tree adds up to the RAM it really uses. It \
-                 moves when other processes map or unmap the same files, even if this one \
-                 does nothing.",
-            ),
-        ],
-        vec![
-            strong("USS"),
-            text(
-                " (unique set size): private pages only (Private_Clean + Private_Dirty), what \
-                 exiting the process would free.",
-            ),
-        ],
-        vec![
-            strong("shared"),
-            text(
-                ": Shared_Clean + Shared_Dirty, pages another process maps too. \
-                 RSS = USS + shared.",
-            ),
-        ],
-        vec![
-            strong("anon / file / shmem"),
-            text(
-                ": RSS by what backs the pages: anonymous memory (heap, malloc arenas, \
-                 anonymous mmap), mapped files (code, data files), shared memory (tmpfs, \
-                 memfd). A heap leak grows anon, so a scope is judged by anon (RssAnon; RSS \
-                 on kernels without it), with shmem, fds and threads judged beside it: \
-                 unlike PSS and USS, anon ignores what other processes map and does not \
-                 move when a forked worker unshares its parent's pages.",
-            ),
-        ],
-    ]));
-    doc.push(heading(3, "Verdicts"));
-    doc.push(Block::List(vec![
-        vec![
-            strong("leak"),
-            text(format!(
-                ": the growth rate at the end of the observation — what the same work would add \
-                 per run (per hour) from here on — is above the threshold ({} or 0.1% of the \
-                 level per run, or per hour over time) with 95% confidence: the lower end of its \
-                 interval is above it. Memory moves in steps and saw-teeth, so the rate is \
-                 estimated by the model of the series' shape: its straight line, the segment \
-                 after its last change point, steps at their long-run rate, or for a saw-tooth \
-                 (a garbage collector, per-request scratch) the troughs, what is left after \
-                 each collection. The rate shown is that estimate.",
-                format_bytes(MIN_SLOPE_BYTES)
-            )),
-        ],
-        vec![
-            strong("plateau"),
-            text(
-                ": it grew, then stopped: the end rate's interval lies below the threshold after \
-                 growth above it (a cache, an allocator's high-water mark), shown with its fill \
-                 rate, where it stopped and the level it holds; or a one-off step, which is not \
-                 a rate.",
-            ),
-        ],
-        vec![
-            strong("stable"),
-            text(": it never grew by more than the threshold, and the end rate's interval lies below it."),
-        ],
-        vec![
-            strong("inconclusive"),
-            text(
-                ": the end rate's interval contains the threshold (too few points, or too much \
-                 noise, to tell); the verdict line says the rerun that would decide it, as the \
-                 flag to type.",
-            ),
-        ],
-    ]));
-    doc.push(para(vec![text(
-        "Warm-up: leading points left out of the fit (a first run that loads code and fills \
-         caches), the same for every metric of a process tree; the charts shade them and draw \
-         the model the verdict used (segments, troughs, or the fitted line). The 95% CI is the range the true slope lies in with \
-         95% confidence; more runs narrow it.",
-    )]));
-    doc.push(heading(3, "Copy-on-write after fork"));
-    doc.push(para(vec![text(
-        "A forked worker (Celery prefork, gunicorn, multiprocessing, a process pool) starts \
-         out sharing all its pages with its parent. Each page it writes is copied for it \
-         alone: its Private_Dirty rises and its Shared_Dirty falls by the same amount while \
-         its RSS stays flat. That is unsharing, not a leak: the worker allocates nothing new, \
-         yet the pool's real memory (the PSS sum) grows until every touched page is copied. \
-         CPython writes reference counts and garbage-collector headers even when objects are \
-         only read, so its workers unshare the parent's heap steadily; calling gc.freeze() \
-         in the parent just before forking keeps the collector off those pages.",
-    )]));
+    doc.extend(memory_measures_explained());
+    doc.extend(verdicts_explained());
+    doc.extend(copy_on_write_explained());
+}
+
+/// "RSS, PSS, USS and shared": what each memory measure counts.
+fn memory_measures_explained() -> Vec<Block> {
+    vec![
+        heading(3, "RSS, PSS, USS and shared"),
+        Block::List(vec![
+            vec![
+                strong("RSS"),
+                text(
+                    " (resident set size): the process's pages in RAM, counting every shared page \
+                     (libraries, memory still shared with a forked parent) in full. Summed over a \
+                     worker pool it counts shared pages once per worker.",
+                ),
+            ],
+            vec![
+                strong("PSS"),
+                text(
+                    " (proportional set size): each shared page divided among the processes that \
+                     share it, so the PSS of a process tree adds up to the RAM it really uses. It \
+                     moves when other processes map or unmap the same files, even if this one \
+                     does nothing.",
+                ),
+            ],
+            vec![
+                strong("USS"),
+                text(
+                    " (unique set size): private pages only (Private_Clean + Private_Dirty), what \
+                     exiting the process would free.",
+                ),
+            ],
+            vec![
+                strong("shared"),
+                text(
+                    ": Shared_Clean + Shared_Dirty, pages another process maps too. \
+                     RSS = USS + shared.",
+                ),
+            ],
+            vec![
+                strong("anon / file / shmem"),
+                text(
+                    ": RSS by what backs the pages: anonymous memory (heap, malloc arenas, \
+                     anonymous mmap), mapped files (code, data files), shared memory (tmpfs, \
+                     memfd). A heap leak grows anon, so a scope is judged by anon (RssAnon; RSS \
+                     on kernels without it), with shmem, fds and threads judged beside it: \
+                     unlike PSS and USS, anon ignores what other processes map and does not \
+                     move when a forked worker unshares its parent's pages.",
+                ),
+            ],
+        ]),
+    ]
+}
+
+/// "Verdicts": what each verdict means, then how warm-up and the 95% CI are shown.
+fn verdicts_explained() -> Vec<Block> {
+    vec![
+        heading(3, "Verdicts"),
+        Block::List(vec![
+            vec![
+                strong("leak"),
+                text(format!(
+                    ": the growth rate at the end of the observation — what the same work would \
+                     add per run (per hour) from here on — is above the threshold ({} or 0.1% of \
+                     the level per run, or per hour over time) with 95% confidence: the lower end \
+                     of its interval is above it. Memory moves in steps and saw-teeth, so the rate \
+                     is estimated by the model of the series' shape: its straight line, the \
+                     segment after its last change point, steps at their long-run rate, or for a \
+                     saw-tooth (a garbage collector, per-request scratch) the troughs, what is \
+                     left after each collection. The rate shown is that estimate.",
+                    format_bytes(MIN_SLOPE_BYTES)
+                )),
+            ],
+            vec![
+                strong("plateau"),
+                text(
+                    ": it grew, then stopped: the end rate's interval lies below the threshold \
+                     after growth above it (a cache, an allocator's high-water mark), shown with \
+                     its fill rate, where it stopped and the level it holds; or a one-off step, \
+                     which is not a rate.",
+                ),
+            ],
+            vec![
+                strong("stable"),
+                text(
+                    ": it never grew by more than the threshold, and the end rate's interval lies below it.",
+                ),
+            ],
+            vec![
+                strong("inconclusive"),
+                text(
+                    ": the end rate's interval contains the threshold (too few points, or too much \
+                     noise, to tell); the verdict line says the rerun that would decide it, as the \
+                     flag to type.",
+                ),
+            ],
+        ]),
+        para(vec![text(
+            "Warm-up: leading points left out of the fit (a first run that loads code and fills \
+             caches), the same for every metric of a process tree; the charts shade them and draw \
+             the model the verdict used (segments, troughs, or the fitted line). The 95% CI is the range the true slope lies in with \
+             95% confidence; more runs narrow it.",
+        )]),
+    ]
+}
+
+/// "Copy-on-write after fork": why a forked worker's unsharing is not a leak.
+fn copy_on_write_explained() -> Vec<Block> {
+    vec![
+        heading(3, "Copy-on-write after fork"),
+        para(vec![text(
+            "A forked worker (Celery prefork, gunicorn, multiprocessing, a process pool) starts \
+             out sharing all its pages with its parent. Each page it writes is copied for it \
+             alone: its Private_Dirty rises and its Shared_Dirty falls by the same amount while \
+             its RSS stays flat. That is unsharing, not a leak: the worker allocates nothing new, \
+             yet the pool's real memory (the PSS sum) grows until every touched page is copied. \
+             CPython writes reference counts and garbage-collector headers even when objects are \
+             only read, so its workers unshare the parent's heap steadily; calling gc.freeze() \
+             in the parent just before forking keeps the collector off those pages.",
+        )]),
+    ]
 }
 
 /// A site's growth per x as people read it: per run, or (`attach

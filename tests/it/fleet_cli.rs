@@ -280,25 +280,26 @@ fn fake_prometheus(
     (port, requests)
 }
 
-#[test]
-fn analyze_splits_restarts_and_gaps_into_lives_and_lists_the_worst_first() {
-    const M: f64 = 1024.0 * 1024.0;
+/// Four hours at 1 min of three pods, as `fake_prometheus` serves them.
+fn three_pods() -> Vec<(&'static str, Vec<Option<f64>>)> {
     // 4 h at 1 min. Pod "a" leaks 1 MiB/min, restarts at 2 h (memory back
     // to its base); pod "b" holds steady with a 30 min gap in the middle
     // (it was gone: a new life); pod "c" leaks 4 MiB/min without restarts.
     let a: Vec<Option<f64>> = (0..240)
-        .map(|i| Some(100.0 * M + (i % 120) as f64 * M))
+        .map(|i| Some(100.0 * MIB + (i % 120) as f64 * MIB))
         .collect();
     let b: Vec<Option<f64>> = (0..240)
-        .map(|i| (!(100..130).contains(&i)).then_some(50.0 * M + (i % 3) as f64 * 4096.0))
+        .map(|i| (!(100..130).contains(&i)).then_some(50.0 * MIB + (i % 3) as f64 * 4096.0))
         .collect();
     let c: Vec<Option<f64>> = (0..240)
-        .map(|i| Some(200.0 * M + i as f64 * 4.0 * M))
+        .map(|i| Some(200.0 * MIB + i as f64 * 4.0 * MIB))
         .collect();
-    let (port, requests) = fake_prometheus(vec![("a", a), ("b", b), ("c", c)]);
-    let tmp = tempfile::tempdir().unwrap();
-    let out = tmp.path().join("out");
-    let o = leakwatch()
+    vec![("a", a), ("b", b), ("c", c)]
+}
+
+/// `analyze --prometheus` of the fake server's `mem` over its 4 h at a 1 s step, into `out`.
+fn analyze_fake_prometheus(port: u16, out: &std::path::Path) -> std::process::Output {
+    leakwatch()
         .args([
             "analyze",
             "--prometheus",
@@ -307,9 +308,98 @@ fn analyze_splits_restarts_and_gaps_into_lives_and_lists_the_worst_first() {
         .args(["--query", "mem", "--end", "14340", "--range", "14340s"])
         // 14,341 points at 1 s: two chunks under the 11,000 limit.
         .args(["--step", "1s", "--max-growth", "100MiB/h", "--out"])
-        .arg(&out)
+        .arg(out)
+        .output()
+        .unwrap()
+}
+
+/// The label sets in summary.json are c, then a's two lives, then b's two lives.
+fn assert_worst_first(s: &serde_json::Value) {
+    let labels: Vec<String> = s["series_labels"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    // Worst first: c (4 MiB/min), then a's two lives; b's two lives last.
+    assert_eq!(labels.len(), 5, "{labels:?}");
+    assert!(labels[0].contains("pod=\"c\"") && !labels[0].contains("leakwatch_life"));
+    for l in &labels[1..3] {
+        assert!(
+            l.contains("pod=\"a\"") && l.contains("leakwatch_life"),
+            "{l}"
+        );
+    }
+    for l in &labels[3..] {
+        assert!(
+            l.contains("pod=\"b\"") && l.contains("leakwatch_life"),
+            "{l}"
+        );
+    }
+}
+
+/// Pod c and each of a's lives leak at their own rate; b's lives do not leak.
+fn assert_leaking_lives(s: &serde_json::Value) {
+    let slope = |i: usize| {
+        series(s, &format!("series:{i}"), "rss_bytes")["slope"]
+            .as_f64()
+            .unwrap()
+    };
+    assert_within("pod c", slope(0), 4.0 * MIB / 60.0, 0.01);
+    assert_within("pod a, life 1", slope(1), MIB / 60.0, 0.01);
+    assert_within("pod a, life 2", slope(2), MIB / 60.0, 0.01);
+    for i in 0..3 {
+        assert_eq!(
+            series(s, &format!("series:{i}"), "rss_bytes")["verdict"],
+            "leak"
+        );
+    }
+    for i in 3..5 {
+        assert_ne!(
+            series(s, &format!("series:{i}"), "rss_bytes")["verdict"],
+            "leak"
+        );
+    }
+}
+
+/// A note says pod a restarted once, with its lives' pooled rate.
+fn assert_restart_noted(s: &serde_json::Value) {
+    // Pod a's two lives pooled: 1 MiB/min = 60 MiB/h within a life.
+    let notes: Vec<&str> = s["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("pod=\"a\"} restarted 1 time") && n.contains("+60.0 MiB/h")),
+        "{notes:?}"
+    );
+}
+
+/// `report` on the directory gates every series again, as analyze did.
+fn assert_report_gates_every_series(out: &std::path::Path) {
+    let again = leakwatch()
+        .arg("report")
+        .arg(out)
+        .args(["--max-growth", "100MiB/h", "--quiet"])
         .output()
         .unwrap();
+    assert_eq!(again.status.code(), Some(1));
+    let gate = &summary(out)["gate"]["checks"];
+    assert_eq!(gate.as_array().unwrap().len(), 5, "{gate}");
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(report.contains("Series by label set"), "{report}");
+}
+
+#[test]
+fn analyze_splits_restarts_and_gaps_into_lives_and_lists_the_worst_first() {
+    let (port, requests) = fake_prometheus(three_pods());
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let o = analyze_fake_prometheus(port, &out);
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{stderr}");
     // The samples are a minute apart, coarser than the 1 s step: a probe of
@@ -327,72 +417,10 @@ fn analyze_splits_restarts_and_gaps_into_lives_and_lists_the_worst_first() {
         "{}",
         s["notes"]
     );
-    let labels: Vec<String> = s["series_labels"]
-        .as_object()
-        .unwrap()
-        .values()
-        .map(|v| v.as_str().unwrap().to_string())
-        .collect();
-    // Worst first: c (4 MiB/min), then a's two lives; b's two lives last.
     eprintln!("{stderr}");
-    assert_eq!(labels.len(), 5, "{labels:?}");
-    assert!(labels[0].contains("pod=\"c\"") && !labels[0].contains("leakwatch_life"));
-    for l in &labels[1..3] {
-        assert!(
-            l.contains("pod=\"a\"") && l.contains("leakwatch_life"),
-            "{l}"
-        );
-    }
-    for l in &labels[3..] {
-        assert!(
-            l.contains("pod=\"b\"") && l.contains("leakwatch_life"),
-            "{l}"
-        );
-    }
-    let slope = |i: usize| {
-        series(&s, &format!("series:{i}"), "rss_bytes")["slope"]
-            .as_f64()
-            .unwrap()
-    };
-    assert_within("pod c", slope(0), 4.0 * M / 60.0, 0.01);
-    assert_within("pod a, life 1", slope(1), M / 60.0, 0.01);
-    assert_within("pod a, life 2", slope(2), M / 60.0, 0.01);
-    for i in 0..3 {
-        assert_eq!(
-            series(&s, &format!("series:{i}"), "rss_bytes")["verdict"],
-            "leak"
-        );
-    }
-    for i in 3..5 {
-        assert_ne!(
-            series(&s, &format!("series:{i}"), "rss_bytes")["verdict"],
-            "leak"
-        );
-    }
-    // Pod a's two lives pooled: 1 MiB/min = 60 MiB/h within a life.
-    let notes: Vec<&str> = s["notes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| n.as_str().unwrap())
-        .collect();
-    assert!(
-        notes
-            .iter()
-            .any(|n| n.contains("pod=\"a\"} restarted 1 time") && n.contains("+60.0 MiB/h")),
-        "{notes:?}"
-    );
-    // `report` on the directory gates every series again, as analyze did.
-    let again = leakwatch()
-        .arg("report")
-        .arg(&out)
-        .args(["--max-growth", "100MiB/h", "--quiet"])
-        .output()
-        .unwrap();
-    assert_eq!(again.status.code(), Some(1));
-    let gate = &summary(&out)["gate"]["checks"];
-    assert_eq!(gate.as_array().unwrap().len(), 5, "{gate}");
-    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
-    assert!(report.contains("Series by label set"), "{report}");
+    assert_worst_first(&s);
+    assert_leaking_lives(&s);
+    assert_restart_noted(&s);
+    assert_report_gates_every_series(&out);
     assert!(stderr.contains("worst first"), "{stderr}");
 }

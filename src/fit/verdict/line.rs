@@ -36,14 +36,41 @@
 //! the whole line's 95% CI lies above thr.
 
 use super::power::{POWER, points_needed};
-use super::{Classification, Ctx, EndRate, PlateauInfo, RateFrom, Verdict, fmt_p};
+use super::{Classification, Ctx, EndRate, PlateauInfo, RateFrom, Verdict, Widening, fmt_p};
 use crate::fit::stats;
+
+/// What a rising line's reason names (`Ctx::line_reason`).
+struct LineReading<'s> {
+    end: EndRate,
+    /// The broken stick at the median `knot`.
+    seg: &'s stats::SegmentedFit,
+    knot: f64,
+    kept_pace: bool,
+    /// The one step that fits the points as well as the line.
+    one_step: Option<StepFit>,
+    /// The robust slope, where it does not carry the rate.
+    weak_robust: Option<f64>,
+}
+
+/// Whether a rising line kept its pace to the end (`Ctx::line_end`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pace {
+    /// The second half keeps at least half the line's pace, and no later knot slowed.
+    Kept,
+    /// A knot later than the median slowed.
+    StoppedLater,
+    /// The second half is below half the line's pace: a curve that slows down.
+    Slowed,
+}
 
 /// The straight-piece estimator.
 impl Ctx<'_> {
     /// The least-squares line's slope and 95% CI.
     pub(super) fn line_rate(&self) -> EndRate {
-        EndRate::new(RateFrom::Line, self.fit.slope, self.ci)
+        let own = self.fit.slope_ci95.unwrap_or(self.ci);
+        EndRate::new(RateFrom::Line, self.fit.slope, own)
+            .lower_to(Widening::RandomWalk, self.ci.0)
+            .upper_to(Widening::RandomWalk, self.ci.1)
     }
 
     pub(super) fn judge_line(&self, c: Classification) -> Classification {
@@ -83,23 +110,11 @@ impl Ctx<'_> {
         // α. It lags a curve steeper than x², so the end is read from a parabola through the
         // second half as well (when that has five points), the higher of the two.
         let para = stats::parabola_end(self.x, self.y);
-        let speeds = para.filter(|p| {
-            p.bends_up(self.t.alpha) && (!self.t.cumulative_errors || self.increments_rise())
-        });
-        let speeds = speeds.map(|p| {
-            let half = self.x.partition_point(|&v| v <= knot);
-            match stats::parabola_end(&self.x[half..], &self.y[half..]) {
-                Some(h) => (
-                    h.slope.max(p.slope),
-                    h.slope_upper95().max(p.slope_upper95()),
-                ),
-                None => (p.slope, p.slope_upper95()),
-            }
-        });
+        let speeds = self.speeds_up(para, knot);
         // A curve that bends upwards rises even when its residuals' autocorrelation widens
         // the line's interval past 0.
         if !(rising && (self.ci.0 > 0.0 || speeds.is_some())) {
-            let lower = if step_wins { 0.0 } else { f64::INFINITY };
+            let lower = step_wins.then_some((Widening::OneStep, 0.0));
             return self.not_significant(c, rising, lower);
         }
         let slope_txt = self.slope_txt();
@@ -117,6 +132,109 @@ impl Ctx<'_> {
                 ),
             });
         };
+        let (mut end, pace) = self.line_end(&seg, knot, para, speeds, (recurring, stepped));
+        if let Some((lo, hi)) = hull {
+            end = end
+                .lower_to(Widening::Staircase, lo)
+                .upper_to(Widening::Staircase, hi);
+        }
+        if step_wins {
+            end = end.lower_to(Widening::OneStep, 0.0);
+        }
+        // NaN (no robust slope) counts as no support.
+        let weak_robust =
+            (!self.robust.is_some_and(|r| r > self.thr)).then(|| self.robust.unwrap_or(0.0));
+        if let Some(robust) = weak_robust {
+            end = end.lower_to(Widening::RobustSlope, robust);
+        }
+        let reading = LineReading {
+            end,
+            seg: &seg,
+            knot,
+            kept_pace: pace == Pace::Kept,
+            one_step: step.filter(|_| step_wins),
+            weak_robust,
+        };
+        let c = c.conclude(end, self.thr, grew, |v| self.line_reason(v, &reading));
+        self.finish_line(c, &seg, knot, (n, 0))
+    }
+
+    /// The reason of a rising line's verdict `v`, from its reading.
+    fn line_reason(&self, v: Verdict, r: &LineReading) -> String {
+        let slope_txt = self.slope_txt();
+        let end_txt = format!("{} in the second half", self.per_x(r.seg.tail_slope));
+        let p_txt = fmt_p(self.mk.p_two_sided);
+        match v {
+            // The headline is the end's rate: the reason names it.
+            Verdict::Leak if r.kept_pace && r.end.from == RateFrom::CurveEnd => format!(
+                "grows {slope_txt}, {p_txt}, and speeds up: {} at the end",
+                self.per_x(r.end.rate)
+            ),
+            Verdict::Leak if r.kept_pace => format!("grows {slope_txt}, {p_txt}, still {end_txt}"),
+            Verdict::Leak => format!("grows {end_txt}, slower than {slope_txt} overall"),
+            Verdict::Plateau => format!(
+                "grew {} until {}, then {end_txt}",
+                self.per_x(r.seg.head_slope),
+                self.at_x(r.knot)
+            ),
+            Verdict::Stable => format!(
+                "grows {slope_txt}, below the threshold of {}",
+                self.per_x(self.thr)
+            ),
+            Verdict::Inconclusive => match (r.one_step, r.weak_robust) {
+                (Some(s), _) => format!(
+                    "rises {slope_txt}, but as much like one step of {} at {} as like a line",
+                    self.signed(s.jump),
+                    self.at_x(s.x)
+                ),
+                (None, Some(robust)) => format!(
+                    "grows {slope_txt} by least squares, but the robust slope is only {}",
+                    self.per_x(robust)
+                ),
+                (None, None) if r.kept_pace => format!(
+                    "grows {slope_txt}, but the 95% CI reaches down to {} (threshold {})",
+                    self.per_x(r.end.ci95.0),
+                    self.per_x(self.thr)
+                ),
+                (None, None) => format!(
+                    "grows {slope_txt}, but too noisy to tell whether it slowed ({end_txt})"
+                ),
+            },
+        }
+    }
+
+    /// A leak that speeds up: a parabola through all points bending upwards at one-sided α
+    /// (for a random walk, only when its increments rise too). It lags a curve steeper than
+    /// x², so the end is also read from a parabola through the points after `knot`: the
+    /// higher slope at the last point and the higher 95% upper end of the two.
+    fn speeds_up(&self, para: Option<stats::ParabolaEnd>, knot: f64) -> Option<(f64, f64)> {
+        let p = para.filter(|p| {
+            p.bends_up(self.t.alpha) && (!self.t.cumulative_errors || self.increments_rise())
+        })?;
+        let half = self.x.partition_point(|&v| v <= knot);
+        Some(
+            match stats::parabola_end(&self.x[half..], &self.y[half..]) {
+                Some(h) => (
+                    h.slope.max(p.slope),
+                    h.slope_upper95().max(p.slope_upper95()),
+                ),
+                None => (p.slope, p.slope_upper95()),
+            },
+        )
+    }
+
+    /// The end rate of a line that rises (module docs): the line while it keeps its pace,
+    /// down to a later stop's tail; the second half of a curve that slows down; a curve's end
+    /// when it speeds up; and whether it kept its pace. `speeds`: `speeds_up`'s reading;
+    /// `(recurring, stepped)` as for `judge_line_within`.
+    fn line_end(
+        &self,
+        seg: &stats::SegmentedFit,
+        knot: f64,
+        para: Option<stats::ParabolaEnd>,
+        speeds: Option<(f64, f64)>,
+        (recurring, stepped): (bool, bool),
+    ) -> (EndRate, Pace) {
         let t_tail = stats::student_t_quantile(1.0 - self.t.alpha, seg.df);
         let t95 = stats::student_t_quantile(0.975, seg.df);
         // The second half is chosen when the data say the line does not keep its pace, so
@@ -137,10 +255,7 @@ impl Ctx<'_> {
             .then(|| self.later_knots(knot, t_tail))
             .flatten();
         let stopped_later = later.filter(|&(slowed, _)| slowed).map(|(_, lo)| lo);
-        // NaN (no robust slope) counts as no support.
-        let robust_ok = self.robust.is_some_and(|r| r > self.thr);
-        let robust = self.robust.unwrap_or(0.0);
-        let mut end = if !keeps_pace {
+        if !keeps_pace {
             // A curve that slows down: its second half's line averages the end with what came
             // before it; a parabola's slope at the last point does not, so its lower bound is
             // the interval's too, as is that of a tail after a later stop (a knot that slowed;
@@ -148,82 +263,29 @@ impl Ctx<'_> {
             let low = para.map(|p| {
                 p.slope - stats::student_t_quantile(1.0 - self.t.alpha, p.df) * p.slope_se
             });
-            tail.lower_to(low.unwrap_or(0.0))
-                .lower_to(stopped_later.unwrap_or(f64::INFINITY))
-        } else if let Some(lo) = stopped_later {
-            self.line_rate().lower_to(lo)
-        } else if let Some((_, upper)) = speeds.filter(|_| stepped) {
-            // Steps that keep coming bend a parabola upwards wherever a large one came late
-            // (a V8 heap attached for 60 s: +3.6 MB/s by its line, anon grew 3.8, and
-            // +5.7 MB/s at the parabola's end): the staircase's rate is its line, its
-            // interval reaching up to the parabolas'.
-            self.line_rate().upper_to(upper)
-        } else if let Some((rate, upper)) = speeds {
+            let end = tail
+                .lower_to(Widening::SlowsDown, low.unwrap_or(0.0))
+                .lower_to(Widening::LaterStop, stopped_later.unwrap_or(f64::INFINITY));
+            return (end, Pace::Slowed);
+        }
+        if let Some(lo) = stopped_later {
+            let end = self.line_rate().lower_to(Widening::LaterStop, lo);
+            return (end, Pace::StoppedLater);
+        }
+        let end = match speeds {
+            // Steps that keep coming bend a parabola upwards wherever a large one came late:
+            // the staircase's rate is its line, its interval reaching up to the parabolas'.
+            Some((_, upper)) if stepped => self.line_rate().upper_to(Widening::SpeedsUp, upper),
             // The end is faster than the line's average: the parabolas' slope at the last
             // point, its interval from the line's lower end up to their upper one.
-            EndRate::new(
+            Some((rate, upper)) => EndRate::new(
                 RateFrom::CurveEnd,
                 rate.max(self.fit.slope),
                 (self.ci.0, upper.max(self.ci.1)),
-            )
-        } else {
-            self.line_rate()
+            ),
+            None => self.line_rate(),
         };
-        let keeps_pace = keeps_pace && stopped_later.is_none();
-        if let Some((lo, hi)) = hull {
-            end = end.lower_to(lo).upper_to(hi);
-        }
-        if step_wins {
-            end = end.lower_to(0.0);
-        }
-        if !robust_ok {
-            end = end.lower_to(robust);
-        }
-        let end_txt = format!("{} in the second half", self.per_x(seg.tail_slope));
-        let p_txt = fmt_p(self.mk.p_two_sided);
-        let c = c.conclude(end, self.thr, grew, |v| match v {
-            // The headline is the end's rate: the reason names it.
-            Verdict::Leak if keeps_pace && end.from == RateFrom::CurveEnd => format!(
-                "grows {slope_txt}, {p_txt}, and speeds up: {} at the end",
-                self.per_x(end.rate)
-            ),
-            Verdict::Leak if keeps_pace => format!("grows {slope_txt}, {p_txt}, still {end_txt}"),
-            Verdict::Leak => format!("grows {end_txt}, slower than {slope_txt} overall"),
-            Verdict::Plateau => format!(
-                "grew {} until {}, then {end_txt}",
-                self.per_x(seg.head_slope),
-                self.at_x(knot)
-            ),
-            Verdict::Stable => format!(
-                "grows {slope_txt}, below the threshold of {}",
-                self.per_x(self.thr)
-            ),
-            Verdict::Inconclusive => {
-                if let Some(s) = step.filter(|_| step_wins) {
-                    format!(
-                        "rises {slope_txt}, but as much like one step of {} at {} as like a line",
-                        self.signed(s.jump),
-                        self.at_x(s.x)
-                    )
-                } else if !robust_ok {
-                    format!(
-                        "grows {slope_txt} by least squares, but the robust slope is only {}",
-                        self.per_x(robust)
-                    )
-                } else if keeps_pace {
-                    format!(
-                        "grows {slope_txt}, but the 95% CI reaches down to {} (threshold {})",
-                        self.per_x(end.ci95.0),
-                        self.per_x(self.thr)
-                    )
-                } else {
-                    format!(
-                        "grows {slope_txt}, but too noisy to tell whether it slowed ({end_txt})"
-                    )
-                }
-            }
-        });
-        self.finish_line(c, &seg, knot, (n, 0))
+        (end, Pace::Kept)
     }
 
     /// What a line verdict adds to the classification: a plateau's fill and level, a slowed
@@ -260,13 +322,13 @@ impl Ctx<'_> {
     /// No significant growth: the line's slope and 95% CI decide (stable when its upper end is
     /// within the threshold, else inconclusive). `rising`: Mann–Kendall alone says it rises (so
     /// the CI is what rejected it, and the reason says so rather than "no significant trend").
-    /// `lower`: how low another model of the same points puts the end (segments whose end is
-    /// flat), the interval's lower end reaching down to it; `f64::INFINITY` for none.
+    /// `lower`: how low another model of the same points puts the end (one step, or falls as
+    /// large as the rises), the interval's lower end reaching down to it.
     pub(super) fn not_significant(
         &self,
         c: Classification,
         rising: bool,
-        lower: f64,
+        lower: Option<(Widening, f64)>,
     ) -> Classification {
         let (lo, hi) = self.ci;
         let p_txt = fmt_p(self.mk.p_two_sided);
@@ -282,7 +344,10 @@ impl Ctx<'_> {
         } else {
             format!("no significant trend ({p_txt})")
         };
-        let end = self.line_rate().lower_to(lower);
+        let end = match lower {
+            Some((by, lo)) => self.line_rate().lower_to(by, lo),
+            None => self.line_rate(),
+        };
         let mut c = c.conclude(end, self.thr, false, |v| match v {
             Verdict::Inconclusive => format!(
                 "{why}, but noise allows growth up to {} (threshold {})",
@@ -467,14 +532,14 @@ mod tests {
         .collect();
         let t = per_run();
         let ctx = Ctx::new(&x, &y, &t, 0, 12).unwrap();
-        let c = ctx.not_significant(Classification::new(0), true, f64::INFINITY);
+        let c = ctx.not_significant(Classification::new(0), true, None);
         assert!(
             c.reason.starts_with("the trend test says it rises (p = "),
             "{}",
             c.reason
         );
         assert!(c.reason.contains("includes 0"), "{}", c.reason);
-        let c = ctx.not_significant(Classification::new(0), false, f64::INFINITY);
+        let c = ctx.not_significant(Classification::new(0), false, None);
         assert!(
             c.reason.starts_with("no significant trend (p = "),
             "{}",

@@ -18,12 +18,26 @@
 //!   stopped span both;
 //! * `troughs` — a saw-tooth (collections seen: a hard floor and drops), judged on its lower
 //!   envelope (`super::envelope`): the floor's rate at the end;
-//! * `warmup` trims the start; `power` says how many points would decide; a last point far
-//!   below the trend (memory given back at the last sample) is set aside and bounds the end
-//!   rate from below by the growth the whole kept (`Ctx::judge_with_last_drop`); an
-//!   undecided or leaking series' interval reaches up to a parabola's end rate, as it may be
-//!   speeding up (`Ctx::may_speed_up`), and an undecided end that bends downwards reaches
-//!   down to one (`Ctx::may_slow_down`).
+//! * `warmup` trims the start; `power` says how many points would decide.
+//!
+//! How a verdict comes about, so it can be predicted:
+//! 1. `classify` trims the warm-up and picks the path: the troughs of a saw-tooth, else the
+//!    mean (a last point far below the trend is set aside first, `Ctx::last_drop`).
+//! 2. The shape's estimator gives its end rate and interval; the shape knowledge inside it
+//!    (a robust slope below the line, one step as good as a line, a later stop, a staircase's
+//!    phase …) only widens that interval.
+//! 3. Every mean-path estimate then goes through the same widenings, in order
+//!    (`Ctx::judge_mean`): a curve that may speed up reaches up to a parabola's end rate
+//!    (`Ctx::may_speed_up`), an undecided end that bends downwards down to one
+//!    (`Ctx::may_slow_down`), a line tilted by a warm-up the trim did not take down to the
+//!    line without it (`Ctx::may_have_warmed_up`), a last point set aside down to the growth
+//!    the whole kept (`Ctx::last_drop_bound`).
+//! 4. `decide` on the widened interval is the verdict (`Ctx::settle`); nothing else sets one.
+//!    Each widening that moved the interval is named in it (`EndRate::widened_by`).
+//!
+//! A pool's sites and types are judged per task when their workers' task steps are seen
+//! (`Classification::judged_per_task`), and widened down to 0 when none are
+//! (`Classification::without_task_steps`); `decide` again is the verdict.
 //!
 //! The practical threshold is `thr = max(min_slope_abs, min_slope_fraction · |mean level|)`
 //! bytes per x unit. Units: `x` in x units (run number or seconds), `y` and every level in
@@ -118,6 +132,9 @@ pub enum RateFrom {
     /// The slope at the last point of a least-squares parabola through the points: a leak
     /// that speeds up.
     CurveEnd,
+    /// A pool's growth per task: the mean of its workers' task steps and its Student-t 95%
+    /// CI (`crate::fit::findings::workers::task_steps`), per task rather than per x unit.
+    TaskSteps,
 }
 
 /// Decision thresholds.
@@ -175,27 +192,148 @@ pub struct EndRate {
     pub ci95: (f64, f64),
     /// Which estimator it is.
     pub from: RateFrom,
+    /// The shape knowledge that moved the interval beyond the estimator's own (empty: none).
+    /// Absent from summaries written before it.
+    #[serde(default)]
+    pub widened_by: Widenings,
+}
+
+/// Shape knowledge that widens an end rate's interval: another reading of the same points
+/// that puts the end lower or higher. Each is a better estimate of the interval, never a
+/// veto: the verdict follows from the widened interval (`decide`). Declared in the order
+/// the rules apply: the estimators' own first, then the passes every mean-path estimate
+/// goes through (`Ctx::widen`).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Widening {
+    /// Every step of x adds its own error (`Thresholds::cumulative_errors`): the line's
+    /// interval is its drift's (`stats::drift_ci95`).
+    RandomWalk,
+    /// The Theil–Sen slope is below the least-squares one and the threshold: one spike
+    /// cannot carry a rate, so the interval reaches down to the robust slope.
+    RobustSlope,
+    /// The rank test does not say the troughs rise: down to no rate at all.
+    RanksFlat,
+    /// One step fits the points as well as a line: down to no rate at all.
+    OneStep,
+    /// The series falls about as much as it rises: the falls may be the trend, down to 0.
+    Falls,
+    /// The change points show no rise that matters (none, a dip and its recovery, a step
+    /// too small): down to 0, or to the end segment's lower bound.
+    NoRise,
+    /// A knot later than the median slowed: down to the lowest later tail's lower bound.
+    LaterStop,
+    /// The end bends downwards: down to a parabola's slope at the last point.
+    SlowsDown,
+    /// The end bends upwards: up to a parabola's slope at the last point.
+    SpeedsUp,
+    /// Rises that keep coming read by where in their cycle the series ends, or a warm-up
+    /// before a slower leak: out to the staircase's phase and the end segment's interval.
+    Staircase,
+    /// The first points lie far below the line (a warm-up the trim did not take): down to
+    /// the line without them.
+    WarmUp,
+    /// The last point fell far below the trend: down to the net rate the whole kept.
+    LastDrop,
+    /// A pool judged per task where no task left growth behind late in its worker's life:
+    /// the total's growth is what each new worker makes once at its start, down to 0.
+    NoTaskSteps,
+}
+
+impl Widening {
+    const ALL: [Widening; 13] = [
+        Widening::RandomWalk,
+        Widening::RobustSlope,
+        Widening::RanksFlat,
+        Widening::OneStep,
+        Widening::Falls,
+        Widening::NoRise,
+        Widening::LaterStop,
+        Widening::SlowsDown,
+        Widening::SpeedsUp,
+        Widening::Staircase,
+        Widening::WarmUp,
+        Widening::LastDrop,
+        Widening::NoTaskSteps,
+    ];
+
+    fn bit(self) -> u16 {
+        1 << (self as u16)
+    }
+}
+
+/// The set of `Widening`s that moved an interval, serialised as their names in the order
+/// of `Widening`'s declaration.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Widenings(u16);
+
+impl Widenings {
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    pub fn contains(self, w: Widening) -> bool {
+        self.0 & w.bit() != 0
+    }
+
+    pub fn iter(self) -> impl Iterator<Item = Widening> {
+        Widening::ALL.into_iter().filter(move |w| self.contains(*w))
+    }
+
+    fn insert(&mut self, w: Widening) {
+        self.0 |= w.bit();
+    }
+}
+
+impl Serialize for Widenings {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.iter())
+    }
+}
+
+impl<'de> Deserialize<'de> for Widenings {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let names = Vec::<Widening>::deserialize(d)?;
+        let mut set = Widenings::default();
+        for w in names {
+            set.insert(w);
+        }
+        Ok(set)
+    }
 }
 
 impl EndRate {
     fn new(from: RateFrom, rate: f64, ci95: (f64, f64)) -> EndRate {
-        EndRate { rate, ci95, from }
+        EndRate {
+            rate,
+            ci95,
+            from,
+            widened_by: Widenings::default(),
+        }
     }
 
-    /// The interval widened down to `lo` (shape knowledge: another model of the same points
-    /// that would put the end lower).
-    fn lower_to(mut self, lo: f64) -> EndRate {
+    /// The interval widened down to `lo` by `by` (shape knowledge: another model of the same
+    /// points that would put the end lower); `by` is recorded when the interval moves.
+    fn lower_to(mut self, by: Widening, lo: f64) -> EndRate {
         if lo.is_finite() {
-            self.ci95.0 = self.ci95.0.min(lo);
+            let low = self.ci95.0.min(lo);
+            if low != self.ci95.0 {
+                self.widened_by.insert(by);
+            }
+            self.ci95.0 = low;
         }
         self
     }
 
-    /// The interval widened up to `hi` (shape knowledge: a model of the same points that puts
-    /// the end higher, a curve that speeds up).
-    fn upper_to(mut self, hi: f64) -> EndRate {
+    /// The interval widened up to `hi` by `by` (shape knowledge: a model of the same points
+    /// that puts the end higher, a curve that speeds up).
+    fn upper_to(mut self, by: Widening, hi: f64) -> EndRate {
         if hi.is_finite() {
-            self.ci95.1 = self.ci95.1.max(hi);
+            let high = self.ci95.1.max(hi);
+            if high != self.ci95.1 {
+                self.widened_by.insert(by);
+            }
+            self.ci95.1 = high;
         }
         self
     }
@@ -300,6 +438,9 @@ pub struct Classification {
     pub runs_needed: Option<usize>,
     /// One short human sentence.
     pub reason: String,
+    /// The practical threshold the end rate was decided against, bytes (or counts) per x
+    /// unit; `None` when the series could not be fitted.
+    pub threshold: Option<f64>,
 }
 
 impl Classification {
@@ -324,6 +465,7 @@ impl Classification {
             envelope: None,
             runs_needed: None,
             reason: String::new(),
+            threshold: None,
         }
     }
 
@@ -333,14 +475,22 @@ impl Classification {
         self.rate_from = Some(from);
     }
 
-    /// Records a verdict that no estimate decided (too few points, bad input).
-    fn decide(mut self, verdict: Verdict, reason: String) -> Classification {
-        self.verdict = verdict;
+    /// No estimate at all (too few points, bad input): inconclusive, and why.
+    fn unfitted(mut self, reason: String) -> Classification {
+        self.verdict = Verdict::Inconclusive;
         self.reason = reason;
         self
     }
 
-    /// The contract: `decide` on the end estimate; `reason` words the verdict it gives.
+    /// The same verdict, said more precisely by the estimator that knows why.
+    fn reworded(mut self, reason: String) -> Classification {
+        self.reason = reason;
+        self
+    }
+
+    /// An estimator's reading: `decide` on its end estimate, worded by `reason` for the
+    /// verdict it gives. On the mean path the widenings may still move the interval;
+    /// `Ctx::settle` then decides on the widened one, which is the verdict that stands.
     fn conclude(
         mut self,
         end: EndRate,
@@ -351,6 +501,36 @@ impl Classification {
         self.verdict = decide(&end, thr, grew);
         self.end_rate = Some(end);
         self.reason = reason(self.verdict);
+        self
+    }
+}
+
+/// A pool's series (several processes hold it) is judged per task, as its workers are
+/// (`crate::fit::sites`): idle runs and a recycled worker's unsampled last task neither dilute
+/// nor cancel it.
+impl Classification {
+    /// Task steps that keep coming were seen (`crate::fit::findings::workers::leaking_steps`):
+    /// their mean per task and its 95% CI are the end rate the verdict is decided on, against
+    /// `thr` per task (the series' own estimate stays, for its per-run figures).
+    pub fn judged_per_task(mut self, rate: f64, ci95: (f64, f64), thr: f64) -> Classification {
+        self.verdict = decide(&EndRate::new(RateFrom::TaskSteps, rate, ci95), thr, true);
+        self
+    }
+
+    /// No task left growth behind late in its worker's life: the total's growth is what each
+    /// new worker makes once at its start, summed over the recycled ones, so the end rate per
+    /// task reaches down to 0 (`Widening::NoTaskSteps`). No rerun of the same pool decides it.
+    pub fn without_task_steps(mut self) -> Classification {
+        let (Some(end), Some(thr)) = (self.end_rate, self.threshold) else {
+            return self;
+        };
+        let end = end.lower_to(Widening::NoTaskSteps, 0.0);
+        let verdict = decide(&end, thr, self.verdict == Verdict::Plateau);
+        if verdict != self.verdict {
+            self.runs_needed = None;
+        }
+        self.verdict = verdict;
+        self.end_rate = Some(end);
         self
     }
 }
@@ -378,7 +558,7 @@ pub fn classify_as(
     saw_tooth: Option<bool>,
 ) -> Classification {
     if let Err(reason) = validate(x, y, t) {
-        return Classification::new(0).decide(Verdict::Inconclusive, reason.into());
+        return Classification::new(0).unfitted(reason.into());
     }
     let mut points: Vec<(f64, f64)> = x.iter().copied().zip(y.iter().copied()).collect();
     points.sort_by(|a, b| a.0.total_cmp(&b.0));
@@ -393,7 +573,7 @@ pub fn classify_as(
         c.runs_needed = Some((warm + min_points).min(MAX_RUNS_NEEDED));
         let points = if n == 1 { "point" } else { "points" };
         let reason = format!("only {n} {points} after warm-up; need at least {min_points}");
-        return c.decide(Verdict::Inconclusive, reason);
+        return c.unfitted(reason);
     }
     let thinned = if n > MAX_MEAN_POINTS {
         super::thin(&points[warm..])
@@ -403,9 +583,10 @@ pub fn classify_as(
     let (tx, ty): (Vec<f64>, Vec<f64>) = thinned.into_iter().unzip();
     let ctx = match Ctx::new(&tx, &ty, t, warm, n) {
         Ok(ctx) => ctx,
-        Err(reason) => return c.decide(Verdict::Inconclusive, reason.into()),
+        Err(reason) => return c.unfitted(reason.into()),
     };
     c = ctx.describe(c);
+    c.threshold = Some(ctx.thr);
     c.envelope = envelope::lower_envelope(x, y);
     // A saw-tooth only when collections were seen: a hard floor *and* at least one drop per
     // window. A ramp that curves has a hard lower edge of residuals too, but no drops (a
@@ -567,11 +748,62 @@ impl<'a> Ctx<'a> {
         format!("{} ({pct})", self.per_x(self.fit.slope))
     }
 
+    /// The mean path: a last point far below the trend set aside (`last_drop`), the shape's
+    /// estimator on the rest (`judge_shape`), then the widenings every estimate goes through,
+    /// in order — a curve that may speed up, one that may slow down, a warm-up the trim did
+    /// not take, the last point's drop — each moving the interval, none setting a verdict;
+    /// then the verdict, decided once on the widened interval (`settle`).
     fn judge_mean(&self, c: Classification) -> Classification {
-        match self.last_drop() {
-            Some(rest) => rest.judge_with_last_drop(c, self),
-            None => self.judge_shape(c),
+        let rest = self.last_drop();
+        let ctx = rest.as_ref().unwrap_or(self);
+        let c = ctx.judge_shape(c);
+        let Some(mut end) = c.end_rate else { return c };
+        let mut notes = Vec::new();
+        let passes: [Widen<'a>; 3] = [
+            Self::may_speed_up,
+            Self::may_slow_down,
+            Self::may_have_warmed_up,
+        ];
+        for pass in passes {
+            if let Some(note) = pass(ctx, &c, end) {
+                end = note.end;
+                notes.push(note);
+            }
         }
+        if let Some(note) = rest.as_ref().and_then(|r| r.last_drop_bound(self, end)) {
+            notes.push(note);
+        }
+        ctx.settle(c, notes)
+    }
+
+    /// The verdict, decided once on the widened interval (`decide`; `reading`'s plateau says
+    /// it grew), and the widenings' clauses added to the estimator's reason: the first that
+    /// takes a leak's lower end to the threshold with its "but" (and its rerun and rate); the
+    /// others where an undecided end, or a leak that stays one, names them.
+    fn settle(&self, mut c: Classification, notes: Vec<Note>) -> Classification {
+        let Some(end) = notes.last().map(|n| n.end) else {
+            return c;
+        };
+        let mut reading = c.verdict;
+        c.end_rate = Some(end);
+        c.verdict = decide(&end, self.thr, reading == Verdict::Plateau);
+        for note in notes {
+            let leak = reading == Verdict::Leak;
+            if leak && note.end.ci95.0 <= self.thr {
+                c.reason = format!("{}, but {}", c.reason, note.clause);
+                c.runs_needed = note.rerun;
+                if let Some((from, rate)) = note.undecided_rate {
+                    c.set_rate(from, rate);
+                }
+                reading = Verdict::Inconclusive;
+            } else if leak && note.says_kept {
+                c.reason = format!("{}; {}", c.reason, note.clause);
+                c.set_rate(note.end.from, note.end.rate);
+            } else if reading == Verdict::Inconclusive && note.says_undecided {
+                c.reason = format!("{}; {}", c.reason, note.clause);
+            }
+        }
+        c
     }
 
     /// The points before the last, when the last fell over 3 residual sd below the line (a
@@ -593,92 +825,69 @@ impl<'a> Ctx<'a> {
     }
 
     /// One low last point does not tell the end rate, but it bounds it: the rest of the
-    /// series is judged as any series is, and its end rate's interval reaches down to the net
-    /// rate the whole kept (from the rest's line at the first x to the last point, less 2 sd
-    /// of noise). A V8 heap that gave back 25 of 225 MB at the last sample stays a leak;
-    /// growth all given back is none. `whole`: the series with its last point.
-    fn judge_with_last_drop(&self, c: Classification, whole: &Ctx) -> Classification {
+    /// series is judged as any series is (`self`), and its end rate's interval reaches down
+    /// to the net rate the whole kept (from the rest's line at the first x to the last point,
+    /// less 2 sd of noise). A heap that gave back a ninth of itself at the last sample stays
+    /// a leak; growth all given back is none. `whole`: the series with its last point.
+    fn last_drop_bound(&self, whole: &Ctx, mut end: EndRate) -> Option<Note> {
         let n = whole.x.len();
         let (x0, xl, yl) = (whole.x[0], whole.x[n - 1], whole.y[n - 1]);
         let start = self.fit.intercept + self.fit.slope * x0;
         let kept = (yl - start - 2.0 * self.sd) / (xl - x0);
         let gave_back = self.fit.intercept + self.fit.slope * xl - yl;
-        let mut c = self.judge_shape(c);
-        let Some(mut end) = c.end_rate else { return c };
         // What it gave back was garbage kept until then: the rest's rate counts it as growth,
-        // the line through every point spreads it over the whole (a V8 server attached 60 s:
-        // +4.29 MB/s without the last point, while its heap's own accounting grew 4.12 MB/s
-        // and anon 3.76): the lower of the two.
+        // the line through every point spreads it over the whole: the lower of the two
+        // (docs/accuracy.md#a-last-point-that-gives-back).
         end.rate = end.rate.min(whole.fit.slope).max(end.ci95.0);
-        let end = end.lower_to(kept.min(end.rate));
-        c.end_rate = Some(end);
-        if c.verdict == Verdict::Leak {
-            c.set_rate(end.from, end.rate);
-        }
-        let dropped = format!(
-            "the last point gave back {}: {} with it, at least {} kept",
-            self.amount(gave_back),
-            self.per_x(whole.fit.slope),
-            self.per_x(kept.max(0.0))
-        );
-        if c.verdict == Verdict::Leak && decide(&end, self.thr, false) != Verdict::Leak {
-            c.verdict = Verdict::Inconclusive;
-            c.set_rate(RateFrom::Line, whole.fit.slope);
-            c.runs_needed = whole.needed_for(&end, n, 0);
-            c.reason = format!("{}, but {dropped}", c.reason);
-        } else if c.verdict == Verdict::Leak {
-            c.reason = format!("{}; {dropped}", c.reason);
-        }
-        c
+        let end = end.lower_to(Widening::LastDrop, kept.min(end.rate));
+        Some(Note {
+            end,
+            clause: format!(
+                "the last point gave back {}: {} with it, at least {} kept",
+                self.amount(gave_back),
+                self.per_x(whole.fit.slope),
+                self.per_x(kept.max(0.0))
+            ),
+            says_undecided: false,
+            says_kept: true,
+            rerun: whole.needed_for(&end, n, 0),
+            undecided_rate: Some((RateFrom::Line, whole.fit.slope)),
+        })
     }
 
     /// The shapes' estimators: segments when the change-point search finds any, else the line.
     fn judge_shape(&self, mut c: Classification) -> Classification {
         // Wobbles under a quarter of the threshold's growth per x step are noise, however
         // regular the rest of the series is.
-        let c = match changepoint::segment(self.x, self.y, 0.25 * self.thr * self.dx) {
+        match changepoint::segment(self.x, self.y, 0.25 * self.thr * self.dx) {
             Some(seg) if seg.segments.len() > 1 => self.judge_segments(c, &seg),
             seg => {
                 c.segments = seg.map(|s| s.segments).unwrap_or_default();
                 self.judge_line(c)
             }
-        };
-        let c = self.may_speed_up(c);
-        let c = self.may_slow_down(c);
-        self.may_have_warmed_up(c)
+        }
     }
 
-    /// A series may be a leak that speeds up: its end is then faster than any line through it says
-    /// (a parabola's end rate is twice its average, an exponential's up to three times), and under
-    /// noise the curve is not told from a line. The line's or an end segment's interval covered an
-    /// accelerating leak's end rate in 5–92% of the study's rows (tests/fit_accuracy.rs); it now
-    /// reaches up to the 95% upper end of the slope at the last point of a parabola through all
-    /// points and through the second half (for an undecided series, the last six under 12 points),
-    /// and, when the whole bends upwards at one-sided α, the last third, the last quarter and the
-    /// last six too (they lag an exponential less, but alone they bend wherever a heap's chunks
-    /// came late: a V8 heap attached 60 s at +4.1 MB/s read up to 7.4; the last six of pantsd's
-    /// straight 10 runs, a leak, said +12% above its line). A line that does not rise is read on
-    /// the whole parabola alone: an exponential over 10 runs under 1 MiB of noise has a falling
-    /// line in one series of six, and a flat Node heap whose PSS dipped twice near the end of 60 s
-    /// read up to +62 MiB/h on its second half's parabola (+5.1 on the whole's). Only the upper end
-    /// moves, and only when it is above the threshold already: a leak stays a leak and stable stays
-    /// stable; what changes is what the interval admits (a gate's pass becomes undecided when the
-    /// end may exceed its limit). Straight leaks' coverage rose from 94–96% to 96–99.7%; the
-    /// exponential's rows are 96.7–99.9% (82–93% with neither the last six nor a falling line,
-    /// 1,000 seeds).
-    fn may_speed_up(&self, mut c: Classification) -> Classification {
-        let Some(end) = c.end_rate else { return c };
+    /// A series may be a leak that speeds up: its end is then faster than any line through it
+    /// says (a parabola's end rate is twice its average, an exponential's up to three times),
+    /// and under noise the curve is not told from a line. Rule: where the interval's upper end
+    /// is above the threshold, it reaches up to the 95% upper end of the slope at the last
+    /// point of a parabola through all points and through the second half (for an undecided
+    /// series, the last `MIN_END_PARABOLA` under 12 points); when the whole bends upwards at
+    /// one-sided α, through the last third, quarter and `MIN_END_PARABOLA` too. Ends nearer
+    /// the last point lag an exponential less but bend wherever a heap's chunks came late, so
+    /// they are read only when the whole series bends. Only the upper end moves: what changes
+    /// is what the interval admits (a gate's pass becomes undecided when the end may exceed
+    /// its limit). Coverage before and after: docs/accuracy.md#curves-that-speed-up.
+    fn may_speed_up(&self, c: &Classification, end: EndRate) -> Option<Note> {
         if end.ci95.1 <= self.thr {
-            return c;
+            return None;
         }
         if self.t.cumulative_errors && !self.increments_rise() {
             // A random walk's parabola bends wherever its errors wandered.
-            return c;
+            return None;
         }
         let n = self.x.len();
-        // Ends nearer the last point lag an exponential less, but bend wherever a heap's
-        // chunks came late: they are read only when the whole series bends upwards at
-        // one-sided α (the acceleration is the series', not its end's).
         let whole = stats::parabola_end(self.x, self.y);
         let accelerates = whole.is_some_and(|p| p.bends_up(self.t.alpha));
         let last_six = n.saturating_sub(MIN_END_PARABOLA);
@@ -697,117 +906,121 @@ impl<'a> Ctx<'a> {
             .filter_map(|&from| stats::parabola_end(&self.x[from..], &self.y[from..]))
             .chain(whole)
             .map(|p| p.slope_upper95())
-            .reduce(f64::max);
+            .reduce(f64::max)?;
         // A parabola through a perfect line ends at the line's slope, give or take rounding.
-        if let Some(top) = top.filter(|&t| t > end.ci95.1 + 1e-9 * end.ci95.1.abs()) {
-            c.end_rate = Some(end.upper_to(top));
-            if c.verdict == Verdict::Inconclusive {
-                // The reason names the line's upper end; the interval now reaches further.
-                c.reason = format!(
-                    "{}; if it speeds up, its end may reach {}",
-                    c.reason,
-                    self.per_x(top)
-                );
-            }
-        }
-        c
+        // The estimator's reason names the line's upper end; the interval reaches further.
+        (top > end.ci95.1 + 1e-9 * end.ci95.1.abs()).then(|| {
+            Note::undecided(
+                end.upper_to(Widening::SpeedsUp, top),
+                format!("if it speeds up, its end may reach {}", self.per_x(top)),
+            )
+        })
     }
 
     /// The mirror of `may_speed_up`: a curve that slows down has its end below any line
-    /// through its end (a segment over the last 40% of a saturating `1 − e^(−3x/n)` says
-    /// 1.8× its end's slope, and its interval held the end in 85.5% of the study's series at
-    /// 50 runs and 0.1% noise). When the points the end was read on (all for the line, the
+    /// through its end. Rule: when the points the end was read on (all for the line, the
     /// second half or the end segment) bend downwards at one-sided 5% (not α: no verdict
     /// rests on it), the interval reaches down to the 95% lower end of a parabola's slope at
     /// the last point. Only where the interval already admits the threshold, so no verdict
-    /// changes: a leak stays a leak (its lower end above the threshold is what a leak is),
-    /// and what changes is what an undecided end admits. Not for random walks (they bend
-    /// wherever their errors wandered), a series that does not grow (a real glibc pool
-    /// giving memory back read "as it slows down, its end may be as low as -11.8 MiB/h"),
-    /// recurring steps, a curve that speeds up or a saw-tooth's floor.
-    fn may_slow_down(&self, mut c: Classification) -> Classification {
-        let Some(end) = c.end_rate else { return c };
+    /// changes: what changes is what an undecided end admits. Not for random walks (they bend
+    /// wherever their errors wandered), a series that does not grow (memory given back is no
+    /// slowing leak), recurring steps, a curve that speeds up or a saw-tooth's floor.
+    /// Coverage: docs/accuracy.md#curves-that-slow-down.
+    fn may_slow_down(&self, c: &Classification, end: EndRate) -> Option<Note> {
         let from = match end.from {
             RateFrom::Line => self.x.first().copied(),
             RateFrom::SecondHalf | RateFrom::EndSegment => c.end_start_x,
             _ => None,
         };
         let grows = self.fit.slope > 0.0;
-        let Some(from) =
-            from.filter(|_| grows && end.ci95.0 <= self.thr && !self.t.cumulative_errors)
-        else {
-            return c;
-        };
+        let from = from.filter(|_| grows && end.ci95.0 <= self.thr && !self.t.cumulative_errors)?;
         let i = self.x.partition_point(|&v| v < from);
         if self.x.len() - i < MIN_END_PARABOLA {
-            return c;
+            return None;
         }
-        let Some(p) =
-            stats::parabola_end(&self.x[i..], &self.y[i..]).filter(|p| p.bends_down(0.05))
-        else {
-            return c;
-        };
+        let p = stats::parabola_end(&self.x[i..], &self.y[i..]).filter(|p| p.bends_down(0.05))?;
         let low = p.slope_lower95();
-        if low < end.ci95.0 - 1e-9 * end.ci95.0.abs() {
-            c.end_rate = Some(end.lower_to(low));
-            if c.verdict == Verdict::Inconclusive {
-                c.reason = format!(
-                    "{}; as it slows down, its end may be as low as {}",
-                    c.reason,
+        (low < end.ci95.0 - 1e-9 * end.ci95.0.abs()).then(|| {
+            Note::undecided(
+                end.lower_to(Widening::SlowsDown, low),
+                format!(
+                    "as it slows down, its end may be as low as {}",
                     self.per_x(low)
-                );
-            }
-        }
-        c
+                ),
+            )
+        })
     }
 
     /// A line whose first points lie far below it may be tilted by a warm-up the trim did
     /// not take (`detect_warmup` trims one jump; a cache that fills over two or three runs
-    /// under noise is a rise that goes on): its slope then overstates the end. When the
+    /// under noise is a rise that goes on): its slope then overstates the end. Rule: when the
     /// leading residuals are below −2σ, the first below −3σ (a straight series starts so one
-    /// time in 700), the interval reaches down to the line's without them (at most a
-    /// quarter of the points). A warm-up of +8 MiB over about three runs before a leak of
-    /// 256 KiB/run under 1 MiB of noise, 50 runs: the line's interval held the leak in 92–94%;
-    /// the verdict follows the widened interval, as every verdict does.
-    fn may_have_warmed_up(&self, mut c: Classification) -> Classification {
-        let Some(end) = c.end_rate.filter(|e| e.from == RateFrom::Line) else {
-            return c;
-        };
-        if self.t.cumulative_errors || self.sd.is_nan() || self.sd <= 0.0 {
-            return c;
+    /// time in 700), the interval reaches down to the line's without them (at most a quarter
+    /// of the points). Coverage: docs/accuracy.md#a-warm-up-the-trim-did-not-take.
+    fn may_have_warmed_up(&self, _: &Classification, end: EndRate) -> Option<Note> {
+        if end.from != RateFrom::Line
+            || self.t.cumulative_errors
+            || self.sd.is_nan()
+            || self.sd <= 0.0
+        {
+            return None;
         }
         let n = self.x.len();
         let resid = |i: usize| self.y[i] - (self.fit.intercept + self.fit.slope * self.x[i]);
         if resid(0) >= -3.0 * self.sd {
-            return c;
+            return None;
         }
         let k = (0..n / 4)
             .take_while(|&i| resid(i) < -2.0 * self.sd)
             .count();
-        let Some(low) = stats::ols(&self.x[k..], &self.y[k..])
+        let low = stats::ols(&self.x[k..], &self.y[k..])
             .and_then(|f| f.slope_ci95)
             .map(|ci| ci.0)
-            .filter(|&lo| lo < end.ci95.0)
-        else {
-            return c;
-        };
-        let end = end.lower_to(low);
-        c.end_rate = Some(end);
-        let without = format!(
+            .filter(|&lo| lo < end.ci95.0)?;
+        let end = end.lower_to(Widening::WarmUp, low);
+        let clause = format!(
             "without its first {k} point{} (far below the line: a warm-up?) its end may be as low as {}",
             if k == 1 { "" } else { "s" },
             self.per_x(low)
         );
-        match decide(&end, self.thr, false) {
-            Verdict::Inconclusive if c.verdict == Verdict::Leak => {
-                c.verdict = Verdict::Inconclusive;
-                c.reason = format!("{}, but {without}", c.reason);
-                c.runs_needed = self.needed_for(&end, n - k, k);
-            }
-            Verdict::Inconclusive => c.reason = format!("{}; {without}", c.reason),
-            _ => {}
+        Some(Note {
+            rerun: self.needed_for(&end, n - k, k),
+            ..Note::undecided(end, clause)
+        })
+    }
+}
+
+/// A widening every mean-path estimate goes through (`Ctx::judge_mean`): given the estimator's
+/// reading and the end rate so far, the end rate it widens to and why, or `None`.
+type Widen<'a> = fn(&Ctx<'a>, &Classification, EndRate) -> Option<Note>;
+
+/// What one widening did to the end rate, for `Ctx::settle` to word once the verdict is
+/// decided.
+struct Note {
+    /// The end rate after it.
+    end: EndRate,
+    /// Why, as a clause: "if it speeds up, its end may reach +1.00 MiB/run".
+    clause: String,
+    /// Said after an undecided end's reason; after a leak's that stays one.
+    says_undecided: bool,
+    says_kept: bool,
+    /// Where it takes a leak's lower end to the threshold: the rerun that would decide, and
+    /// the headline rate (`None`: the estimator's stays).
+    rerun: Option<usize>,
+    undecided_rate: Option<(RateFrom, f64)>,
+}
+
+impl Note {
+    /// A note said only after an undecided end's reason.
+    fn undecided(end: EndRate, clause: String) -> Note {
+        Note {
+            end,
+            clause,
+            says_undecided: true,
+            says_kept: false,
+            rerun: None,
+            undecided_rate: None,
         }
-        c
     }
 }
 
@@ -859,6 +1072,47 @@ fn fmt_p(p: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `Widening::ALL` lists every variant at its own bit, in declaration order (the match
+    /// is exhaustive: a new variant does not compile until it is placed here).
+    #[test]
+    fn every_widening_is_listed_once_and_round_trips_by_name() {
+        for (i, w) in Widening::ALL.into_iter().enumerate() {
+            let listed = match w {
+                Widening::RandomWalk => 0,
+                Widening::RobustSlope => 1,
+                Widening::RanksFlat => 2,
+                Widening::OneStep => 3,
+                Widening::Falls => 4,
+                Widening::NoRise => 5,
+                Widening::LaterStop => 6,
+                Widening::SlowsDown => 7,
+                Widening::SpeedsUp => 8,
+                Widening::Staircase => 9,
+                Widening::WarmUp => 10,
+                Widening::LastDrop => 11,
+                Widening::NoTaskSteps => 12,
+            };
+            assert_eq!((listed, w as usize), (i, i), "{w:?}");
+        }
+        let end = EndRate::new(RateFrom::Line, 1.0, (0.5, 1.5))
+            .lower_to(Widening::LastDrop, 0.1)
+            .upper_to(Widening::SpeedsUp, 1.7)
+            .upper_to(Widening::RandomWalk, 2.0)
+            // Inside the interval already: moves nothing, named nowhere.
+            .lower_to(Widening::OneStep, 0.3);
+        assert_eq!(end.ci95, (0.1, 2.0));
+        let json = serde_json::to_string(&end).unwrap();
+        assert!(
+            json.contains(r#""widened_by":["random_walk","speeds_up","last_drop"]"#),
+            "{json}"
+        );
+        assert_eq!(serde_json::from_str::<EndRate>(&json).unwrap(), end);
+        // A summary from before `widened_by` reads as widened by nothing.
+        let old: EndRate =
+            serde_json::from_str(r#"{"rate":1.0,"ci95":[0.5,1.5],"from":"line"}"#).unwrap();
+        assert!(old.widened_by.is_empty());
+    }
 
     pub(super) const MB: f64 = 1e6;
 

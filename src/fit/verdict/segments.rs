@@ -30,8 +30,8 @@
 //!   autocorrelation) to the line's upper one.
 
 use super::{
-    Classification, Ctx, EndRate, PlateauInfo, RateFrom, Step, Verdict, halves, segment_sigma,
-    slope_se,
+    Classification, Ctx, EndRate, PlateauInfo, RateFrom, Step, Verdict, Widening, halves,
+    segment_sigma, slope_se,
 };
 use crate::fit::changepoint::{self, Segment};
 use crate::fit::stats;
@@ -53,6 +53,18 @@ fn jump_between(a: &Segment, b: &Segment) -> f64 {
         at_end
     } else {
         at_start
+    }
+}
+
+/// Where the growth ended, (x, level): with a step into the end, at the end's first point;
+/// with a ramp that ran into it, where their lines meet (the ramp's last point or the end's
+/// first).
+fn stop_point(ev: &Events, before: Option<&Segment>, last: &Segment) -> (f64, f64) {
+    match before {
+        Some(b) if !ev.up_x.contains(&last.x_start) && !ramp_met_at_end(b, last) => {
+            (b.x_end, b.level_end)
+        }
+        _ => (last.x_start, last.level_start),
     }
 }
 
@@ -131,20 +143,18 @@ impl Ctx<'_> {
         ev
     }
 
-    pub(super) fn judge_segments(
+    /// The end segment's rate and its standard error: its least-squares slope, its interval
+    /// at one-sided α/10 below (the search put the last change where the end looks most
+    /// unlike what came before) and 95% above, widened down to a robust slope below the
+    /// threshold or a parabola's end when it slows, up to one when it speeds up. `merged`:
+    /// the end window holds a change the search saw.
+    fn end_segment(
         &self,
-        mut c: Classification,
         seg: &changepoint::Segmentation,
-    ) -> Classification {
-        let sigma = segment_sigma(seg);
-        let (segs, merged) = self.end_window(&seg.segments);
-        let segs = &segs;
-        let (Some(first), Some(last)) = (segs.first(), segs.last()) else {
-            return self.judge_line(c);
-        };
-        if segs.len() == 1 {
-            return self.judge_line(c);
-        }
+        (segs, last): (&[Segment], &Segment),
+        merged: bool,
+        sigma: f64,
+    ) -> (EndRate, f64) {
         let (end_slope, end_se) = if merged {
             // The end window holds a change the search saw: its own residuals say how well
             // one line fits it (a step inside widens its error, as it should).
@@ -163,19 +173,6 @@ impl Ctx<'_> {
                 .max(0.25 * self.thr * self.dx);
             self.segment_slope(last, end_sigma)
         };
-        let ev = self.events(segs, sigma);
-        c.segments = segs.clone();
-        c.steps = ev.steps.clone();
-        c.end_slope = Some(end_slope);
-        c.end_start_x = Some(last.x_start);
-        let end_txt = format!(
-            "{} since {}",
-            self.per_x(end_slope),
-            self.at_x(last.x_start)
-        );
-        // Half the average rate before the end: what "before that" says.
-        let before = (last.x_start - first.x_start).max(f64::MIN_POSITIVE);
-        let pace = 0.5 * (last.level_start - first.level_start) / before;
         // σ is pooled over all segments, so its degrees of freedom are n − 2·segments.
         let df = (self.x.len() as f64 - 2.0 * segs.len() as f64).max(1.0);
         // The search put the last change where the end looks most unlike what came before, so
@@ -192,22 +189,54 @@ impl Ctx<'_> {
         // off: down to a parabola's slope at the last point).
         let end_robust = stats::theil_sen(&self.x[last.start..], &self.y[last.start..]);
         if !end_robust.is_some_and(|r| r > self.thr) {
-            end = end.lower_to(end_robust.unwrap_or(0.0));
+            end = end.lower_to(Widening::RobustSlope, end_robust.unwrap_or(0.0));
         }
         let n = self.x.len();
         let para = stats::parabola_end(&self.x[last.start..], &self.y[last.start..]);
         if !self.keeps_pace(last.start, n) || self.slows_down(last.start, n) {
             if let Some(p) = para {
                 let t = stats::student_t_quantile(1.0 - self.t.alpha, p.df);
-                end = end.lower_to(p.slope - t * p.slope_se);
+                end = end.lower_to(Widening::SlowsDown, p.slope - t * p.slope_se);
             }
         } else if let Some(p) = para {
             // An end that speeds up (bends upwards at one-sided α): up to its parabola's
             // slope at the last point.
             if p.bends_up(self.t.alpha) {
-                end = end.upper_to(p.slope_upper95());
+                end = end.upper_to(Widening::SpeedsUp, p.slope_upper95());
             }
         }
+        (end, end_se)
+    }
+
+    pub(super) fn judge_segments(
+        &self,
+        mut c: Classification,
+        seg: &changepoint::Segmentation,
+    ) -> Classification {
+        let sigma = segment_sigma(seg);
+        let (segs, merged) = self.end_window(&seg.segments);
+        let segs = &segs;
+        let (Some(first), Some(last)) = (segs.first(), segs.last()) else {
+            return self.judge_line(c);
+        };
+        if segs.len() == 1 {
+            return self.judge_line(c);
+        }
+        let (end, end_se) = self.end_segment(seg, (segs, last), merged, sigma);
+        let end_slope = end.rate;
+        let ev = self.events(segs, sigma);
+        c.segments = segs.clone();
+        c.steps = ev.steps.clone();
+        c.end_slope = Some(end_slope);
+        c.end_start_x = Some(last.x_start);
+        let end_txt = format!(
+            "{} since {}",
+            self.per_x(end_slope),
+            self.at_x(last.x_start)
+        );
+        // Half the average rate before the end: what "before that" says.
+        let before = (last.x_start - first.x_start).max(f64::MIN_POSITIVE);
+        let pace = 0.5 * (last.level_start - first.level_start) / before;
         if self.one_line(segs, &ev.steps, sigma) {
             // Changes in name only: every piece has the overall slope and no jump exceeds two
             // x steps of it (a straight leak stays a straight leak, with its least-squares
@@ -248,12 +277,12 @@ impl Ctx<'_> {
             if !rising {
                 // Falls as much as it rises and shows no trend up: judged by the line, down
                 // to no rate at all.
-                return self.not_significant(c, false, 0.0);
+                return self.not_significant(c, false, Some((Widening::Falls, 0.0)));
             }
             // Rises and falls: the line, down to no rate at all (the falls may be the trend).
             let (down, up) = (self.amount(ev.down_total), self.amount(ev.up_total));
             let slope_txt = self.slope_txt();
-            let end = self.line_rate().lower_to(0.0);
+            let end = self.line_rate().lower_to(Widening::Falls, 0.0);
             return c.conclude(end, self.thr, false, |v| match v {
                 Verdict::Inconclusive => format!(
                     "rises and falls ({down} down, {up} up in steps and ramps); not a steady trend"
@@ -395,12 +424,54 @@ impl Ctx<'_> {
     /// plateau (whatever moved was a drop or too small to matter).
     fn no_growth_events(&self, c: Classification, end_txt: &str) -> Classification {
         // The segments show no rise: the line, down to no rate at all.
-        let c = self.not_significant(c, false, 0.0);
+        let c = self.not_significant(c, false, Some((Widening::NoRise, 0.0)));
         if c.verdict == Verdict::Stable {
             let reason = format!("no step or rise that matters; {end_txt}");
-            return c.decide(Verdict::Stable, reason);
+            return c.reworded(reason);
         }
         c
+    }
+
+    /// One step up that climbs back from a dip (an allocator giving pages back, then taking
+    /// them again), or leaves the level less than one x step's worth of the threshold higher:
+    /// no rise that matters, so the line judges it, as when nothing moved, down to the end's
+    /// lower bound. `(up, at)`: the step's size and x; `net`: the end's level over the first
+    /// segment's.
+    fn judge_small_step(
+        &self,
+        c: Classification,
+        (up, at): (f64, f64),
+        net: f64,
+        (end, end_txt): (EndRate, &str),
+    ) -> Classification {
+        let c = self.not_significant(c, false, Some((Widening::NoRise, end.ci95.0)));
+        if c.verdict != Verdict::Stable {
+            return c;
+        }
+        let what = if net < 0.5 * up {
+            "a dip and its recovery"
+        } else {
+            "a step too small to matter"
+        };
+        let reason = format!(
+            "{what} ({} up at {}, net {}); {end_txt}",
+            self.signed(up),
+            self.at_x(at),
+            self.signed(net)
+        );
+        c.reworded(reason)
+    }
+
+    /// Why an end segment cannot tell whether it still rises: its own points scatter by more
+    /// than one x step's worth of the threshold ("too noisy"), or they lie close to their line
+    /// and are too few ("too short").
+    fn why_undecided(&self, last: &Segment) -> &'static str {
+        let end_sd =
+            stats::ols(&self.x[last.start..], &self.y[last.start..]).and_then(|f| f.residual_sd);
+        match end_sd {
+            Some(sd) if sd <= self.thr * self.dx => "too short",
+            _ => "too noisy",
+        }
     }
 
     /// The end does not rise above the threshold on its own: a one-off step, steps too small
@@ -416,15 +487,7 @@ impl Ctx<'_> {
     ) -> Classification {
         let n = self.x.len();
         let n_last = n - last.start;
-        // Where the growth ended: with a step into the end, at the end's
-        // first point; with a ramp that ran into it, where their lines
-        // meet (the ramp's last point or the end's first).
-        let (stop_x, stop_level) = match before {
-            Some(b) if !ev.up_x.contains(&last.x_start) && !ramp_met_at_end(b, last) => {
-                (b.x_end, b.level_end)
-            }
-            _ => (last.x_start, last.level_start),
-        };
+        let (stop_x, stop_level) = stop_point(ev, before, last);
         let span = (stop_x - first.x_start).max(f64::MIN_POSITIVE);
         let rise = stop_level - first.level_start;
         let end_level = 0.5 * (last.level_start + last.level_end);
@@ -438,36 +501,9 @@ impl Ctx<'_> {
         let net = end_level - first_mean;
         let one_step = ev.up_x.len() == 1 && ev.ramps == 0;
         if one_step && (net < 0.5 * up || net <= self.thr * self.dx) {
-            // The one step up climbs back from a dip (an allocator giving
-            // pages back, then taking them again), or leaves the level
-            // less than one x step's worth of the threshold higher: no
-            // rise that matters, so the line judges it, as when nothing
-            // moved.
-            let c = self.not_significant(c, false, end.ci95.0);
-            if c.verdict == Verdict::Stable {
-                let what = if net < 0.5 * up {
-                    "a dip and its recovery"
-                } else {
-                    "a step too small to matter"
-                };
-                let reason = format!(
-                    "{what} ({} up at {}, net {}); {end_txt}",
-                    self.signed(up),
-                    self.at_x(ev.up_x[0]),
-                    self.signed(net)
-                );
-                return c.decide(Verdict::Stable, reason);
-            }
-            return c;
+            return self.judge_small_step(c, (up, ev.up_x[0]), net, (end, end_txt));
         }
-        // Why the end cannot tell: its own points scatter by more than one x step's worth of
-        // the threshold (noise), or they lie close to their line and are too few (short).
-        let end_sd =
-            stats::ols(&self.x[last.start..], &self.y[last.start..]).and_then(|f| f.residual_sd);
-        let why = match end_sd {
-            Some(sd) if sd <= self.thr * self.dx => "too short",
-            _ => "too noisy",
-        };
+        let why = self.why_undecided(last);
         let noisy_end = |what: String| {
             format!("{what}, but {why} to tell whether the end still rises ({end_txt})")
         };
@@ -514,7 +550,9 @@ impl Ctx<'_> {
             let steps = ev.up_x.len();
             let mut line = self.line_rate();
             if let Some((lo, hi)) = self.last_phase_spread(ev) {
-                line = line.lower_to(lo).upper_to(hi);
+                line = line
+                    .lower_to(Widening::Staircase, lo)
+                    .upper_to(Widening::Staircase, hi);
             }
             c = c.conclude(line, self.thr, true, |_| {
                 format!(

@@ -21,8 +21,8 @@
 
 use super::power::POWER;
 use super::{
-    Classification, Ctx, DecidedBy, EndRate, PlateauInfo, RateFrom, Verdict, fmt_p, halves,
-    segment_sigma, slope_se,
+    Classification, Ctx, DecidedBy, EndRate, PlateauInfo, RateFrom, Verdict, Widening, fmt_p,
+    halves, segment_sigma, slope_se,
 };
 use crate::fit::changepoint;
 use crate::fit::envelope::{self, Envelope};
@@ -67,33 +67,17 @@ impl Ctx<'_> {
         let ranks_rise =
             mk.s > 0.0 && mk.p_two_sided < self.t.alpha / 10.0 && fit.slope - t1 * se > 0.0;
         if !ranks_rise {
-            floor = floor.lower_to(0.0);
+            floor = floor.lower_to(Widening::RanksFlat, 0.0);
         }
         let robust = env.robust_slope.unwrap_or(0.0);
-        floor = floor.lower_to(robust);
+        floor = floor.lower_to(Widening::RobustSlope, robust);
         let grew = floor.ci95.0 > self.thr;
         let stopped = if grew {
             self.floor_end(env, fit.slope)
         } else {
             None
         };
-        // Where it slowed, the end's rate from the fine minima when there are enough of them:
-        // a dozen windows leave three or four troughs to the end, too few for its rate.
-        let stopped = stopped.map(|mut s| {
-            if let Some((f, ci, pts)) = env
-                .floor_from(s.stop_x)
-                .and_then(|(f, pts)| Some((f, f.slope_ci95?, pts)))
-            {
-                s.end = EndRate::new(RateFrom::TroughEnd, f.slope, ci);
-                // As for the whole floor: skewed minima rise only by the rank test.
-                let (_, py): (Vec<f64>, Vec<f64>) = pts.into_iter().unzip();
-                let ranks = stats::mann_kendall(&py);
-                if !ranks.is_some_and(|m| m.s > 0.0 && m.p_two_sided < self.t.alpha / 10.0) {
-                    s.end = s.end.lower_to(0.0);
-                }
-            }
-            s
-        });
+        let stopped = stopped.map(|s| self.fine_end(env, s));
         let end = stopped.as_ref().map_or(floor, |s| s.end);
         let (end_txt, stop_txt) = (
             self.per_x(end.rate),
@@ -136,20 +120,51 @@ impl Ctx<'_> {
                 c.set_rate(RateFrom::TroughEnd, s.end.rate);
             }
         }
-        if c.verdict == Verdict::Inconclusive && end.from == RateFrom::TroughEnd {
-            // The end's own interval, over the points from where the floor slowed.
+        c.runs_needed = self.troughs_needed(&c, end, (se, df));
+        c
+    }
+
+    /// Where the floor slowed, the end's rate from the fine minima when there are enough of
+    /// them: a dozen windows leave three or four troughs to the end, too few for its rate. As
+    /// for the whole floor, skewed minima rise only by the rank test.
+    fn fine_end(&self, env: &Envelope, mut s: FloorEnd) -> FloorEnd {
+        if let Some((f, ci, pts)) = env
+            .floor_from(s.stop_x)
+            .and_then(|(f, pts)| Some((f, f.slope_ci95?, pts)))
+        {
+            s.end = EndRate::new(RateFrom::TroughEnd, f.slope, ci);
+            let (_, py): (Vec<f64>, Vec<f64>) = pts.into_iter().unzip();
+            let ranks = stats::mann_kendall(&py);
+            if !ranks.is_some_and(|m| m.s > 0.0 && m.p_two_sided < self.t.alpha / 10.0) {
+                s.end = s.end.lower_to(Widening::RanksFlat, 0.0);
+            }
+        }
+        s
+    }
+
+    /// The rerun an undecided saw-tooth needs: the end's own interval over the points from
+    /// where the floor slowed; else the whole floor's, from its slope's standard error `se`
+    /// on `df` degrees of freedom. The minima's slope error falls at least like n^(−3/2)
+    /// (like a least-squares slope; longer windows make it fall faster), so this is an upper
+    /// estimate. A decided verdict keeps what it has.
+    fn troughs_needed(
+        &self,
+        c: &Classification,
+        end: EndRate,
+        (se, df): (f64, f64),
+    ) -> Option<usize> {
+        if c.verdict != Verdict::Inconclusive {
+            return c.runs_needed;
+        }
+        if end.from == RateFrom::TroughEnd {
             let from = c.end_start_x.unwrap_or(f64::NEG_INFINITY);
             let n_end = self.x.iter().filter(|&&v| v >= from).count();
-            c.runs_needed = self.needed_for(&end, n_end, self.x.len() - n_end);
-        } else if c.verdict == Verdict::Inconclusive {
-            // The minima's slope error falls at least like n^(−3/2) (like a least-squares
-            // slope; longer windows make it fall faster), so this is an upper estimate.
-            let z = stats::normal_quantile(POWER);
-            let t95 = stats::student_t_quantile(0.975, df);
-            let m = self.raw_n as f64 * ((t95 + z) * se / self.thr).powf(2.0 / 3.0);
-            c.runs_needed = self.needed(m / self.per_point);
+            return self.needed_for(&end, n_end, self.x.len() - n_end);
         }
-        c
+        let z = stats::normal_quantile(POWER);
+        let t95 = stats::student_t_quantile(0.975, df);
+        let m = self.raw_n as f64 * ((t95 + z) * se / self.thr).powf(2.0 / 3.0);
+        self.needed(m / self.per_point)
     }
 
     /// A floor that rose (window minima of `env`, least-squares slope `slope`): where it
