@@ -21,9 +21,11 @@ fn python() -> Option<&'static str> {
         .args(["-c", "import sys; sys.exit(sys.version_info < (3, 7))"])
         .status()
         .is_ok_and(|s| s.success());
-    if !ok {
-        eprintln!("skipped: no python3 >= 3.7 on PATH");
-    }
+    // A test that did not run is never counted as passed: a missing interpreter fails it.
+    assert!(
+        ok,
+        "python3 >= 3.7 is missing on PATH: apt-get install python3"
+    );
     ok.then_some("python3")
 }
 
@@ -326,6 +328,10 @@ fn a_pantsd_like_daemon_exec_by_its_client_shows_its_leak_line() {
 /// behind, and the request's leak line is found in the workers. Needs an
 /// interpreter with gunicorn: `LEAKWATCH_TEST_PYTHON=/venv/bin/python`.
 #[test]
+#[cfg_attr(
+    not(lw_deps),
+    ignore = "needs .ci/deps (the venv's gunicorn): bash .ci/test"
+)]
 fn a_gunicorn_pool_answers_per_worker() {
     let python = std::env::var("LEAKWATCH_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
     let has_gunicorn = Command::new(&python)
@@ -333,10 +339,11 @@ fn a_gunicorn_pool_answers_per_worker() {
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success());
-    if !has_gunicorn {
-        eprintln!("skipped: no gunicorn for {python}; set LEAKWATCH_TEST_PYTHON");
-        return;
-    }
+    assert!(
+        has_gunicorn,
+        "gunicorn is missing for {python}: run `bash .ci/test` (its venv is first on PATH) or \
+         set LEAKWATCH_TEST_PYTHON"
+    );
     let sites = PySites::prepare(4).unwrap();
     let app_dir = fixture("");
     let http = sites.dir().join("http.sock");

@@ -463,21 +463,37 @@ fn case(rt: Rt, keep: bool, source: &str) {
 }
 
 #[test]
+#[cfg_attr(
+    not(lw_deps),
+    ignore = "needs .ci/deps (real servers and runtimes): bash .ci/test"
+)]
 fn real_jvm_g1_pretouched_heap_keeping_is_a_heap_leak() {
     case(Rt::Jvm("-XX:+UseG1GC"), true, "hsperfdata");
 }
 
 #[test]
+#[cfg_attr(
+    not(lw_deps),
+    ignore = "needs .ci/deps (real servers and runtimes): bash .ci/test"
+)]
 fn real_jvm_g1_pretouched_heap_churning_is_no_leak() {
     case(Rt::Jvm("-XX:+UseG1GC"), false, "hsperfdata");
 }
 
 #[test]
+#[cfg_attr(
+    not(lw_deps),
+    ignore = "needs .ci/deps (real servers and runtimes): bash .ci/test"
+)]
 fn real_jvm_parallel_pretouched_heap_keeping_is_a_heap_leak() {
     case(Rt::Jvm("-XX:+UseParallelGC"), true, "hsperfdata");
 }
 
 #[test]
+#[cfg_attr(
+    not(lw_deps),
+    ignore = "needs .ci/deps (real servers and runtimes): bash .ci/test"
+)]
 fn real_jvm_parallel_pretouched_heap_churning_is_no_leak() {
     case(Rt::Jvm("-XX:+UseParallelGC"), false, "hsperfdata");
 }
@@ -501,26 +517,46 @@ fn real_jvm_zgc_pretouched_heap_churning_is_no_leak() {
 }
 
 #[test]
+#[cfg_attr(
+    not(lw_deps),
+    ignore = "needs .ci/deps (real servers and runtimes): bash .ci/test"
+)]
 fn real_jvm_in_its_own_pid_namespace_is_read_through_its_root() {
     case(Rt::JvmNamespaced, true, "hsperfdata");
 }
 
 #[test]
+#[cfg_attr(
+    not(lw_deps),
+    ignore = "needs .ci/deps (real servers and runtimes): bash .ci/test"
+)]
 fn real_node_attached_through_its_inspector_keeping_is_a_heap_leak() {
     case(Rt::NodeInspector, true, "node_inspector");
 }
 
 #[test]
+#[cfg_attr(
+    not(lw_deps),
+    ignore = "needs .ci/deps (real servers and runtimes): bash .ci/test"
+)]
 fn real_node_attached_through_its_inspector_churning_is_no_leak() {
     case(Rt::NodeInspector, false, "node_inspector");
 }
 
 #[test]
+#[cfg_attr(
+    not(lw_deps),
+    ignore = "needs .ci/deps (real servers and runtimes): bash .ci/test"
+)]
 fn real_go_expvar_keeping_is_a_heap_leak() {
     case(Rt::Go("/debug/vars"), true, "metrics");
 }
 
 #[test]
+#[cfg_attr(
+    not(lw_deps),
+    ignore = "needs .ci/deps (real servers and runtimes): bash .ci/test"
+)]
 fn real_go_prometheus_text_churning_is_no_leak() {
     case(Rt::Go("/metrics"), false, "metrics");
 }
@@ -529,6 +565,10 @@ fn real_go_prometheus_text_churning_is_no_leak() {
 /// use, as pantsd is): the preload reads its heap. The truth per request is
 /// V8's own, measured on a server of the same program the test runs alone.
 #[test]
+#[cfg_attr(
+    not(lw_deps),
+    ignore = "needs .ci/deps (real servers and runtimes): bash .ci/test"
+)]
 fn real_node_started_by_the_command_is_read_by_the_preload() {
     let Some(node) = real::need("node") else {
         return;
@@ -595,6 +635,10 @@ fn real_node_started_by_the_command_is_read_by_the_preload() {
 /// pause budget); the churned class is no leak; the second session finds
 /// the attach listener the first started.
 #[test]
+#[cfg_attr(
+    not(lw_deps),
+    ignore = "needs .ci/deps (real servers and runtimes): bash .ci/test"
+)]
 fn real_jvm_classes_name_the_kept_class_per_run_and_attached() {
     let _alone = CLASS_HISTOGRAMS.lock().unwrap_or_else(|e| e.into_inner());
     let Some(srv) = class_keeper(&["-Xmx256m"], &[]) else {
@@ -690,6 +734,10 @@ fn class_keeper(options: &[&str], args: &[&str]) -> Option<Server> {
 /// session ends with the target, soon, with its samples and report
 /// written; it neither hangs on the cut answer nor fails.
 #[test]
+#[cfg_attr(
+    not(lw_deps),
+    ignore = "needs .ci/deps (real servers and runtimes): bash .ci/test"
+)]
 fn real_jvm_killed_mid_histogram_ends_the_session_with_its_samples() {
     let _alone = CLASS_HISTOGRAMS.lock().unwrap_or_else(|e| e.into_inner());
     // 20 requests of 145,000 sessions (≈72 bytes each): ≈200 MiB live.
@@ -782,6 +830,10 @@ fn judge_classes(s: &Value, mode: &str, truth: f64) {
 /// 64 KiB so that a minute holds about 150 samples): the same function
 /// first, a leak, within 25% of the truth per hour.
 #[test]
+#[cfg_attr(
+    not(lw_deps),
+    ignore = "needs .ci/deps (real servers and runtimes): bash .ci/test"
+)]
 fn real_js_sites_name_the_keeping_function() {
     let Some(node) = real::need("node") else {
         return;

@@ -21,6 +21,10 @@ use std::process::{Command, Stdio};
 /// again within their lives, and new workers step to the session's end
 /// (`workers::leaking_steps`).
 #[test]
+#[cfg_attr(
+    not(lw_deps),
+    ignore = "needs .ci/deps (real servers and runtimes): bash .ci/test"
+)]
 fn real_gunicorn_pool_leaking_line_and_type_are_found_in_recycled_workers() {
     let Some(_) = real::venv_bin("gunicorn") else {
         return;
@@ -237,6 +241,10 @@ fn assert_left_running(pid: u32, threads: usize) {
 /// Ctrl-C during the entry ends the session with 130; the daemon runs on
 /// untraced, its answering thread gone after each session.
 #[test]
+#[cfg_attr(
+    not(lw_deps),
+    ignore = "needs .ci/deps (real servers and runtimes): bash .ci/test"
+)]
 fn real_attach_py_sites_names_the_keeping_line_again_and_after_a_kill() {
     if real::need("gdb").is_none() {
         return;
@@ -318,6 +326,10 @@ fn real_attach_py_sites_names_the_keeping_line_again_and_after_a_kill() {
 /// at a call to malloc and its main thread runs it; the keeping line is
 /// found, within 25% of its own count.
 #[test]
+#[cfg_attr(
+    not(lw_deps),
+    ignore = "needs .ci/deps (real servers and runtimes): bash .ci/test"
+)]
 fn real_attach_py_sites_enters_a_busy_python_through_its_main_thread() {
     if real::need("gdb").is_none() {
         return;

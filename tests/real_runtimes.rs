@@ -467,51 +467,91 @@ fn case(rt: Runtime, keep: bool) {
 }
 
 #[test]
+#[cfg_attr(
+    not(lw_deps),
+    ignore = "needs .ci/deps (real servers and runtimes): bash .ci/test"
+)]
 fn real_node_keeping_objects_is_a_leak() {
     case(Runtime::Node, true);
 }
 
 #[test]
+#[cfg_attr(
+    not(lw_deps),
+    ignore = "needs .ci/deps (real servers and runtimes): bash .ci/test"
+)]
 fn real_node_dropping_objects_is_no_leak() {
     case(Runtime::Node, false);
 }
 
 #[test]
+#[cfg_attr(
+    not(lw_deps),
+    ignore = "needs .ci/deps (real servers and runtimes): bash .ci/test"
+)]
 fn real_jvm_keeping_arrays_is_a_leak() {
     case(Runtime::Jvm, true);
 }
 
 #[test]
+#[cfg_attr(
+    not(lw_deps),
+    ignore = "needs .ci/deps (real servers and runtimes): bash .ci/test"
+)]
 fn real_jvm_dropping_arrays_is_no_leak() {
     case(Runtime::Jvm, false);
 }
 
 #[test]
+#[cfg_attr(
+    not(lw_deps),
+    ignore = "needs .ci/deps (real servers and runtimes): bash .ci/test"
+)]
 fn real_cpython_keeping_objects_is_a_leak() {
     case(Runtime::CPython, true);
 }
 
 #[test]
+#[cfg_attr(
+    not(lw_deps),
+    ignore = "needs .ci/deps (real servers and runtimes): bash .ci/test"
+)]
 fn real_cpython_dropping_objects_is_no_leak() {
     case(Runtime::CPython, false);
 }
 
 #[test]
+#[cfg_attr(
+    not(lw_deps),
+    ignore = "needs .ci/deps (real servers and runtimes): bash .ci/test"
+)]
 fn real_glibc_threads_keeping_blocks_is_a_leak() {
     case(Runtime::Glibc, true);
 }
 
 #[test]
+#[cfg_attr(
+    not(lw_deps),
+    ignore = "needs .ci/deps (real servers and runtimes): bash .ci/test"
+)]
 fn real_glibc_threads_freeing_blocks_is_no_leak() {
     case(Runtime::Glibc, false);
 }
 
 #[test]
+#[cfg_attr(
+    not(lw_deps),
+    ignore = "needs .ci/deps (real servers and runtimes): bash .ci/test"
+)]
 fn real_redis_keeping_new_keys_is_a_leak() {
     case(Runtime::Redis, true);
 }
 
 #[test]
+#[cfg_attr(
+    not(lw_deps),
+    ignore = "needs .ci/deps (real servers and runtimes): bash .ci/test"
+)]
 fn real_redis_overwriting_keys_is_no_leak() {
     case(Runtime::Redis, false);
 }

@@ -25,6 +25,10 @@ fn settle() {
 /// 2 MiB x 16/15 (15 items per 1 MiB slab page) until the 8 MiB cap, then
 /// (nearly) stays flat.
 #[test]
+#[cfg_attr(
+    not(lw_deps),
+    ignore = "needs .ci/deps (real servers and runtimes): bash .ci/test"
+)]
 fn real_memcached_fills_to_its_cap_then_holds() {
     let Some(mc) = real::memcached(8) else { return };
     let port = mc.port.to_string();
@@ -55,6 +59,10 @@ fn real_memcached_fills_to_its_cap_then_holds() {
 /// redis: the same 64 keys x 64 KiB every run: the first run fills ~4 MiB,
 /// later runs add little (jemalloc reuses the freed extents).
 #[test]
+#[cfg_attr(
+    not(lw_deps),
+    ignore = "needs .ci/deps (real servers and runtimes): bash .ci/test"
+)]
 fn real_redis_overwrites_in_place() {
     let Some(rd) = real::redis() else { return };
     let port = rd.port.to_string();
@@ -77,6 +85,10 @@ fn real_redis_overwrites_in_place() {
 /// request: a worker that serves a request grows by 1 MiB + 4 KiB, and a
 /// worker is replaced (new pid) after its 5th request.
 #[test]
+#[cfg_attr(
+    not(lw_deps),
+    ignore = "needs .ci/deps (real servers and runtimes): bash .ci/test"
+)]
 fn real_gunicorn_workers_keep_a_mebibyte_per_request_and_are_recycled() {
     let Some(gu) = real::gunicorn("1MiB", 2, 5) else {
         return;
@@ -121,6 +133,10 @@ fn real_gunicorn_workers_keep_a_mebibyte_per_request_and_are_recycled() {
 /// Celery prefork on a local redis: celery_send.py sends tasks and gets
 /// their results; a child grows by about 1 MiB per task.
 #[test]
+#[cfg_attr(
+    not(lw_deps),
+    ignore = "needs .ci/deps (real servers and runtimes): bash .ci/test"
+)]
 fn real_celery_tasks_run_end_to_end() {
     let Some(rd) = real::redis() else { return };
     let Some(cel) = real::celery(rd.port, 2, 0) else {
@@ -157,6 +173,10 @@ fn real_celery_tasks_run_end_to_end() {
 /// 200 ms, and answers query_range with the target's known slope; the
 /// example alert rule passes promtool and fires for the leaking series only.
 #[test]
+#[cfg_attr(
+    not(lw_deps),
+    ignore = "needs .ci/deps (real servers and runtimes): bash .ci/test"
+)]
 fn real_prometheus_scrapes_queries_and_alerts() {
     let Some(promtool) = real::need("promtool") else {
         return;
@@ -230,6 +250,10 @@ fn real_prometheus_scrapes_queries_and_alerts() {
 
 /// smem and psrecord (the tools issue 14 compares with) run.
 #[test]
+#[cfg_attr(
+    not(lw_deps),
+    ignore = "needs .ci/deps (real servers and runtimes): bash .ci/test"
+)]
 fn real_smem_and_psrecord_run() {
     let Some(smem) = real::need("smem") else {
         return;
@@ -265,6 +289,10 @@ fn real_smem_and_psrecord_run() {
 /// In a cgroup v1 memory cgroup: socketpairs held open grow the cgroup's
 /// kernel memory, tmpfs files its shmem, while the process' RssAnon stays flat.
 #[test]
+#[cfg_attr(
+    not(lw_deps),
+    ignore = "needs .ci/deps (real servers and runtimes): bash .ci/test"
+)]
 fn real_kernel_memory_and_shmem_leaks_show_in_the_cgroup_only() {
     let Some(cg) = real::Cgroup::new("kmem") else {
         return;

@@ -87,6 +87,10 @@ fn out(t: &tempfile::TempDir, name: &str) -> PathBuf {
 }
 
 #[test]
+#[cfg_attr(
+    not(lw_deps),
+    ignore = "needs .ci/deps (real servers and runtimes): bash .ci/test"
+)]
 fn real_memcached_filled_past_its_cap_is_a_plateau_with_its_fill_rate() {
     let Some(mc) = real::memcached(64) else {
         return;
@@ -123,6 +127,10 @@ fn real_memcached_filled_past_its_cap_is_a_plateau_with_its_fill_rate() {
 }
 
 #[test]
+#[cfg_attr(
+    not(lw_deps),
+    ignore = "needs .ci/deps (real servers and runtimes): bash .ci/test"
+)]
 fn real_gunicorn_pool_with_max_requests_shows_the_worker_leak_per_request() {
     let Some(gu) = real::gunicorn("1MiB", 2, 5) else {
         return;
@@ -171,6 +179,10 @@ fn real_gunicorn_pool_with_max_requests_shows_the_worker_leak_per_request() {
 }
 
 #[test]
+#[cfg_attr(
+    not(lw_deps),
+    ignore = "needs .ci/deps (real servers and runtimes): bash .ci/test"
+)]
 fn real_redis_overwriting_the_same_keys_is_stable_every_time() {
     let Some(rd) = real::redis() else { return };
     // The first try meets a fresh server (its first fill, then its allocator
@@ -249,6 +261,10 @@ fn attach_churn(retain: &str, seconds: u32) -> Value {
 }
 
 #[test]
+#[cfg_attr(
+    not(lw_deps),
+    ignore = "needs .ci/deps (real servers and runtimes): bash .ci/test"
+)]
 fn real_churning_daemon_is_judged_by_its_troughs() {
     if real::need("python3").is_none() {
         return;
@@ -461,6 +477,10 @@ fn attach_postgres(deallocate: bool) -> Option<(Value, f64)> {
 /// teeth" (inconclusive) while its own memory contexts grew straight. Now a
 /// leak at the backend's own rate (pg_backend_memory_contexts), within 15%.
 #[test]
+#[cfg_attr(
+    not(lw_deps),
+    ignore = "needs .ci/deps (real servers and runtimes): bash .ci/test"
+)]
 fn real_postgres_backend_keeping_prepared_statements_is_a_leak_at_its_own_rate() {
     let Some((s, truth)) = attach_postgres(false) else {
         return;
@@ -482,6 +502,10 @@ fn real_postgres_backend_keeping_prepared_statements_is_a_leak_at_its_own_rate()
 
 /// The same session dropping each statement at once: never a leak.
 #[test]
+#[cfg_attr(
+    not(lw_deps),
+    ignore = "needs .ci/deps (real servers and runtimes): bash .ci/test"
+)]
 fn real_postgres_backend_deallocating_its_statements_is_no_leak() {
     let Some((s, truth)) = attach_postgres(true) else {
         return;
@@ -575,6 +599,10 @@ fn run_postgres(deallocate: bool) -> Option<PgRun> {
 /// Issue 19, the backend per run: `run --repeat 20` watching it while each run asks its
 /// session for 16 more prepared statements (≈ 1.5 MiB) is a leak at its anon growth per run, within 15%.
 #[test]
+#[cfg_attr(
+    not(lw_deps),
+    ignore = "needs .ci/deps (real servers and runtimes): bash .ci/test"
+)]
 fn real_postgres_backend_keeping_prepared_statements_per_run_is_a_leak() {
     let Some(r) = run_postgres(false) else {
         return;
@@ -592,6 +620,10 @@ fn real_postgres_backend_keeping_prepared_statements_per_run_is_a_leak() {
 
 /// The same runs dropping each statement at once: never a leak.
 #[test]
+#[cfg_attr(
+    not(lw_deps),
+    ignore = "needs .ci/deps (real servers and runtimes): bash .ci/test"
+)]
 fn real_postgres_backend_deallocating_its_statements_per_run_is_no_leak() {
     let Some(r) = run_postgres(true) else {
         return;

@@ -19,6 +19,8 @@ TRIES=${1:-5}
 KEEP=${2:-/tmp/real-runtimes}
 FILTER=${3:-}
 mkdir -p "$KEEP"
+# The real-software tests are built to run (build.rs's lw_deps), not listed as ignored.
+export LEAKWATCH_DEPS=1
 cargo test --release --quiet --no-run --test real_runtimes --test real_verdicts 2>/dev/null
 bin() {
     cargo test --release --no-run --test "$1" --message-format=json 2>/dev/null |

@@ -63,6 +63,7 @@ fn attach_ends_cleanly_when_the_target_exits() {
 /// runs as `nobody` against a root-owned fixture, says what is missing once,
 /// and still samples RSS. Needs root (to switch user) and setpriv.
 #[test]
+#[cfg_attr(not(lw_deps), ignore = "needs root: bash .ci/test as root")]
 fn permission_denied_falls_back_to_status_with_a_hint() {
     let is_root = std::fs::read_to_string("/proc/self/status")
         .unwrap()
@@ -73,8 +74,10 @@ fn permission_denied_falls_back_to_status_with_a_hint() {
         .output()
         .is_ok();
     if !is_root || !has_setpriv {
-        eprintln!("skipped: needs root and setpriv to run leakwatch as another user");
-        return;
+        crate::common::missing(
+            "root or setpriv",
+            "running leakwatch as another user needs both",
+        );
     }
     use std::os::unix::fs::PermissionsExt;
     let tmp = tempfile::tempdir().unwrap();

@@ -15,6 +15,14 @@ pub fn ci() -> bool {
     std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
 }
 
+/// A dependency of this test is missing: it fails, saying how to get it. Tests that need
+/// what `.ci/deps` installs (or root) carry `#[cfg_attr(not(lw_deps), ignore = …)]` and run
+/// only where it is declared present (CI, `bash .ci/test`: build.rs) or when asked for by
+/// name (`-- --ignored NAME`): a test that did not run is never counted as passed.
+pub fn missing(what: &str, fix: &str) -> ! {
+    panic!("{what} is missing: {fix}")
+}
+
 pub fn leakwatch() -> Command {
     Command::new(env!("CARGO_BIN_EXE_leakwatch"))
 }

@@ -263,10 +263,10 @@ fn a_metrics_url_that_is_not_http_is_refused_before_anything_runs() {
 /// that opens the inspector): asked once, no inspector, a note; the program
 /// runs on.
 #[test]
+#[cfg_attr(not(lw_deps), ignore = "needs .ci/deps: bash .ci/test")]
 fn a_node_that_will_not_open_its_inspector_is_a_note() {
     let Some(node) = crate::common::which("node") else {
-        assert!(!crate::common::ci(), "node is missing: bash .ci/deps");
-        return;
+        crate::common::missing("node", "bash .ci/deps installs it");
     };
     let t = tempfile::tempdir().unwrap();
     let mut child = Command::new(node)

@@ -78,15 +78,7 @@ fn compile(compiler: &str, source: &str, out: &Path, extra: &[&str]) -> Option<P
     match status {
         Ok(s) if s.success() => Some(out.to_path_buf()),
         Ok(s) => panic!("{compiler} {} failed: {s}", src.display()),
-        Err(e) => {
-            let ci = crate::common::ci();
-            assert!(
-                !ci,
-                "{compiler} is missing under CI ({e}): .ci/deps installs it"
-            );
-            eprintln!("skipped: no {compiler} ({e}); bash .ci/deps installs it");
-            None
-        }
+        Err(e) => crate::common::missing(&format!("{compiler} ({e})"), "bash .ci/deps installs it"),
     }
 }
 
@@ -288,14 +280,10 @@ impl Drop for DebugFile {
 /// system's, so the test writes there as root with a build id of its own
 /// and removes it; it is skipped as another user (not under CI).
 #[test]
+#[cfg_attr(not(lw_deps), ignore = "needs root: bash .ci/test as root")]
 fn a_stripped_daemon_is_named_from_its_debug_file_found_by_build_id() {
     if !nix::unistd::geteuid().is_root() {
-        assert!(
-            !crate::common::ci(),
-            "CI runs as root: the test writes to /usr/lib/debug/.build-id"
-        );
-        eprintln!("skipped: writing to /usr/lib/debug/.build-id needs root");
-        return;
+        crate::common::missing("root", "the test writes to /usr/lib/debug/.build-id");
     }
     let tmp = tempfile::tempdir().unwrap();
     let id = format!(
@@ -606,16 +594,11 @@ fn a_mapping_moved_by_mremap_is_counted_once_where_it_lands() {
 /// far above the interval: always sampled, weighed at their size) grow at
 /// the rate memcached's own `total_malloced` gives.
 #[test]
+#[cfg_attr(not(lw_deps), ignore = "needs .ci/deps: bash .ci/test")]
 fn a_stripped_memcached_fed_new_keys_grows_at_its_own_total_malloced_rate() {
     let memcached = Command::new("memcached").arg("-h").output();
     if let Err(e) = memcached {
-        let ci = crate::common::ci();
-        assert!(
-            !ci,
-            "memcached is missing under CI ({e}): .ci/deps installs it"
-        );
-        eprintln!("skipped: no memcached ({e}); bash .ci/deps installs it");
-        return;
+        crate::common::missing(&format!("memcached ({e})"), "bash .ci/deps installs it");
     }
     let tmp = tempfile::tempdir().unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -977,15 +960,7 @@ fn a_python_daemons_c_library_leak_is_seen_beside_its_python_line() {
 fn have_gdb() -> bool {
     match Command::new("gdb").arg("--version").output() {
         Ok(o) if o.status.success() => true,
-        other => {
-            let ci = crate::common::ci();
-            assert!(
-                !ci,
-                "gdb is missing under CI ({other:?}): .ci/deps installs it"
-            );
-            eprintln!("skipped: no gdb ({other:?}); bash .ci/deps installs it");
-            false
-        }
+        other => crate::common::missing(&format!("gdb ({other:?})"), "bash .ci/deps installs it"),
     }
 }
 
@@ -1096,6 +1071,7 @@ impl Drop for Daemon {
 /// allocated before the attach go to glibc untouched (it keeps running),
 /// and it is left neither traced nor stopped.
 #[test]
+#[cfg_attr(not(lw_deps), ignore = "needs .ci/deps: bash .ci/test")]
 fn attach_native_sites_names_a_running_daemons_leaking_function_and_its_rate() {
     let tmp = tempfile::tempdir().unwrap();
     let Some(binary) = attach_leaker(tmp.path()) else {
@@ -1159,6 +1135,7 @@ fn attach_native_sites_names_a_running_daemons_leaking_function_and_its_rate() {
 /// Each session that ends names the leaking function with its rate, counted
 /// from its own attach; the daemon is left running, untraced.
 #[test]
+#[cfg_attr(not(lw_deps), ignore = "needs .ci/deps: bash .ci/test")]
 fn attach_native_sites_again_after_an_attach_and_after_a_killed_one() {
     use std::io::BufRead;
     let tmp = tempfile::tempdir().unwrap();
@@ -1233,12 +1210,11 @@ fn attach_native_sites_again_after_an_attach_and_after_a_killed_one() {
 /// user's filesystem rights; the leak is named. It was silently empty: the
 /// shim could not create its socket in root's directory.
 #[test]
+#[cfg_attr(not(lw_deps), ignore = "needs root: bash .ci/test as root")]
 fn attach_native_sites_as_root_names_another_users_leak() {
     use std::os::unix::fs::PermissionsExt;
     if !nix::unistd::geteuid().is_root() {
-        assert!(!crate::common::ci(), "CI runs as root");
-        eprintln!("skipped: attaching to another user's process needs root");
-        return;
+        crate::common::missing("root", "attaching to another user's process needs it");
     }
     let tmp = tempfile::tempdir().unwrap();
     // nobody runs the daemon from here.
@@ -1286,6 +1262,7 @@ fn attach_native_sites_as_root_names_another_users_leak() {
 /// could reach: the shim's patching thread finds it once the loader is
 /// done with it, and its leak is named with what it kept.
 #[test]
+#[cfg_attr(not(lw_deps), ignore = "needs .ci/deps: bash .ci/test")]
 fn attach_native_sites_follows_a_library_dlopened_after_the_attach() {
     let tmp = tempfile::tempdir().unwrap();
     let (Some(binary), Some(plugin)) = (
@@ -1457,6 +1434,7 @@ fn attach_native_sites_takes_one_pid_not_a_name() {
 /// tries leakwatch refuses with the reason, and the process runs on,
 /// neither traced nor stopped, without the shim.
 #[test]
+#[cfg_attr(not(lw_deps), ignore = "needs .ci/deps: bash .ci/test")]
 fn attach_native_sites_refuses_a_process_never_at_a_safe_point() {
     let tmp = tempfile::tempdir().unwrap();
     let Some(binary) = compile(
@@ -1494,6 +1472,7 @@ fn attach_native_sites_refuses_a_process_never_at_a_safe_point() {
 /// of the program's own count, and leaves it running, neither traced nor
 /// stopped.
 #[test]
+#[cfg_attr(not(lw_deps), ignore = "needs .ci/deps: bash .ci/test")]
 fn attach_native_sites_enters_a_busy_process_with_and_without_an_idle_thread() {
     let tmp = tempfile::tempdir().unwrap();
     let Some(binary) = compile(

@@ -13,9 +13,10 @@
 //! Dependencies are installed by `bash .ci/deps` (Debian packages on PATH,
 //! the Python venv at `$LEAKWATCH_VENV`, default `<repo>/target/leakwatch-venv`);
 //! `bash .ci/test` runs it, then `cargo test` with `LEAKWATCH_VENV` set and the
-//! venv's `bin/` first on PATH. A missing dependency FAILS the test when
-//! `CI` is set (`CI=true`, as CI runs), and otherwise skips it with a line on
-//! stderr saying what is missing and how to install it.
+//! venv's `bin/` first on PATH and `LEAKWATCH_DEPS=1`. Every test of these
+//! files carries `#[cfg_attr(not(lw_deps), ignore = …)]`: plain `cargo test`
+//! lists it as ignored; where it runs, a missing dependency FAILS it, saying
+//! what is missing and how to install it (`missing`).
 //!
 //! Every server is started on a free loopback port, in its own temporary
 //! directory and its own process group; dropping the `Server` sends TERM to
@@ -37,18 +38,15 @@ pub fn ci() -> bool {
     std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
 }
 
-/// A dependency is missing: panics under CI, otherwise prints why the test
-/// is skipped. Returns `None` so callers can write `missing(..)?`-style code.
+/// A dependency is missing: the test fails, saying how to install it. It runs only where its
+/// dependencies are declared present (under CI, or `bash .ci/test`: build.rs's `lw_deps`) or
+/// when asked for by name (`-- --ignored NAME`); elsewhere it is listed as ignored. A test
+/// that did not run is never counted as passed. Returns `Option` so callers read as before.
 pub fn missing<T>(what: &str) -> Option<T> {
-    let msg = format!(
+    panic!(
         "{what} is missing: run `bash .ci/deps` (installs memcached, redis-server, prometheus, \
          smem and the Python venv), or run the tests with `bash .ci/test`"
-    );
-    if ci() {
-        panic!("CI: {msg}");
-    }
-    skip_note(&format!("SKIPPED (not in CI): {msg}"));
-    None
+    )
 }
 
 /// Prints a line that the test harness does not capture (eprintln! output
@@ -485,11 +483,10 @@ pub fn cgroup_v1_memory() -> Option<PathBuf> {
     if ok {
         Some(root.to_path_buf())
     } else {
-        skip_note(&format!(
-            "SKIPPED: no writable cgroup v1 memory controller at {} (needs root)",
+        missing(&format!(
+            "a writable cgroup v1 memory controller at {} (as root)",
             root.display()
-        ));
-        None
+        ))
     }
 }
 
