@@ -340,8 +340,8 @@ pub(crate) fn rate_ci(c: &verdict::Classification, xs: &[f64], ys: &[f64]) -> Op
         RateFrom::SecondHalf | RateFrom::TroughEnd | RateFrom::CurveEnd => None,
         // Only when troughs decided, answered above.
         RateFrom::Troughs | RateFrom::TroughFill => None,
-        // Per task, never a series' headline rate.
-        RateFrom::TaskSteps => None,
+        // A pool's estimates, never a series' headline rate.
+        RateFrom::TaskSteps | RateFrom::PooledLives => None,
     }
 }
 
@@ -631,7 +631,9 @@ fn headlines(fits: &[SeriesFit], scopes: &[Scope]) -> Vec<usize> {
 /// else is followed. A side series that cannot tell (a server's fd count
 /// moving with its connections) is shown beside the primary, not put in
 /// its place. Workers that leak while they live make the tree leak, even
-/// when recycling keeps the tree's total flat.
+/// when recycling keeps the tree's total flat. Every verdict folded here was
+/// decided by `verdict::decide` on its own estimate (the workers' pooled
+/// rate or task steps: `findings::workers::leak`); this only takes the worst.
 fn overall_verdict(
     fits: &[SeriesFit],
     headline: &[usize],

@@ -2,6 +2,7 @@
 //! within each worker's life pooled over workers, and recycle advice.
 
 use super::{Finding, RecycleAdvice};
+use crate::fit::verdict::{EndRate, RateFrom, Verdict, decide};
 use crate::fit::{MIN_SLOPE_BYTES, stats};
 use crate::series::{Metric, ProcessLife, XAxis};
 use crate::store::Scope;
@@ -109,7 +110,9 @@ pub(crate) fn leaking_steps(lives: &[Vec<(f64, f64)>], threshold: f64) -> Option
     let steps = task_steps(lives, threshold)?;
     let late_in_lives = steps.late * 4 >= steps.steps && steps.late >= 1;
     let again_and_late = steps.repeats * 4 >= steps.steps && steps.session_late * 4 >= steps.steps;
-    (steps.ci.0 > threshold && (late_in_lives || again_and_late)).then_some(steps)
+    let end = EndRate::new(RateFrom::TaskSteps, steps.per_task, steps.ci);
+    let leaks = decide(&end, threshold, true) == Verdict::Leak;
+    (leaks && (late_in_lives || again_and_late)).then_some(steps)
 }
 
 /// A leak in the workers: growth within each worker's life, pooled over
@@ -134,7 +137,8 @@ pub(super) fn leak(scope: Scope, workers: &[&ProcessLife], x: XAxis) -> Option<F
                 series.iter().map(|p| p[p.len() / 2..].to_vec()).collect();
             let still_growing =
                 stats::pooled_slope(&tails).is_some_and(|(_, tail_ci)| tail_ci.0 > slope / 2.0);
-            if !(ci.0 > threshold && still_growing) {
+            let end = EndRate::new(RateFrom::PooledLives, slope, ci);
+            if !(decide(&end, threshold, true) == Verdict::Leak && still_growing) {
                 return None;
             }
             None

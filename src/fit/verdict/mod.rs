@@ -135,6 +135,9 @@ pub enum RateFrom {
     /// A pool's growth per task: the mean of its workers' task steps and its Student-t 95%
     /// CI (`crate::fit::findings::workers::task_steps`), per task rather than per x unit.
     TaskSteps,
+    /// A pool's growth within each worker's life, pooled over the workers
+    /// (`super::stats::pooled_slope`): a leak in the workers over time.
+    PooledLives,
 }
 
 /// Decision thresholds.
@@ -303,7 +306,8 @@ impl<'de> Deserialize<'de> for Widenings {
 }
 
 impl EndRate {
-    fn new(from: RateFrom, rate: f64, ci95: (f64, f64)) -> EndRate {
+    /// An estimator's end rate, widened by nothing yet.
+    pub fn new(from: RateFrom, rate: f64, ci95: (f64, f64)) -> EndRate {
         EndRate {
             rate,
             ci95,
