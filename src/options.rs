@@ -464,7 +464,7 @@ fn shell_word(word: &str) -> String {
     }
 }
 
-// ---- issue 12: targets beyond a PID, --serve, analyze, export ----
+// ---- targets beyond a PID, --serve, analyze, export ----
 
 /// The attach target as typed: a PID, `--name`, `--cgroup` or `--unit`
 /// (clap makes sure exactly one is given).

@@ -148,8 +148,8 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), OutputError> {
 /// output directory, which `leakwatch report DIR` rebuilds from its
 /// samples.csv (itself appended without a sync, sample by sample). Readers
 /// still see the whole file or none; a sync per report file would cost
-/// 1.5–5.5 ms of waiting each and ≈2 ms of system time a session here
-/// (issue 24).
+/// milliseconds of waiting each (measured:
+/// docs/performance.md#report-files-without-a-sync).
 pub fn write_report(path: &Path, bytes: &[u8]) -> Result<(), OutputError> {
     replace(path, bytes, false)
 }

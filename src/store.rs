@@ -223,8 +223,8 @@ impl HeapSource {
 )]
 #[serde(rename_all = "lowercase")]
 pub enum SiteSource {
-    /// tracemalloc in each Python process (`run --py-sites`). What files
-    /// written before the column existed hold, so the default.
+    /// tracemalloc in each Python process (`run --py-sites`). The default:
+    /// what a file without the column holds.
     #[default]
     Python,
     /// The sampling allocator shim in each process (`run --native-sites`):
@@ -326,7 +326,7 @@ impl Row {
     /// A process read between its exec and its loader: not one page of any file resident,
     /// where every program that runs has its text resident. A command over within a few
     /// milliseconds can be read only then (one 4 KiB stack page), and that size is not the
-    /// program's (an example's command read 2.6 MiB in nine runs and 4 KiB in one).
+    /// program's: the command's series leaves such a read out (`series::build`).
     pub fn is_mid_exec(&self) -> bool {
         self.is_process_sample() && self.file_bytes == Some(0) && self.shmem_bytes.unwrap_or(0) == 0
     }
@@ -376,7 +376,7 @@ pub struct Row {
     pub swap_pss_bytes: Option<u64>,
     // A cgroup's own accounting (scope `cgroup`), from memory.current or
     // memory.usage_in_bytes and memory.stat; empty in process rows and in
-    // files written before these columns existed.
+    // files without these columns.
     #[serde(default)]
     pub usage_bytes: Option<u64>,
     #[serde(default)]
@@ -397,16 +397,16 @@ pub struct Row {
     #[serde(default)]
     pub site_blocks: Option<u64>,
     /// Live Python objects of one type (tier `type`); empty elsewhere and in
-    /// files written before type rows existed.
+    /// files without type rows.
     #[serde(default)]
     pub objects: Option<u64>,
-    /// The tracer of a `site` or `type` row; files written before the
-    /// column existed read as python (`scan`), the only tracer then.
+    /// The tracer of a `site` or `type` row; a file without the column
+    /// reads as python (`scan`): its site rows can only be tracemalloc's.
     #[serde(default)]
     pub site_source: Option<SiteSource>,
     /// A runtime's own heap (tier `heap`): live after its last collection,
     /// in use now, and the most it may grow to; empty elsewhere and in
-    /// files written before these columns existed.
+    /// files without these columns.
     #[serde(default)]
     pub heap_live_bytes: Option<u64>,
     #[serde(default)]
@@ -779,8 +779,8 @@ impl SampleKeys {
     }
 }
 
-/// A row as read: a site or type row of a file written before
-/// `site_source` existed was Python's.
+/// A row as read: a site or type row of a file without `site_source`
+/// is Python's.
 fn upgraded(mut row: Row) -> Row {
     if matches!(row.tier, Tier::Site | Tier::Type) && row.site_source.is_none() {
         row.site_source = Some(SiteSource::Python);
@@ -887,8 +887,8 @@ pub fn read_samples(path: &Path) -> Result<Vec<Row>, StoreError> {
 mod tests {
     use super::*;
 
-    /// The names are samples.csv's contract: files written before the enum
-    /// read back the same.
+    /// The names are samples.csv's contract: a file read back names the same
+    /// events it was written with.
     #[test]
     fn session_events_keep_their_names_in_the_file() {
         let names: Vec<&str> = SessionEvent::ALL.iter().map(|e| e.name()).collect();
@@ -962,8 +962,8 @@ mod tests {
         assert_eq!(back, vec![row(1, 4096)]);
     }
 
-    /// samples.csv as leakwatch wrote it before `site_source`: its site and
-    /// type rows were tracemalloc's, and read back as python.
+    /// samples.csv without `site_source`: its site and type rows are
+    /// tracemalloc's, and read back as python.
     #[test]
     fn site_rows_of_a_file_without_site_source_read_as_python() {
         let dir = tempfile::tempdir().unwrap();

@@ -24,7 +24,7 @@ const MAX_CHECKED_FRAMES: usize = 1024;
 
 /// The globals a sample reads, in the one cache line every malloc reads
 /// (`countdown_from_tp`), so that a sample finds them in cache: scattered
-/// over the shim's data, each was a miss per sample (between two samples
+/// over the shim's data, each would be a miss per sample (between two samples
 /// the program's heap evicts whatever the fast path does not touch). Set
 /// at start (and the block table's shape when it grows), read everywhere.
 #[repr(C, align(64))]
@@ -75,7 +75,7 @@ const STATIC_TLS_MAX_BYTES: isize = 1 << 20;
 
 /// What the shim keeps per thread, in one thread-local: one offset from the
 /// thread pointer reaches all of it ([`with_state`]), where each of its own
-/// was a call of `__tls_get_addr` (seven a sample: 77 instructions of its
+/// would be a call of `__tls_get_addr` (seven a sample: 77 instructions of its
 /// ≈ 800).
 #[repr(C)]
 pub(crate) struct ThreadState {

@@ -23,20 +23,21 @@ use crate::sites;
 const BLOCKS: usize = 1 << 17;
 /// The block table's first capacity; it doubles when three quarters full.
 /// A sample's insert and a sampled free's removal each land on a random
-/// slot: in a table sized for the most a process could need (3 MiB), each
-/// was a cache and TLB miss (81% of a sample's own time at 64 KiB, on
-/// benches/harness/alloc_churn.c); 2^10 slots (24 KiB, 768 live samples,
-/// ≈ 48 MiB of live heap at 64 KiB) stay in cache, and a process with more
-/// live heap gets a table in proportion.
+/// slot, so in a table sized for the most a process could need (3 MiB) each
+/// is a cache and TLB miss; 2^10 slots (24 KiB, 768 live samples, ≈ 48 MiB
+/// of live heap at 64 KiB) stay in cache, and a process with more live heap
+/// gets a table in proportion. Measured:
+/// docs/performance.md#the-shims-tables-in-cache.
 pub(crate) const FIRST_BLOCKS: usize = 1 << 10;
 /// Granules of the filter, one bit each (128 KiB of bits). A granule is
 /// 16 bytes of address (malloc's alignment), taken straight from the
 /// address, not hashed: the frees of a heap's neighbouring blocks read
 /// neighbouring bits, so the part of the filter a program's heap uses stays
-/// in cache (a hashed index put every free's load on a cache miss: 65% of
-/// the shim's free). A free of an unsampled block takes the lock only on a
-/// collision: a live sampled block in the same granule of another 16 MiB
-/// window, probability (live samples) / FILTER at most.
+/// in cache (a hashed index puts every free's load on a cache miss:
+/// docs/performance.md#the-shims-tables-in-cache). A free of an unsampled
+/// block takes the lock only on a collision: a live sampled block in the
+/// same granule of another 16 MiB window, probability (live samples) /
+/// FILTER at most.
 const FILTER: usize = 1 << 20;
 /// Linear probing looks this far for a stack before giving up.
 const MAX_PROBE: usize = 64;
@@ -104,7 +105,7 @@ static LOCKED: Shared<Locked> = Shared(UnsafeCell::new(Locked {
 static FRAMES: Shared<[[usize; MAX_FRAMES]; STACKS]> =
     Shared(UnsafeCell::new([[0; MAX_FRAMES]; STACKS]));
 /// What a sample and a free of one of its blocks touch of a stack, side by
-/// side (in four arrays, each was a cache miss per sample).
+/// side (in four arrays, each would be a cache miss per sample).
 #[repr(C, align(32))]
 struct StackSlot {
     /// Its frames' hash (written and read under the lock).

@@ -1,4 +1,4 @@
-//! Orchestration of the fleet commands (issue 12), beside `app`: `attach
+//! Orchestration of the fleet commands, beside `app`: `attach
 //! --serve` (start the /metrics endpoint), `analyze --prometheus` (series
 //! from Prometheus → samples.csv → the usual analysis, reports and gate),
 //! `export` (a finished run as OpenMetrics text), and the shell completions

@@ -116,9 +116,9 @@ fn trimmed_scale(mut d: Vec<f64>) -> Option<f64> {
 ///
 /// Calibration (`tests::calibrate_penalty`, ignored): one straight line (slope 0 or 1 σ per
 /// point) plus independent Gaussian noise, σ estimated by `noise_sd`, PELT over every split.
-/// With 26 a series with nothing to find gets a spurious change point in 0.95% of series at
-/// n = 10, 0.4% at 20, 0.45% at 50, 0.1% at 120 and none of 400 at 600 (2,000 series each
-/// below 600): about one in a hundred or fewer, which the verdicts must survive (a spurious
+/// With 26 a series with nothing to find gets a spurious change point in about one series
+/// in a hundred or fewer at every length from 10 to 600 points (measured:
+/// docs/verdicts.md#the-change-point-penalty), which the verdicts must survive (a spurious
 /// change in a flat series reads as a one-off step — never a leak — and one in a straight leak
 /// leaves two rising segments, still a leak). A flat penalty is right here: the false-change
 /// rate of a known-σ search grows only like log log n, and the noise estimate varies more on
@@ -324,7 +324,7 @@ pub(crate) mod tests {
 
     #[test]
     fn finds_a_fill_and_a_later_step() {
-        // The LRU case of issue 10: +2 MiB/run for 6 runs, flat 7, +2 MiB at run 14, flat to 24.
+        // An LRU cache: +2 MiB/run for 6 runs, flat 7, +2 MiB at run 14, flat to 24.
         const MIB: f64 = 1024.0 * 1024.0;
         let mut rng = Rng::new(3);
         let x = xs(24);

@@ -12,8 +12,8 @@
 //! ≈ √12·A / (span·√(n·m)), against ≈ √12·0.29·A / (span·√n) for the mean: √m/0.29 times
 //! smaller. (A low quantile per window or quantile regression at τ = 0.1 is ≈ √(τ(1−τ)·m) times
 //! worse than the minimum on a hard floor; the lowest line under all points — quantile
-//! regression at τ → 0 — rests on the two hull vertices around the middle, and its slope was
-//! heavy-tailed in simulation, so it was dropped.)
+//! regression at τ → 0 — rests on the two hull vertices around the middle, and its slope is
+//! heavy-tailed in simulation.)
 //!
 //! Whether a series is a saw-tooth at all is read from the shape of its residuals about the
 //! least-squares line: uniform-like with a hard lower edge (`sharpness`) — see

@@ -85,13 +85,13 @@ pub struct SeriesFit {
     pub rate_ci95: Option<(f64, f64)>,
     /// Which estimate `rate` is (`line`, `end_segment`, `first_half`,
     /// `average_fill`, `troughs`, `trough_fill`); none without a rate, and
-    /// in summaries written before this field.
+    /// in a summary without the field.
     #[serde(default)]
     pub rate_from: Option<RateFrom>,
     /// The estimate the verdict was decided on (the contract: its 95% CI
     /// against the threshold): the growth rate at the end, its interval,
-    /// and which estimator it is; what the gate judges too. None in
-    /// summaries written before this field, and for series too short to fit.
+    /// and which estimator it is; what the gate judges too. None in a
+    /// summary without the field, and for series too short to fit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end_rate: Option<EndRate>,
     /// The slope at the end — after the last change point, or over the
@@ -172,19 +172,19 @@ impl SeriesFit {
 
     /// The rate the verdict rests on at the end of the series, and its 95%
     /// CI: the verdict's own estimate (`end_rate`), what the gate judges
-    /// against its limit. For a summary written before it: a leak's rate; a
+    /// against its limit. For a summary without `end_rate`: a leak's rate; a
     /// plateau's slope at the end (not its fill rate: what it adds from
     /// here on); the least-squares slope otherwise.
     pub fn judged_rate(&self) -> (Option<f64>, Option<(f64, f64)>) {
         if let Some(end) = self.end_rate {
             return (Some(end.rate), Some(end.ci95));
         }
-        // A summary written before `end_rate`.
+        // A summary without `end_rate`.
         match self.verdict {
             Verdict::Leak => match self.rate_from {
                 Some(RateFrom::Line) => (self.slope, self.slope_ci95),
                 Some(_) => (self.rate, self.rate_ci95),
-                // A summary written before `rate_from`: its rate, else the line.
+                // A summary without `rate_from`: its rate, else the line.
                 None => (self.rate.or(self.slope), self.rate_ci95.or(self.slope_ci95)),
             },
             Verdict::Plateau if self.end_slope_ci95.is_some() => {
@@ -411,8 +411,8 @@ pub struct Projection {
     /// max-tasks-per-child, gunicorn's max_requests.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub recycle_after: Option<f64>,
-    /// What the series holds at its last point, bytes (summaries written
-    /// before it read 0).
+    /// What the series holds at its last point, bytes (a summary without
+    /// the field reads 0).
     #[serde(default)]
     pub level_bytes: f64,
     pub note: String,
@@ -994,7 +994,7 @@ mod tests {
         assert_eq!(f.judged_rate(), (f.rate, f.rate_ci95));
         let json = serde_json::to_value(&f).unwrap();
         assert_eq!(json["rate_from"], "end_segment");
-        // A summary written before the field reads as naming no estimate.
+        // A summary without the field reads as naming no estimate.
         let mut old = json;
         old.as_object_mut().unwrap().remove("rate_from");
         let old: SeriesFit = serde_json::from_value(old).unwrap();

@@ -25,8 +25,8 @@ const HELD_BYTES: u64 = 1 << 20;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SiteFit {
     pub scope: Scope,
-    /// The tracer that found it; a summary.json written before there was
-    /// more than one reads as python.
+    /// The tracer that found it; a summary.json without the field reads as
+    /// python.
     #[serde(default)]
     pub source: SiteSource,
     /// `file:line` of the innermost user frame.
@@ -99,9 +99,9 @@ fn thresholds(s: &SiteSeries, min_slope_abs: f64, counts: bool) -> verdict::Thre
         min_slope_abs,
         counts,
         // The shim's estimate of a stack's live bytes is a sum of sampled blocks' weights:
-        // each run's new blocks bring their own sampling error, which stays (a 1 MiB/run leak:
-        // at 64 KiB its line's CI covered the truth in 14 of 30 repeats; at 128 KiB its
-        // parabola bent upwards wherever the walk wandered, +32% at the "curve's end").
+        // each run's new blocks bring their own sampling error, which stays: a random walk,
+        // whose line's CI misses the truth and whose parabola bends wherever the walk wandered
+        // (measured: docs/native-sites.md#a-sites-estimate-is-a-random-walk).
         // tracemalloc's sizes are exact. V8's sampling heap profiler is sampled by bytes too.
         cumulative_errors: matches!(s.source, SiteSource::Native | SiteSource::JavaScript),
         ..verdict::Thresholds::default()
@@ -234,7 +234,7 @@ const HELD_OBJECTS: u64 = 10_000;
 pub struct TypeFit {
     pub scope: Scope,
     /// Whose types: `python` (`--py-sites`) or `java` (`--jvm-classes`);
-    /// summaries written before the field existed had Python's only.
+    /// a summary without the field reads as python.
     #[serde(default)]
     pub runtime: SiteSource,
     /// Python: the module-qualified class name (`logging.LogRecord`;
@@ -431,7 +431,7 @@ mod tests {
         // keep_request_state of benches/harness/native_accuracy.sh, 1 MiB per run in 16 KiB
         // blocks sampled at 128 KiB (a real recording): its increments wander (0.85 to
         // 1.33 MiB) and its parabola bends upwards at one-sided 1%, but its increments show
-        // no rise. Judged as a line plus independent noise its rate was the curve's end,
+        // no rise. Judged as a line plus independent noise its rate is the curve's end,
         // 1.32 MiB/run (+32%); as a random walk, its line, with the drift's interval.
         let bytes = [
             976038.0, 2091510.0, 2928114.0, 3904152.0, 5019624.0, 5856228.0, 6832266.0, 7947738.0,

@@ -37,7 +37,7 @@ where
 thread_local! {
     /// The pixels of the last PNG drawn, reused by the next: a fresh buffer
     /// is a page fault per 4 KiB at its first touch (410 for a 1000×560
-    /// chart, ≈0.8 ms of system time per chart here, issue 24).
+    /// chart; measured: docs/performance.md#one-canvas-for-every-chart).
     static CANVAS: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 

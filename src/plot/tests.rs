@@ -218,7 +218,7 @@ fn noise(i: u64) -> f64 {
     (h.wrapping_mul(0xbf58_476d_1ce4_e5b9) >> 11) as f64 / (1u64 << 52) as f64 - 1.0
 }
 
-/// The LRU daemon of issue 10: +2 MiB/run for 6 runs, flat for 7, one +2 MiB step at
+/// An LRU daemon: +2 MiB/run for 6 runs, flat for 7, one +2 MiB step at
 /// run 14, flat for 10; modelled as three segments with two markers.
 fn step_series() -> LineChart {
     let y = |r: u64| {

@@ -637,7 +637,7 @@ mod tests {
     }
 
     /// An attached process holding 28 MiB, sampled every second for a minute, with one
-    /// 4 KiB blip at 30 s (the issue-20 chart whose axis spanned 28.109–28.113 MiB).
+    /// 4 KiB blip at 30 s (an axis fitted to the data alone spans 28.109–28.113 MiB).
     fn steady_with_a_blip() -> Analysis {
         attached("steady", 60, |t| {
             28.0 * 1024.0 * 1024.0 + if t == 30.0 { 4096.0 } else { 0.0 }
@@ -665,7 +665,7 @@ mod tests {
     /// A JVM attached 90 s whose cache filled for 25 s and then held (anon from a real
     /// G1 heap: +10 MiB over 5 s, flat, +56 MiB at 24–25 s, then +7 KiB and +164 KiB): the
     /// verdict reads the end after the fill, and the chart draws that end's line, not one
-    /// through the fill (which said +2.60 GiB/h beside a verdict of +5.10 MiB/h).
+    /// through the fill (+2.60 GiB/h beside a verdict of +5.10 MiB/h).
     #[test]
     fn a_chart_draws_the_end_the_verdict_read() {
         const MIB: f64 = 1024.0 * 1024.0;

@@ -432,8 +432,8 @@ pub fn lives(series: &PromSeries, step: Duration) -> Vec<Life> {
 /// An exporter that refreshes slower than Prometheus scrapes it (cAdvisor's housekeeping
 /// every 10–15 s under a 1 s scrape; any cached collector) answers every scrape in between
 /// with the same value. Those repeats are not observations: a line through them counts each
-/// refresh's noise 15 times, and a steady gauge held 15 s read "leak" in 2.2–2.7% of
-/// 2,000 synthetic minutes (`tests/fit_accuracy.rs`). Held means: at least four runs of
+/// refresh's noise 15 times, and false leaks follow (measured:
+/// docs/prometheus.md#in-analyze---prometheus). Held means: at least four runs of
 /// equal values, and the runs inside the window (the first and last are cut by it) mostly
 /// (4 in 5) of one length of two samples or more, within a quarter of it or one sample. A
 /// value that only rarely or irregularly changes is what the process did, and is kept.
@@ -464,9 +464,8 @@ pub fn refreshes(points: &[(f64, f64)]) -> Option<(Vec<(f64, f64)>, f64)> {
     gaps.sort_by(f64::total_cmp);
     let every = gaps[gaps.len() / 2];
     // The window cut the first run: its value was refreshed before the first scrape, about
-    // one refresh before the next (at the first scrape it would be read up to a refresh late:
-    // at 60 s of 15 s refreshes, one of four points off by up to 15 s, and the interval of a
-    // steady or straight gauge held its slope in 56–77% of series).
+    // one refresh before the next; at the first scrape it would be read up to a refresh late
+    // (measured: docs/prometheus.md#the-first-refresh-the-range-cut).
     firsts[0].0 = firsts[0].0.min(firsts[1].0 - every);
     Some((firsts, every))
 }

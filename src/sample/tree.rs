@@ -150,11 +150,10 @@ struct Listing {
 }
 
 /// /proc entries a listing reads for the cost of one `children` read
-/// (openat, read, close). Measured here (kernel 6.18, 1,342 entries): an
-/// entry 0.35 µs and a read 2.2 µs in a tight loop, 1 µs and ≈4 µs a tick
-/// apart (cold caches, as a sampler wakes). At 20, the old guess, a tree of
-/// 200 processes was listed — 1.4 ms a tick — where its 200 `children`
-/// reads cost 0.8 ms.
+/// (openat, read, close), priced a tick apart (cold caches, as a sampler
+/// wakes), not in a tight loop. Set higher, a tree of a few hundred
+/// processes is listed where its `children` reads cost less (measured:
+/// docs/performance.md#listing-proc-or-reading-children).
 const ENTRIES_PER_READ: usize = 5;
 
 /// The attached process and its descendants, followed as they come and go.

@@ -501,8 +501,7 @@ impl Builder {
     /// Whether a command's row is a size of its program. The command's series is its peak
     /// per run, and a read between its exec and its loader is not one; nor is the run's peak
     /// row when nothing was read after the loader and the row is no larger than such a read
-    /// (until stop 35 a command read only mid-exec had that read recorded as its peak;
-    /// samples.csv files of then are read the same way).
+    /// (a samples.csv may hold a mid-exec read as the run's peak row).
     fn is_commands_size(&mut self, row: &Row) -> bool {
         let Some(run) = row.run else { return true };
         let rss = row.rss_bytes.unwrap_or(0);

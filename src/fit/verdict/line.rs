@@ -421,10 +421,10 @@ struct StepFit {
 impl Ctx<'_> {
     /// Best fit of one step (two flat pieces, each at least 2 points) by least squares. A
     /// straight-piece leak needs the line to fit better than this by 8σ²: a single step that
-    /// the change-point search could not separate from the noise is no rate (at 4σ², a 2σ
-    /// step at 20 runs was still a leak in 0.15% of series). A straight leak of total rise R
-    /// over n points beats the best step by ≈ R²·n/48, so this costs only leaks below ≈ 0.7σ
-    /// per run at 10 runs (0.23σ at 20, 0.06σ at 50), under what the trend tests find anyway.
+    /// the change-point search could not separate from the noise is no rate (why not 4σ²:
+    /// docs/verdicts.md#one-step-or-a-line). A straight leak of total rise R over n points
+    /// beats the best step by ≈ R²·n/48, so this costs only leaks below ≈ 0.7σ per run at 10
+    /// runs (0.23σ at 20, 0.06σ at 50), under what the trend tests find anyway.
     fn best_step(&self) -> Option<StepFit> {
         let n = self.y.len();
         if n < 4 {
@@ -457,8 +457,8 @@ mod tests {
     use crate::fit::verdict::tests::*;
     use crate::fit::verdict::*;
 
-    /// The pantsd series from the issue: 114.2, 119.2, then ≈ +4.64 MB/run to 156.3 MB at run
-    /// 10, with fixed ±0.3 MB wiggles.
+    /// The pantsd series: 114.2, 119.2, then ≈ +4.64 MB/run to 156.3 MB at run 10, with fixed
+    /// ±0.3 MB wiggles.
     fn pantsd() -> (Vec<f64>, Vec<f64>) {
         let wiggle = [0.0, 0.0, 0.3, -0.2, 0.1, -0.3, 0.25, -0.1, 0.2, 0.0];
         let x: Vec<f64> = (1..=10).map(f64::from).collect();
@@ -562,9 +562,9 @@ mod tests {
         (x, y)
     }
 
-    /// V8 collecting at the last sample gave back 25 MB of the 225 MB it kept: the growth it
-    /// kept is still a leak (a real Node attach read "inconclusive" in half its tries when a
-    /// low last point widened the interval to 0).
+    /// V8 collecting at the last sample gives back 25 MB of the 225 MB it kept: the growth it
+    /// kept is still a leak, not an interval widened down to 0
+    /// (docs/accuracy.md#a-last-point-that-gives-back).
     #[test]
     fn a_collection_at_the_last_sample_keeps_a_leak_a_leak() {
         let (x, y) = attached_heap(25.0 * MB);
@@ -589,8 +589,8 @@ mod tests {
 
     /// A leak that speeds up exponentially (its rate rising 20-fold over 20 runs to 400 KB/run
     /// at the last, 0.4% of 100 MB), with ±250 KB of fixed wiggles: the line averages the
-    /// end with the slow start (≈ 130 KB/run) and its interval stopped short of the end rate;
-    /// it reaches up to a parabola's end now. Only the upper end moves.
+    /// end with the slow start (≈ 130 KB/run) and its interval stops short of the end rate, so
+    /// the interval reaches up to a parabola's end. Only the upper end moves.
     #[test]
     fn a_leak_that_speeds_up_has_its_end_rate_inside_the_interval() {
         let (n, end) = (20, 0.4 * MB);
@@ -616,7 +616,7 @@ mod tests {
 
     /// A warm-up the trim did not take (+8 MiB over about three runs, a rise that goes on)
     /// before a leak of 256 KiB/run, 50 runs under ±1 MiB: the line through it all says
-    /// ≈ +300 KiB/run and its interval stopped above the leak; the first points lie far below
+    /// ≈ +300 KiB/run and its interval lies above the leak; the first points lie far below
     /// the line, so the interval reaches down to the line without them.
     #[test]
     fn a_warm_up_the_trim_missed_does_not_hold_the_interval_above_the_leak() {
@@ -650,8 +650,7 @@ mod tests {
     /// under noise as large as its whole rise: under ±1 MiB its line may fall, under ±256 KiB
     /// it rises at a third of the end rate; either way the interval reaches up to a parabola's
     /// end (all ten points when the line falls, the last six when it rises) and holds the end
-    /// rate. Before, a falling line was not widened and a rising one only by all ten points'
-    /// parabola (the study's rows: 80% and 82% covered).
+    /// rate (docs/accuracy.md#curves-that-speed-up).
     #[test]
     fn a_noisy_leak_that_speeds_up_over_ten_runs_has_its_end_inside_the_interval() {
         for (state, sd, line_falls) in [(265_753, MIB_, true), (257_834, 0.25 * MIB_, false)] {

@@ -196,7 +196,7 @@ pub struct EndRate {
     /// Which estimator it is.
     pub from: RateFrom,
     /// The shape knowledge that moved the interval beyond the estimator's own (empty: none).
-    /// Absent from summaries written before it.
+    /// A summary without the field reads as none.
     #[serde(default)]
     pub widened_by: Widenings,
 }
@@ -593,8 +593,8 @@ pub fn classify_as(
     c.threshold = Some(ctx.thr);
     c.envelope = envelope::lower_envelope(x, y);
     // A saw-tooth only when collections were seen: a hard floor *and* at least one drop per
-    // window. A ramp that curves has a hard lower edge of residuals too, but no drops (a
-    // PostgreSQL backend growing 2 GiB/h was judged on "0 drops" before).
+    // window. A ramp that curves has a hard lower edge of residuals too, but no drops: it is
+    // judged on its mean, not on troughs it does not have.
     let own = |env: &Envelope| {
         env.sharpness < envelope::SAWTOOTH_SHARPNESS
             && env.drops >= env.windows.max(envelope::MIN_WINDOWS)
@@ -882,7 +882,7 @@ impl<'a> Ctx<'a> {
     /// the last point lag an exponential less but bend wherever a heap's chunks came late, so
     /// they are read only when the whole series bends. Only the upper end moves: what changes
     /// is what the interval admits (a gate's pass becomes undecided when the end may exceed
-    /// its limit). Coverage before and after: docs/accuracy.md#curves-that-speed-up.
+    /// its limit). Coverage with and without the rule: docs/accuracy.md#curves-that-speed-up.
     fn may_speed_up(&self, c: &Classification, end: EndRate) -> Option<Note> {
         if end.ci95.1 <= self.thr {
             return None;
@@ -1030,7 +1030,8 @@ impl Note {
 
 /// Points a parabola through the end of a series needs before `Ctx::may_speed_up` reads its
 /// end rate: on five (2 degrees of freedom, t = 4.3) its interval is several times the line's,
-/// and a crisp straight leak over 10 runs (pantsd's) read up to +17% above its line.
+/// and a crisp straight leak's end reads well above its line
+/// (docs/verdicts.md#a-parabola-through-the-end).
 const MIN_END_PARABOLA: usize = 6;
 
 /// Standard error of a least-squares slope over the points at `xs`, with
@@ -1112,7 +1113,7 @@ mod tests {
             "{json}"
         );
         assert_eq!(serde_json::from_str::<EndRate>(&json).unwrap(), end);
-        // A summary from before `widened_by` reads as widened by nothing.
+        // A summary without `widened_by` reads as widened by nothing.
         let old: EndRate =
             serde_json::from_str(r#"{"rate":1.0,"ci95":[0.5,1.5],"from":"line"}"#).unwrap();
         assert!(old.widened_by.is_empty());
@@ -1243,10 +1244,10 @@ mod tests {
         assert_eq!([Plateau, Stable].into_iter().max(), Some(Plateau));
     }
 
-    /// Regression (issue 19): a PostgreSQL backend keeping prepared statements, attached
-    /// for 60 s, grew 64 GiB/h in a slightly convex ramp with no drop at all; its residuals'
-    /// hard lower edge read as a saw-tooth with "too few teeth" (inconclusive). A saw-tooth
-    /// needs collections: at least one drop per window, and enough windows.
+    /// A PostgreSQL backend keeping prepared statements, attached for 60 s, grows 64 GiB/h in
+    /// a slightly convex ramp with no drop at all; its residuals have a hard lower edge, yet
+    /// it is no saw-tooth. A saw-tooth needs collections: at least one drop per window, and
+    /// enough windows.
     #[test]
     fn a_convex_ramp_without_drops_is_no_saw_tooth() {
         let x: Vec<f64> = (0..60).map(f64::from).collect();

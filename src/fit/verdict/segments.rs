@@ -257,9 +257,9 @@ impl Ctx<'_> {
             // Two rises without a step, the end's wholly slower than the line, may also be a
             // warm-up then a leak at the end's own pace: the interval holds the end's too.
             // So may more rises, each slower than the one before (an exponential approach
-            // the search cut in pieces: 8 MiB of warm-up before 256 KiB/run over 50 runs);
-            // those are still rises that keep coming, so no later stop is looked for (one
-            // let a V8 heap's flat wait at the end read as a stop).
+            // the search cut in pieces); those are still rises that keep coming, so no later
+            // stop is looked for: a staircase's flat wait for its next step is not a stop.
+            // Measured: docs/accuracy.md#heap-chunks-curves-held-gauges-and-warm-ups.
             // The line over a few steps reads by where in their cycle the series ends: its
             // interval holds the staircase's phase too.
             let no_step = ev.up_x.is_empty() && end.ci95.1 < self.fit.slope;
@@ -334,9 +334,9 @@ impl Ctx<'_> {
     /// its long-run pace to the end: the whole series rises (its least-squares CI above thr,
     /// Theil–Sen above thr) and its second half's slope stays above half the whole line's at
     /// one-sided α/10, as a straight leak's does; a fill that stops, or slows down, does not.
-    /// A V8 heap attached for 60 s rose 2.9 MB/s, then 5.6 MB/s for its last 11 s across a
-    /// chunk of heap: its line (3.4 MB/s, what anon grew) is the rate, not that last piece. A
-    /// leak that starts part-way has a flat first segment, so its end segment stays its rate.
+    /// Its rate is the line, not the last piece: a chunk of heap mapped near the end makes that
+    /// piece steeper than what the heap grows by over the span. A leak that starts part-way
+    /// has a flat first segment, so its end segment stays its rate.
     fn staircase(&self, ev: &Events, all_rise: bool) -> bool {
         (ev.up_x.len() + ev.ramps >= 2 || all_rise)
             && self.ci.0 > self.thr
@@ -605,12 +605,11 @@ impl Ctx<'_> {
     ///
     /// Either way it reaches up to the pace the steps kept up to the last one (from the first
     /// point to the first after it): steps whose gaps grow with them (a heap doubling its
-    /// chunks) have a long-run rate above any line's through them (×2 over 50 runs: covered
-    /// in 87.5–92.5% without it).
+    /// chunks) have a long-run rate above any line's through them (measured:
+    /// docs/verdicts.md#a-staircase-whose-steps-grow).
     ///
     /// A leak when the lower end clears the threshold; an end flat after a fill that had
-    /// already slowed leaves it open (a G1 heap sizing itself rose in two steps, then
-    /// 1.8 MiB/h).
+    /// already slowed leaves it open (a heap sizing itself in two steps may go on slowly).
     fn too_recent(
         &self,
         c: Classification,
@@ -814,8 +813,8 @@ mod tests {
         );
     }
 
-    /// memcached -m 64 driven past its cap (issue 10): anon KiB per run, ≈4.6 MiB/run for 14
-    /// runs, then flat with eviction noise, 40 runs. Modelled on the issue's description.
+    /// memcached -m 64 driven past its cap: anon KiB per run, ≈4.6 MiB/run for 14 runs, then
+    /// flat with eviction noise, 40 runs. Modelled on a reported fill.
     const MEMCACHED_KIB: [f64; 40] = [
         3140.0, 7904.0, 12568.0, 17268.0, 22012.0, 26764.0, 31268.0, 35976.0, 40852.0, 45544.0,
         50336.0, 55036.0, 59528.0, 64192.0, 68596.0, 68520.0, 68440.0, 68412.0, 68640.0, 68780.0,
@@ -875,7 +874,7 @@ mod tests {
         assert_eq!(c.verdict, Verdict::Plateau, "{c:#?}");
     }
 
-    /// The LRU of issue 10: +2 MiB/run for 6 runs, flat 7, +2 MiB at run 14, flat to 24.
+    /// An LRU cache: +2 MiB/run for 6 runs, flat 7, +2 MiB at run 14, flat to 24.
     fn lru() -> Vec<f64> {
         let wiggle = [
             3.0, -5.0, 8.0, -2.0, 6.0, -9.0, 1.0, 4.0, -6.0, 7.0, -3.0, 2.0,
@@ -944,9 +943,8 @@ mod tests {
     /// a real recording): +1.07 MiB/run as old regions are touched, a chunk of 5.2 MiB at run
     /// 5 and one of 6.1 MiB at run 15, after which the heap fills the chunk it took ahead and
     /// anon holds. The flat end is the wait for the next step: a leak at the staircase's rate.
-    /// Shifted so the last chunk comes at run 14 and holds for 7 runs (the shape CI met,
-    /// inconclusive "too recent" then), still a leak; the same chunk after a fill that had
-    /// stopped before it is not.
+    /// Shifted so the last chunk comes at run 14 and holds for 7 runs (a shape seen in CI),
+    /// still a leak; the same chunk after a fill that had stopped before it is not.
     #[test]
     fn a_g1_heap_waiting_for_its_next_chunk_is_a_leak() {
         let kib = [

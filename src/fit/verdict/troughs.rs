@@ -259,7 +259,7 @@ mod tests {
     use crate::fit::verdict::tests::*;
     use crate::fit::verdict::*;
 
-    /// The churning daemon: allocates and frees 20–50 MiB every 0.5 s, sampled every
+    /// A churning daemon: allocates and frees 20–50 MiB every 0.5 s, sampled every
     /// 0.5 s ± 30% for 120 s; with and without keeping 100 KiB/s, and with one lucky last sample
     /// on a peak.
     fn churn(keep_per_s: f64) -> (Vec<f64>, Vec<f64>) {
@@ -299,8 +299,8 @@ mod tests {
 
     /// A floor that rises, then holds (a cache filling under churn): an
     /// hour at 0.5 s ± 30% under 30 MiB teeth, `keep` KiB/s kept for the
-    /// first 40 minutes — never a leak (the straight line through the troughs
-    /// called these leaks before). Twenty minutes of 30 MiB teeth pin the
+    /// first 40 minutes — never a leak (a straight line through the troughs
+    /// calls these leaks). Twenty minutes of 30 MiB teeth pin the
     /// floor's end to ± 1.6 MiB/h, not to the 0.2 MiB/h threshold: the
     /// contract says inconclusive, with the end's interval around 0 and the
     /// attach that would decide it, rather than a plateau it cannot show.

@@ -93,7 +93,7 @@ mod tests {
         );
     }
 
-    /// redis overwriting the same keys (issue 10): anon KiB per run, +4.1 MiB first fill, +8 KiB
+    /// redis overwriting the same keys: anon KiB per run, +4.1 MiB first fill, +8 KiB
     /// in run 3, then +2.8 KiB/run with page-sized noise; 20 runs.
     const REDIS_KIB: [f64; 20] = [
         12292.0, 16488.0, 16496.0, 16492.0, 16504.0, 16508.0, 16508.0, 16508.0, 16500.0, 16508.0,

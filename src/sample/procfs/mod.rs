@@ -289,11 +289,10 @@ pub struct ProcDir {
 /// The files of a process read every tick, each opened at its first read
 /// and then held: a `pread` at offset 0 makes the kernel render a /proc
 /// file afresh, so a held file costs one system call a read instead of
-/// three (`openat`, `read`, `close`): 27–50% less kernel time per `status`
-/// (1,000 processes / one), 80% per `children`, 45% per fd count (`fstat`
-/// instead of `fstatat`), a tick apart (issue 24). Each slot: not tried yet,
-/// `Some(file)`, or `None` when it could not be held (no descriptor to
-/// spare, or not opened). A held `status` or `children` keeps its
+/// three (`openat`, `read`, `close`; an fd count by `fstat` instead of
+/// `fstatat`; measured: docs/performance.md#held-proc-files). Each slot:
+/// not tried yet, `Some(file)`, or `None` when it could not be held (no
+/// descriptor to spare, or not opened). A held `status` or `children` keeps its
 /// seq_file's buffer, 4 KiB of kernel memory (`children` is let go while
 /// listings find new processes).
 #[derive(Debug, Default)]

@@ -520,7 +520,7 @@ impl Gdb {
             "set debuginfod enabled off",
             // Separate debug info is not needed (the calls are cast, the
             // safety checks read .dynsym's names), and reading libc's and
-            // the loader's kept the process stopped 150 ms longer.
+            // the loader's keeps the process stopped 150 ms longer.
             "set debug-file-directory /nonexistent/leakwatch-needs-no-debug-info",
             // The program's own signals (a timer, SIGUSR1, SIGCHLD) pass
             // through as they come, never stopping it: a stop inside the

@@ -45,20 +45,15 @@ pub const ENV_SHIM: &str = "LEAKWATCH_SHIM";
 pub const ENV_DIR: &str = "LEAKWATCH_NATIVE_DIR";
 /// The mean sampling interval in bytes.
 pub const ENV_INTERVAL: &str = "LEAKWATCH_NATIVE_INTERVAL";
-/// The default `--native-interval`, from the trade-off measured with
-/// `benches/harness/native_accuracy.sh`, `native_false_leaks.sh` (accuracy)
-/// and `native_shim.py` (cost). A stack's growth in a run is estimated from
-/// a Poisson count (relative error 1/√(growth / interval)) that accumulates
-/// run after run (a native site is judged as a random walk,
-/// `Thresholds::cumulative_errors`). A stack growing 1 MiB per run over 10
-/// runs: within 25% in 100 of 100 repeats at 64 KiB (sd 8.6%), in 93–96 at
-/// 128 KiB (sd 14–15%); one growing 256 KiB per run called a leak in 276 of
-/// 300 sessions at 64 KiB, 162 at 128 KiB. The cost hardly differs: on 10
-/// million malloc/free pairs of 16–1024 B, 1.13–1.14× the program's own time
-/// at 64 KiB and 1.11× at 128 KiB (median of 15–21 interleaved rounds), most
-/// of it the hooks and a preloaded library's own calls (1.03×); the shim
-/// starts no thread (one would put glibc's malloc in its multi-threaded mode:
-/// 1.14–1.16× with the answering thread it had). At 512 KiB (tcmalloc's and
+/// The default `--native-interval`, from the trade-off between accuracy
+/// (`benches/harness/native_accuracy.sh`, `native_false_leaks.sh`) and cost
+/// (`native_shim.py`), measured: docs/native-sites.md. A stack's growth in a
+/// run is estimated from a Poisson count (relative error 1/√(growth /
+/// interval)) that accumulates run after run (a native site is judged as a
+/// random walk, `Thresholds::cumulative_errors`): at 128 KiB a 1 MiB/run
+/// stack's error is about twice as wide and fewer slow leaks are found, for
+/// a cost that hardly differs. The shim starts no thread: one would put
+/// glibc's malloc in its multi-threaded mode. At 512 KiB (tcmalloc's and
 /// jemalloc's range) a 1 MiB/run stack gets 20 samples in 10 runs: too coarse.
 pub const DEFAULT_INTERVAL_BYTES: u64 = 64 * 1024;
 

@@ -65,11 +65,11 @@ pub const ENV_FRAMES: &str = "LEAKWATCH_PY_FRAMES";
 /// The default `--py-frames`: the allocating line only. tracemalloc pays
 /// for every frame it records on every allocation, and on CPython 3.11+ a
 /// frame costs in proportion to its position in its code object (the line
-/// table is scanned): the fixture daemon's allocation-heavy request ran
-/// 4x slower at 1 frame, 28x at 4 and 80x at 16 on 3.11 (9x at 16 on
-/// 3.10). One frame names the line of every direct allocation; when a
-/// growing site is inside the standard library (`LineSite::internal`),
-/// rerun with `--py-frames 8` to see the caller.
+/// table is scanned), so more frames cost far more (measured:
+/// docs/python-sites.md#what-a-frame-costs). One frame names the line of
+/// every direct allocation; when a growing site is inside the standard
+/// library (`LineSite::internal`), rerun with `--py-frames 8` to see the
+/// caller.
 pub const DEFAULT_FRAMES: usize = 1;
 pub const MAX_FRAMES: usize = 1000;
 /// Longest socket path: `sun_path` holds 108 bytes with the final NUL.
