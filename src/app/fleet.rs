@@ -271,7 +271,7 @@ fn legend(a: &fit::Analysis, metric: Metric) -> String {
         let fit = a.fit_of(Scope::Series(*i), metric);
         let verdict = fit.map(|f| f.verdict.as_str()).unwrap_or("–");
         let rate = fit
-            .and_then(|f| f.slope.map(|s| crate::report::text::rate(f, s)))
+            .and_then(|f| f.slope.map(|s| crate::report::phrase::rate(f, s)))
             .unwrap_or_else(|| "–".into());
         out.push_str(&format!("  series:{i} {labels}: {verdict}, {rate}\n"));
     }

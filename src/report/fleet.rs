@@ -2,7 +2,7 @@
 //! `series:<N>` is, worst first, with its growth and verdict.
 
 use super::doc::{Block, Table, heading, para, text};
-use super::text;
+use super::phrase;
 use crate::Analysis;
 use crate::fit::primary_metric;
 use crate::store::Scope;
@@ -26,10 +26,11 @@ pub fn series_table(a: &Analysis) -> Vec<Block> {
                 scope.to_string(),
                 labels.clone(),
                 cell(&|f| Some(f.n.to_string())),
-                cell(&|f| f.slope.map(|s| text::rate(f, s))),
+                cell(&|f| f.slope.map(|s| phrase::rate(f, s))),
                 cell(&|f| {
-                    f.slope_ci95
-                        .map(|(lo, hi)| format!("{} … {}", text::rate(f, lo), text::rate(f, hi)))
+                    f.slope_ci95.map(|(lo, hi)| {
+                        format!("{} … {}", phrase::rate(f, lo), phrase::rate(f, hi))
+                    })
                 }),
                 cell(&|f| Some(f.verdict.as_str().to_string())),
             ]

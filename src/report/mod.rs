@@ -10,6 +10,7 @@ pub mod html;
 pub mod junit;
 pub mod markdown;
 pub mod openmetrics;
+pub mod phrase;
 pub mod sections;
 pub mod text;
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::charts::{Kind, Plot};
 use super::doc::{Block, Inline, Table, heading, para, strong, text};
-use super::text;
+use super::phrase;
 use crate::Analysis;
 use crate::fit::findings::Finding;
 use crate::fit::{Attribution, MIN_SLOPE_BYTES, SeriesFit};
@@ -121,15 +121,15 @@ fn verdict(a: &Analysis, gate: Option<&GateResult>, plots: &[Plot], doc: &mut Ve
     doc.push(para(overall));
     let lines: Vec<Vec<Inline>> = a
         .headlines()
-        .chain(text::other_leaks(a))
-        .map(|f| vec![text(text::verdict_line(a, f))])
+        .chain(phrase::other_leaks(a))
+        .map(|f| vec![text(phrase::verdict_line(a, f))])
         .collect();
     let lines: Vec<Vec<Inline>> = lines
         .into_iter()
         .chain(
             a.heap
                 .iter()
-                .filter_map(text::heap_line)
+                .filter_map(phrase::heap_line)
                 .map(|l| vec![text(l)]),
         )
         .collect();
@@ -177,10 +177,10 @@ fn growth(a: &Analysis, doc: &mut Vec<Block>) {
         for f in metrics.filter_map(|m| a.fit_of(h.scope, m)) {
             let (slope, ci) = match (f.slope, f.slope_ci95) {
                 (Some(s), Some((lo, hi))) => (
-                    text::rate(f, s),
-                    format!("{} … {}", text::rate(f, lo), text::rate(f, hi)),
+                    phrase::rate(f, s),
+                    format!("{} … {}", phrase::rate(f, lo), phrase::rate(f, hi)),
                 ),
-                (Some(s), None) => (text::rate(f, s), "–".to_string()),
+                (Some(s), None) => (phrase::rate(f, s), "–".to_string()),
                 _ => ("–".to_string(), "–".to_string()),
             };
             let pct = f
@@ -192,9 +192,9 @@ fn growth(a: &Analysis, doc: &mut Vec<Block>) {
                 |e| {
                     format!(
                         "{} ({} … {})",
-                        text::rate(f, e.rate),
-                        text::rate(f, e.ci95.0),
-                        text::rate(f, e.ci95.1)
+                        phrase::rate(f, e.rate),
+                        phrase::rate(f, e.ci95.0),
+                        phrase::rate(f, e.ci95.1)
                     )
                 },
             );
@@ -242,14 +242,14 @@ fn kinds_table(f: &SeriesFit, at: &Attribution, blocks: &mut Vec<Block>) {
     let mut kinds: Vec<Vec<String>> = at
         .kinds
         .iter()
-        .map(|k| vec![k.metric.label().to_string(), text::rate(f, k.slope)])
+        .map(|k| vec![k.metric.label().to_string(), phrase::rate(f, k.slope)])
         .collect();
     for (label, slope) in [
         ("private dirty", at.private_dirty_slope),
         ("shared", at.shared_slope),
     ] {
         if let Some(s) = slope {
-            kinds.push(vec![label.to_string(), text::rate(f, s)]);
+            kinds.push(vec![label.to_string(), phrase::rate(f, s)]);
         }
     }
     if !kinds.is_empty() {
@@ -277,7 +277,7 @@ fn processes_table(f: &SeriesFit, at: &Attribution, blocks: &mut Vec<Block>) {
                 format_bytes(p.first_bytes),
                 format_bytes(p.last_bytes),
                 p.slope
-                    .map(|s| text::rate(f, s))
+                    .map(|s| phrase::rate(f, s))
                     .unwrap_or_else(|| "–".into()),
             ]
         })
@@ -419,7 +419,9 @@ fn site_sources_explained(a: &Analysis) -> Vec<Block> {
 
 /// A site's growth per x as `site_rate` words it, or "–" without one.
 fn optional_site_rate(a: &Analysis, per_x: Option<f64>) -> String {
-    per_x.map(|r| site_rate(a, r)).unwrap_or_else(|| "–".into())
+    per_x
+        .map(|r| phrase::site_rate(a, r))
+        .unwrap_or_else(|| "–".into())
 }
 
 /// One row per site: its verdict, growth and 95% CI, share of the anon growth, what it holds.
@@ -612,7 +614,7 @@ fn process_tree(a: &Analysis, doc: &mut Vec<Block>) {
         .findings
         .iter()
         .filter(|f| !matches!(f, Finding::Recycled { .. }))
-        .map(|f| vec![text(text::finding_line(f))])
+        .map(|f| vec![text(phrase::finding_line(f))])
         .collect();
     if !notable.is_empty() {
         doc.push(Block::List(notable));
@@ -670,11 +672,11 @@ fn process_tree(a: &Analysis, doc: &mut Vec<Block>) {
     for r in &a.recycle {
         doc.push(para(vec![
             strong("Recycle:"),
-            text(format!(" {}", text::recycle_line(r))),
+            text(format!(" {}", phrase::recycle_line(r))),
         ]));
     }
     for t in &a.trees {
-        doc.push(para(vec![text(format!("Tree {}.", text::tree_line(t)))]));
+        doc.push(para(vec![text(format!("Tree {}.", phrase::tree_line(t)))]));
     }
 }
 
@@ -700,7 +702,7 @@ fn gate_table(g: &GateResult) -> Table {
 fn projection(a: &Analysis, doc: &mut Vec<Block>) {
     doc.push(heading(2, "Projection"));
     doc.push(para(vec![text(match &a.projection {
-        Some(p) => format!("{}.", text::projection_line(p)),
+        Some(p) => format!("{}.", phrase::projection_line(p)),
         None => "Pass --limit SIZE to see when the main series reaches a limit, or \
                  --budget SIZE for how often to recycle a process to stay under it."
             .to_string(),
@@ -926,14 +928,4 @@ fn copy_on_write_explained() -> Vec<Block> {
              in the parent just before forking keeps the collector off those pages.",
         )]),
     ]
-}
-
-/// A site's growth per x as people read it: per run, or (`attach
-/// --native-sites`, whose site series count x in hours) per hour.
-pub(crate) fn site_rate(a: &Analysis, per_x: f64) -> String {
-    if a.mode() == "run" {
-        XAxis::Run.format_rate(per_x, true)
-    } else {
-        format!("{}/h", format_signed_bytes(per_x))
-    }
 }
