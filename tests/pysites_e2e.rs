@@ -260,7 +260,7 @@ fn pyd_client(env: &[(OsString, OsString)], sock: &Path, exec: bool) -> u32 {
     stdout.split_whitespace().nth(2).unwrap().parse().unwrap()
 }
 
-/// The case: a daemon its client starts detached (double fork +
+/// The pantsd case: a daemon its client starts detached (double fork +
 /// setsid, as ./pants starts pantsd), forked from the client or exec'd.
 fn pantsd_like(exec: bool, frames: usize) {
     let sites = PySites::prepare(frames).unwrap();

@@ -17,8 +17,9 @@
 //! The servers allocate per request what real ones do besides what they
 //! keep (the JVM 64 MiB, Go 16 MiB of buffers): a collector that never runs
 //! shows no live heap, and a 20-run window then says so (inconclusive).
-//! `LW_HEAP_TRIES=5` repeats every case (the note's figures). Fails under
-//! `CI=true` when a runtime is missing (`bash .ci/deps`).
+//! `LEAKWATCH_TEST_HEAP_TRIES=5` repeats every case (the figures of
+//! docs/runtimes.md). Fails under `CI=true` when a runtime is missing
+//! (`bash .ci/deps`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -417,7 +418,7 @@ fn judge(rt: Rt, keep: bool, mode: &str, seen: &Seen, source: &str) {
 }
 
 fn tries() -> u32 {
-    std::env::var("LW_HEAP_TRIES")
+    std::env::var("LEAKWATCH_TEST_HEAP_TRIES")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1)

@@ -1,4 +1,4 @@
-//! Issue 13 on a real prefork pool: gunicorn, started by its client under
+//! Python leak sites on a real prefork pool: gunicorn, started by its client under
 //! `leakwatch run --py-sites`, recycles its 2 workers every 5 requests; the
 //! app keeps 1 MiB per request at the line marked `# LEAK` and 300
 //! `KeptRecord` objects. The site must be found in the workers, its growth

@@ -1,4 +1,4 @@
-//! Issue 19 on real runtimes: one server per runtime (fixtures/real/runtimes)
+//! Leak verdicts on real runtimes: one server per runtime (fixtures/real/runtimes)
 //! that keeps, or drops, about 1 MiB per request (Node 2 MiB), watched as users watch
 //! theirs after 500 requests that keep nothing (a daemon that has run a while):
 //! `run --repeat 20 --watch PID -- client` (one request per run), then
@@ -7,7 +7,8 @@
 //! window, which is what leakwatch measures) and from the runtime's own
 //! accounting (V8 `used_heap_size` after a forced GC, the JVM heap used
 //! after `System.gc()`, tracemalloc, glibc `mallinfo2`, redis
-//! `used_memory`), printed for the note.
+//! `used_memory`), printed beside leakwatch's figures (docs/accuracy.md, Real
+//! runtimes).
 //!
 //! Must hold, each try: keeping is a leak in both modes, its rate within 15%
 //! of the anon growth in attach and per run (35% per run for the GC heaps,
@@ -15,8 +16,9 @@
 //! anon itself crept outside the runtime's heap by more than twice the
 //! threshold between the test's own readings (see `judge`). Each
 //! runtime and mode is one test (its run, then its attach, ≈ 100 s); CI runs
-//! each once. `LW_RUNTIME_TRIES=5` repeats every case (the note's 5 of 5);
-//! `LW_KEEP_SAMPLES=DIR` keeps each try's samples.csv and reports.
+//! each once. `LEAKWATCH_TEST_RUNTIME_TRIES=5` repeats every case (the goal:
+//! 5 tries of 5 pass); `LEAKWATCH_TEST_KEEP_SAMPLES=DIR` keeps each try's
+//! samples.csv and reports.
 //!
 //! Fails under `CI=true` when a runtime is missing (`bash .ci/deps`).
 
@@ -416,11 +418,11 @@ fn judge(rt: Runtime, keep: bool, mode: &str, seen: &Seen, tolerance: f64) {
     }
 }
 
-/// `LW_KEEP_SAMPLES=DIR` copies each try's output (`part`: run, attach) to
+/// `LEAKWATCH_TEST_KEEP_SAMPLES=DIR` copies each try's output (`part`: run, attach) to
 /// DIR/<runtime>-<mode>-<try>/<part> before it is judged, to replay a failure
 /// with `leakwatch report` (a real runtime's series do not repeat).
 fn keep_samples(rt: Runtime, keep: bool, attempt: u32, out: &Path) {
-    let Some(to) = std::env::var_os("LW_KEEP_SAMPLES") else {
+    let Some(to) = std::env::var_os("LEAKWATCH_TEST_KEEP_SAMPLES") else {
         return;
     };
     let mode = if keep { "keep" } else { "drop" };
@@ -437,7 +439,7 @@ fn keep_samples(rt: Runtime, keep: bool, attempt: u32, out: &Path) {
 }
 
 fn case(rt: Runtime, keep: bool) {
-    let tries: u32 = std::env::var("LW_RUNTIME_TRIES")
+    let tries: u32 = std::env::var("LEAKWATCH_TEST_RUNTIME_TRIES")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1);

@@ -1,8 +1,9 @@
 //! The real software the end-to-end tests use is installed and behaves as
 //! `fixtures/real/README.md` says: each server starts on loopback, each
 //! driver does its work, and /proc shows the known truth. Fast (seconds per
-//! test); the leakwatch verdicts on the same cases live in the issues' own
-//! tests. Fails under `CI=true` when a dependency is missing (`bash .ci/deps`).
+//! test); the leakwatch verdicts on the same cases live in their own
+//! tests (real_verdicts, real_pysites, it/prometheus_e2e). Fails under
+//! `CI=true` when a dependency is missing (`bash .ci/deps`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -248,7 +249,7 @@ fn real_prometheus_scrapes_queries_and_alerts() {
     }
 }
 
-/// smem and psrecord (the tools issue 14 compares with) run.
+/// smem and psrecord (the tools benches/harness/overhead.py compares leakwatch with) run.
 #[test]
 #[cfg_attr(
     not(lw_deps),

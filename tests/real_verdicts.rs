@@ -1,4 +1,4 @@
-//! Issue 10 on real software: the verdicts on memory shapes nobody here wrote,
+//! Leak verdicts on real software: the verdicts on memory shapes nobody here wrote,
 //! with the truths measured from /proc (fixtures/real/README.md).
 //!
 //! - memcached `-m 64` filled past its cap: a plateau, its fill rate within
@@ -12,7 +12,7 @@
 //!   attach: with 100 KiB/s retained, a leak within 25% of truth, decided by
 //!   its troughs; with nothing retained, never a leak.
 //!
-//! - a PostgreSQL 15 backend attached for 60 s (issue 19): keeping prepared
+//! - a PostgreSQL 15 backend attached for 60 s: keeping prepared
 //!   statements, a leak within 15% of its own memory contexts' growth
 //!   (`pg_backend_memory_contexts`); dropping them, never a leak. And the
 //!   same backend watched by `run --repeat 20`, each run asking its session
@@ -253,7 +253,7 @@ fn attach_churn(retain: &str, seconds: u32) -> Value {
         .unwrap();
     let _ = daemon.kill();
     let _ = daemon.wait();
-    // Without a gate a leak exits 1, anything else 0 (issue 20).
+    // Without a gate a leak exits 1, anything else 0.
     let s = summary(&dir);
     let want = if s["verdict"] == "leak" { 1 } else { 0 };
     assert_eq!(status.code(), Some(want), "{status}: {}", s["verdict"]);
@@ -472,9 +472,9 @@ fn attach_postgres(deallocate: bool) -> Option<(Value, f64)> {
     Some((s, pg.truth_per_s(deallocate, (from, to))))
 }
 
-/// Issue 19: a backend whose session keeps prepared statements grows in a
-/// slightly convex ramp with no drop; it read as a saw-tooth with "too few
-/// teeth" (inconclusive) while its own memory contexts grew straight. Now a
+/// A backend whose session keeps prepared statements grows in a slightly
+/// convex ramp with no drop, which can pass for a saw-tooth with "too few
+/// teeth" (inconclusive) while its own memory contexts grow straight: it is a
 /// leak at the backend's own rate (pg_backend_memory_contexts), within 15%.
 #[test]
 #[cfg_attr(
@@ -534,7 +534,8 @@ struct PgRun {
 }
 
 impl PgRun {
-    /// The backend's anon series, its figures printed for the note under `label`.
+    /// The backend's anon series, its figures printed under `label` (docs/accuracy.md, Real
+    /// runtimes).
     fn anon_fit(&self, label: &str) -> &Value {
         let anon = series(&self.summary, &format!("pid:{}", self.pid), "anon_bytes");
         real::skip_note(&format!(
@@ -596,7 +597,7 @@ fn run_postgres(deallocate: bool) -> Option<PgRun> {
     })
 }
 
-/// Issue 19, the backend per run: `run --repeat 20` watching it while each run asks its
+/// The backend per run: `run --repeat 20` watching it while each run asks its
 /// session for 16 more prepared statements (≈ 1.5 MiB) is a leak at its anon growth per run, within 15%.
 #[test]
 #[cfg_attr(

@@ -2,16 +2,17 @@
 //! The cheap sweep and the deep pass of a large tree against the kernel's
 //! floor, measured in the same run.
 //!
-//! The tree: a Python master forking `LEAKWATCH_BENCH_TREE` (default 1000)
-//! processes in all, sleepers that die with it. Benchmarks (criterion):
+//! The tree: a Python master forking `LEAKWATCH_TEST_SWEEP_PROCESSES`
+//! (default 1000) processes in all, sleepers that die with it. Benchmarks
+//! (criterion):
 //!
 //! - `sweep/kernel floor`: the system calls the sweep makes and nothing
 //!   else — one listing of /proc, then per process `openat(status)`, `read`
 //!   to the end into a reused buffer, `close`, and `fstatat(fd)` — through
 //!   directories opened beforehand, as the sweep holds them;
 //! - `sweep/leakwatch`: `Tree::sweep`, rows and all;
-//! - `sweep/previous tier floor`: what the cheap tier used to read per
-//!   process (stat, status, a listing of fd/, a listing of task/ and each
+//! - `sweep/previous tier floor`: the reads per process of a heavier cheap
+//!   tier (stat, status, a listing of fd/, a listing of task/ and each
 //!   thread's children file), bare, for comparison.
 //!
 //! Then, without criterion, the same sweep and floor alternated 40 times
@@ -87,7 +88,7 @@ impl Drop for PyTree {
 }
 
 fn tree_size() -> usize {
-    std::env::var("LEAKWATCH_BENCH_TREE")
+    std::env::var("LEAKWATCH_TEST_SWEEP_PROCESSES")
         .ok()
         .and_then(|n| n.parse().ok())
         .unwrap_or(1000)

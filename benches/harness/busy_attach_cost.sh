@@ -9,10 +9,10 @@
 # process.
 #
 #   bash benches/harness/busy_attach_cost.sh          # 3 rounds per shape
-#   ROUNDS=5 bash benches/harness/busy_attach_cost.sh
+#   LEAKWATCH_TEST_ROUNDS=5 bash benches/harness/busy_attach_cost.sh
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-rounds=${ROUNDS:-3}
+rounds=${LEAKWATCH_TEST_ROUNDS:-3}
 tmp=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$tmp"' EXIT
 cargo build --release --quiet --manifest-path "$root/Cargo.toml"

@@ -17,7 +17,7 @@
 # against the truth, the sessions that failed and the time per session.
 #
 # Usage: bash benches/harness/native_false_leaks.sh [SESSIONS=80] [INTERVAL=64KiB, the default] [RUNS=10]
-# NATIVE_FALSE_LEAKS_KEEP=DIR keeps the output directory of every session
+# LEAKWATCH_TEST_KEEP_FALSE_LEAKS=DIR keeps the output directory of every session
 # with a false leak (or a failure) in DIR. Every daemon a session left is
 # stopped (by leakwatch; any still running by this script, by PID) and the
 # temporary directory removed on exit.
@@ -26,7 +26,7 @@ cd "$(dirname "$0")/../.."
 N=${1:-80}
 INTERVAL=${2:-64KiB}
 RUNS=${3:-10}
-KEEP=${NATIVE_FALSE_LEAKS_KEEP:-}
+KEEP=${LEAKWATCH_TEST_KEEP_FALSE_LEAKS:-}
 nice -n 10 cargo build --release --quiet --lib --bins --example site-verdicts
 tmp=$(mktemp -d)
 daemon="$tmp/scratch_daemon"

@@ -23,7 +23,7 @@ known number of bytes in blocks of one size, read from its real sites
 file, over --accuracy-repeats programs per interval: the mean error and
 the spread of the estimate.
 
-  python3 benches/harness/native_shim.py                 # the figures in the issue note
+  python3 benches/harness/native_shim.py                 # every part, 10 M pairs, 5 rounds
   python3 benches/harness/native_shim.py --pairs 2000000 --repeat 3
   python3 benches/harness/native_shim.py --parts overhead --intervals 64   # the shim's cost alone
   LEAKWATCH_SHIM=/tmp/old.so python3 benches/harness/native_shim.py --parts overhead  # another build

@@ -159,7 +159,7 @@ def floor(mode, pids, reps, sleep_ms=0):
     """The bare reads' CPU ms per sample; with sleep_ms, each sample after a
     sleep, as a sampler wakes (cold caches) — leakwatch's cheap tier is
     compared against that, at its own interval."""
-    env = dict(os.environ, FLOOR_SLEEP_MS=str(sleep_ms))
+    env = dict(os.environ, LEAKWATCH_TEST_FLOOR_SLEEP_MS=str(sleep_ms))
     r = subprocess.run([os.path.join(BIN, "proc_floor"), mode, str(reps), *map(str, pids)],
                        capture_output=True, text=True, check=True, env=env)
     return float(r.stdout.split("=")[1]) / 1e3  # ms

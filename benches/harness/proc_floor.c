@@ -5,10 +5,10 @@
  *
  *   proc_floor MODE REPS PID...     prints "us_per_sample=…"
  *
- * With FLOOR_SLEEP_MS=N in the environment it sleeps N ms before each
- * sample and counts only the samples' CPU time: a sampler wakes to caches
- * other processes have filled, and a floor measured in a tight loop (hot
- * caches) would be lower than any sampler can be.
+ * With LEAKWATCH_TEST_FLOOR_SLEEP_MS=N in the environment it sleeps N ms
+ * before each sample and counts only the samples' CPU time: a sampler wakes
+ * to caches other processes have filled, and a floor measured in a tight
+ * loop (hot caches) would be lower than any sampler can be.
  *
  * MODE:
  *   listing  what leakwatch's sweep of a large tree reads: one listing of
@@ -71,7 +71,7 @@ int main(int argc, char **argv) {
     int mapped = strncmp(mode, "deep:", 5) == 0 ? atoi(mode + 5) : -1;
     int listing = strcmp(mode, "listing") == 0, children = strcmp(mode, "children") == 0;
     int status_only = strcmp(mode, "status") == 0;
-    const char *sleep_env = getenv("FLOOR_SLEEP_MS");
+    const char *sleep_env = getenv("LEAKWATCH_TEST_FLOOR_SLEEP_MS");
     long sleep_ns = sleep_env ? (long)(atof(sleep_env) * 1e6) : 0;
     double spent = 0;
     for (int r = 0; r < reps; r++) {

@@ -9,12 +9,13 @@
 #
 #     bash benches/harness/py_attach_pause.sh [ROUNDS]    # default 3
 #
-# Needs gdb, python3 and a built target/release/leakwatch.
+# Needs gdb, python3 (LEAKWATCH_TEST_PYTHON names another interpreter,
+# default /usr/bin/python3) and a built target/release/leakwatch.
 set -euo pipefail
 rounds=${1:-3}
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 lw="$repo/target/release/leakwatch"
-python=${PYTHON:-/usr/bin/python3}
+python=${LEAKWATCH_TEST_PYTHON:-/usr/bin/python3}
 work=$(mktemp -d)
 trap 'kill "${pid:-}" 2>/dev/null || true; rm -rf "$work"' EXIT
 cat >"$work/stall.py" <<'PY'

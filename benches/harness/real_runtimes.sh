@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# Issue 19's "5 of 5": every real-runtime case of tests/real_runtimes.rs (Node,
-# JVM G1, CPython, glibc threads, redis; keeping and dropping; `run` of 20 and
-# `attach` of 60 s each) and the PostgreSQL backend of tests/real_verdicts.rs,
-# TRIES times each, every try its own test process, so that one failure does
-# not stop the tries after it (LW_RUNTIME_TRIES=5 stops at the first).
+# The real-runtime verdicts, 5 tries of 5: every real-runtime case of
+# tests/real_runtimes.rs (Node, JVM G1, CPython, glibc threads, redis; keeping
+# and dropping; `run` of 20 and `attach` of 60 s each) and the PostgreSQL
+# backend of tests/real_verdicts.rs, TRIES times each, every try its own test
+# process, so that one failure does not stop the tries after it
+# (LEAKWATCH_TEST_RUNTIME_TRIES=5 stops at the first).
 #
 # Prints each try's figures as the tests print them (verdict, rate, anon
 # growth, the runtime's own), then per case how many tries passed. The
 # release build; the servers are the ones .ci/deps installs. Each try's output
-# directories are kept in KEEP/<runtime>-<mode>-<try>/ (LW_KEEP_SAMPLES) to
-# replay a failure with `leakwatch report`.
+# directories are kept in KEEP/<runtime>-<mode>-<try>/
+# (LEAKWATCH_TEST_KEEP_SAMPLES) to replay a failure with `leakwatch report`.
 #
 # Usage: bash benches/harness/real_runtimes.sh [TRIES=5] [KEEP=/tmp/real-runtimes] [FILTER]
 # FILTER: a substring of the test names (e.g. node, postgres).
@@ -47,7 +48,8 @@ for try in $(seq 1 "$TRIES"); do
     while read -r exe name; do
         [[ -n "$FILTER" && "$name" != *"$FILTER"* ]] && continue
         log="$KEEP/$name.$try.log"
-        if CI=true LW_KEEP_SAMPLES="$KEEP/try$try" "$exe" --exact "$name" --nocapture >"$log" 2>&1; then
+        if CI=true LEAKWATCH_TEST_KEEP_SAMPLES="$KEEP/try$try" \
+            "$exe" --exact "$name" --nocapture >"$log" 2>&1; then
             passed[$name]=$((passed[$name] + 1))
             result=pass
         else

@@ -1,22 +1,24 @@
 #!/usr/bin/env bash
-# leakwatch watching itself (issue 22, item 5): one leakwatch attached at
-# 100 ms to a pool of 200 processes that fork and exit (workers recycled, a
-# few per second), and a second leakwatch attached to the first, judging its
-# RSS and open fds. Prints both verdicts and the first one's figures.
+# leakwatch watching itself: one leakwatch attached at 100 ms to a pool of
+# 200 processes that fork and exit (workers recycled, a few per second), and
+# a second leakwatch attached to the first, judging its RSS and open fds.
+# Prints both verdicts and the first one's figures.
 #
 # Usage: bash benches/harness/self_watch.sh            (30 minutes, needs a release
 #        build: cargo build --release)
-#        DURATION=300 WORKERS=50 bash benches/harness/self_watch.sh   (a shorter run)
-# Environment: LEAKWATCH (binary, default target/release/leakwatch),
-#        DURATION (seconds, 1800), WORKERS (200), LIFE (mean worker life in seconds,
-#        60: WORKERS/LIFE recycles per second), OUT (output directory).
+#        LEAKWATCH_TEST_DURATION=300 LEAKWATCH_TEST_WORKERS=50 bash benches/harness/self_watch.sh
+#        (a shorter run)
+# Environment: LEAKWATCH_TEST_BIN (binary, default target/release/leakwatch),
+#        LEAKWATCH_TEST_DURATION (seconds, 1800), LEAKWATCH_TEST_WORKERS (200),
+#        LEAKWATCH_TEST_WORKER_LIFE (mean worker life in seconds, 60: workers/life
+#        recycles per second), LEAKWATCH_TEST_OUT (output directory).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-LW=${LEAKWATCH:-target/release/leakwatch}
-DURATION=${DURATION:-1800}
-WORKERS=${WORKERS:-200}
-LIFE=${LIFE:-60}
-OUT=${OUT:-$(mktemp -d /tmp/self-watch.XXXXXX)}
+LW=${LEAKWATCH_TEST_BIN:-target/release/leakwatch}
+DURATION=${LEAKWATCH_TEST_DURATION:-1800}
+WORKERS=${LEAKWATCH_TEST_WORKERS:-200}
+LIFE=${LEAKWATCH_TEST_WORKER_LIFE:-60}
+OUT=${LEAKWATCH_TEST_OUT:-$(mktemp -d /tmp/self-watch.XXXXXX)}
 mkdir -p "$OUT"
 [ -x "$LW" ] || { echo "no $LW: run cargo build --release" >&2; exit 2; }
 # A copy, so that a rebuild during the session does not change what runs.

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""The whole `leakwatch attach` process against the kernel's floor (issue
-24): the CPU of the leakwatch process, measured from outside (wait4), as a
-ratio to proc_floor.c doing only the same open/read/close passes, measured
-in the same run right after it, so that the machine's load cancels out.
+"""The whole `leakwatch attach` process against the kernel's floor: the CPU
+of the leakwatch process, measured from outside (wait4), as a ratio to
+proc_floor.c doing only the same open/read/close passes, measured in the
+same run right after it, so that the machine's load cancels out.
 
   python3 benches/harness/whole_process.py            # 3 runs of every case
   python3 benches/harness/whole_process.py --runs 1 --only tick,deep
-  LEAKWATCH=/tmp/old/leakwatch python3 benches/harness/whole_process.py
+  LEAKWATCH_TEST_BIN=/tmp/old/leakwatch python3 benches/harness/whole_process.py
 
 The cases, and their goals:
   tick  one cheap tick of a 1,000-process tree: the CPU of a 12 s attach at
@@ -32,10 +32,10 @@ The cases, and their goals:
         ≤ 1.3× the floor, no tick late
 
 Builds proc_floor.c and mmap_loop.c with cc into target/bench-bin and
-leakwatch with cargo (release) unless LEAKWATCH names a binary. The trees
-are Python masters forking sleepers (overhead.py's); each case starts its
-target, measures it --runs times, stops it; everything started is killed on
-exit, whatever happens. Prints a Markdown table of each run's figures and
+leakwatch with cargo (release) unless LEAKWATCH_TEST_BIN names a binary. The
+trees are Python masters forking sleepers (overhead.py's); each case starts
+its target, measures it --runs times, stops it; everything started is killed
+on exit, whatever happens. Prints a Markdown table of each run's figures and
 the range of the ratios; the figures as JSON go to target/whole_process.json.
 """
 
@@ -54,7 +54,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import overhead  # noqa: E402  (its targets, its floor and its cleanup)
 from overhead import BIN, ROOT, TARGET, floor, log, members, start, tree  # noqa: E402
 
-LEAKWATCH = os.environ.get("LEAKWATCH", os.path.join(TARGET, "release", "leakwatch"))
+LEAKWATCH = os.environ.get("LEAKWATCH_TEST_BIN", os.path.join(TARGET, "release", "leakwatch"))
 CASES = ("tick", "deep", "gib", "fast")
 
 
@@ -63,7 +63,7 @@ def setup():
     for src in ("mmap_loop", "proc_floor"):
         subprocess.run(["cc", "-O2", "-o", os.path.join(BIN, src),
                         os.path.join(ROOT, "benches", "harness", src + ".c")], check=True)
-    if "LEAKWATCH" not in os.environ:
+    if "LEAKWATCH_TEST_BIN" not in os.environ:
         subprocess.run(["cargo", "build", "--release", "--quiet", "--bins"], cwd=ROOT, check=True)
     head = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
                           capture_output=True, text=True).stdout.strip()
@@ -198,9 +198,9 @@ def fast(runs, seconds, reps):
         s = r["sampling"]
         mode = cheap_mode(s)
         tick_floor_ms = floor(mode, pids, reps, sleep_ms=10)
-        # The issue's floor: the status reads alone, 100 ticks a second, as
-        # % of one core; and the floor of every read leakwatch's way makes
-        # (status, fd count, finding new processes) per tick.
+        # The floor of the goal (≤ 1.3×): the status reads alone, 100 ticks a
+        # second, as % of one core; and the floor of every read leakwatch's way
+        # makes (status, fd count, finding new processes) per tick.
         status_ms = floor("status", pids, reps, sleep_ms=10)
         floor_pct = status_ms * 100 / 1e3 * 100
         pct = r["cpu_s"] / r["wall_s"] * 100

@@ -1,4 +1,4 @@
-//! What a new user meets first (issue 20), through the built binary: an
+//! What a new user meets first, through the built binary: an
 //! exit status a script can trust, files other users can read, an attach
 //! that says at once what it does, help and hints for the common mistakes.
 

@@ -1,6 +1,6 @@
-//! The CLI conventions of issue 12: `export --format openmetrics`, shell
-//! completions and man pages generated from the clap definition, NO_COLOR,
-//! `check --json`.
+//! The CLI conventions for fleets and scripts: `export --format
+//! openmetrics`, shell completions and man pages generated from the clap
+//! definition, NO_COLOR, `check --json`.
 
 use std::process::Command;
 

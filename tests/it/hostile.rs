@@ -1,4 +1,4 @@
-//! Hostile inputs, signals and leftovers (issue 11), each with real
+//! Hostile inputs, signals and leftovers, each with real
 //! processes: never overwrite through a link, never orphan a process, never
 //! panic, never a silently wrong number.
 

@@ -1,4 +1,4 @@
-//! `run --native-sites` end to end (issue 21): a C daemon built -O2
+//! `run --native-sites` end to end: a C daemon built -O2
 //! without frame pointers, started detached by its client, keeps a known
 //! number of bytes per request in keep_request_state() and replaces its
 //! scratch buffers in build_scratch_buffers(). The shim comes in through
@@ -65,9 +65,9 @@ fn assert_report_rebuilds_native_sites(out: &Path, s: &serde_json::Value) {
     }
 }
 
-/// Compiles a fixture with `compiler` -O2 -g, no frame pointers; `None`
-/// (with the reason printed) when there is no compiler outside CI.
-fn compile(compiler: &str, source: &str, out: &Path, extra: &[&str]) -> Option<PathBuf> {
+/// Compiles a fixture with `compiler` -O2 -g, no frame pointers; a missing compiler fails
+/// the test (`crate::common::missing`).
+fn compile(compiler: &str, source: &str, out: &Path, extra: &[&str]) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(source);
     let status = Command::new(compiler)
         .args(["-O2", "-g", "-fomit-frame-pointer", "-Wall", "-o"])
@@ -76,14 +76,14 @@ fn compile(compiler: &str, source: &str, out: &Path, extra: &[&str]) -> Option<P
         .args(extra)
         .status();
     match status {
-        Ok(s) if s.success() => Some(out.to_path_buf()),
+        Ok(s) if s.success() => out.to_path_buf(),
         Ok(s) => panic!("{compiler} {} failed: {s}", src.display()),
         Err(e) => crate::common::missing(&format!("{compiler} ({e})"), "bash .ci/deps installs it"),
     }
 }
 
-/// fixtures/native/leaky_daemon.c compiled into `dir` (`None` where gcc is missing outside CI).
-fn leaky_daemon(dir: &Path) -> Option<PathBuf> {
+/// fixtures/native/leaky_daemon.c compiled into `dir`.
+fn leaky_daemon(dir: &Path) -> PathBuf {
     compile(
         "gcc",
         "fixtures/native/leaky_daemon.c",
@@ -93,18 +93,12 @@ fn leaky_daemon(dir: &Path) -> Option<PathBuf> {
 }
 
 /// `leakwatch run ARGS --native-sites --out DIR/out -- leaky_daemon client --leak LEAK
-/// --churn CHURN`, the fixture compiled into `dir` first (`None` where gcc is missing
-/// outside CI).
-fn run_leaky_daemon(
-    dir: &Path,
-    args: &[&str],
-    leak: u64,
-    churn: u64,
-) -> Option<std::process::Output> {
-    let daemon = leaky_daemon(dir)?;
+/// --churn CHURN`, the fixture compiled into `dir` first.
+fn run_leaky_daemon(dir: &Path, args: &[&str], leak: u64, churn: u64) -> std::process::Output {
+    let daemon = leaky_daemon(dir);
     let mut lw = leakwatch();
     lw.env("LEAKWATCH_SHIM", shim());
-    Some(run_daemon_with(lw, &daemon, dir, args, leak, churn))
+    run_daemon_with(lw, &daemon, dir, args, leak, churn)
 }
 
 /// `lw run ARGS --native-sites --out DIR/out -- DAEMON client --leak LEAK --churn CHURN`.
@@ -161,9 +155,7 @@ fn the_leaking_c_function_is_named_first_and_the_scratch_buffers_are_not_a_leak(
     let out = tmp.path().join("out");
     let leak: u64 = 4 << 20;
     let run = ["-n", "10", "--settle", "200ms"];
-    let Some(output) = run_leaky_daemon(tmp.path(), &run, leak, 4 << 20) else {
-        return;
-    };
+    let output = run_leaky_daemon(tmp.path(), &run, leak, 4 << 20);
     let stderr = String::from_utf8_lossy(&output.stderr);
     crate::common::assert_exit_matches_verdict(output.status, &out);
     let s = summary(&out);
@@ -179,7 +171,7 @@ fn the_leaking_c_function_is_named_first_and_the_scratch_buffers_are_not_a_leak(
     assert!(s.get("py_sites").is_none(), "{s:#}");
     // Sampled once per 64 KiB on average: ≈ 365 samples over the 9 runs
     // that grow (64 blocks of 64 KiB a run, each sampled with probability
-    // 1 − 1/e), a standard error of ≈ 3.5%. Issue 21 asks 25%: the
+    // 1 − 1/e), a standard error of ≈ 3.5%. The test allows 25%: the
     // estimate's tail is wider than its standard error, because a random
     // walk whose increments happen to rise (37, 37, 37, 36, then 46, 49,
     // 44, 47, 44 samples a run) is read at its end's rate, +23% in 3 of
@@ -211,7 +203,7 @@ fn the_leaking_c_function_is_named_first_and_the_scratch_buffers_are_not_a_leak(
     assert_report_rebuilds_native_sites(&out, &s);
 }
 
-/// Issue 21: an installed leakwatch is its binary alone (`cargo install`
+/// An installed leakwatch is its binary alone (`cargo install`
 /// installs nothing else). With no shim beside it and no LEAKWATCH_SHIM it
 /// preloads the shim built into it, written once to
 /// TMPDIR/leakwatch-shim-<uid>/libleakwatch_shim-<hash>.so (0755, 0644),
@@ -219,9 +211,7 @@ fn the_leaking_c_function_is_named_first_and_the_scratch_buffers_are_not_a_leak(
 #[test]
 fn an_installed_leakwatch_alone_carries_its_shim_and_names_the_leak() {
     let tmp = tempfile::tempdir().unwrap();
-    let Some(daemon) = leaky_daemon(tmp.path()) else {
-        return;
-    };
+    let daemon = leaky_daemon(tmp.path());
     let bin = tmp.path().join("bin");
     let tmpdir = tmp.path().join("tmp");
     std::fs::create_dir(&bin).unwrap();
@@ -271,14 +261,14 @@ impl Drop for DebugFile {
     }
 }
 
-/// Issue 21: the running binary is stripped (no DWARF, no .symtab: its
+/// The running binary is stripped (no DWARF, no .symtab: its
 /// static functions have no name in it) and its debug info lives only in a
 /// separate file under the GNU build-id layout
 /// (`objcopy --only-keep-debug`). leakwatch names the frames from that file:
-/// the stripped binary has the right build id too, and was taken in its
-/// place, naming nothing (`leaky_daemon+0x…`). The debug directory is the
+/// the stripped binary has the right build id too, and taken in its place
+/// would name nothing (`leaky_daemon+0x…`). The debug directory is the
 /// system's, so the test writes there as root with a build id of its own
-/// and removes it; it is skipped as another user (not under CI).
+/// and removes it: it needs root.
 #[test]
 #[cfg_attr(not(lw_deps), ignore = "needs root: bash .ci/test as root")]
 fn a_stripped_daemon_is_named_from_its_debug_file_found_by_build_id() {
@@ -294,14 +284,12 @@ fn a_stripped_daemon_is_named_from_its_debug_file_found_by_build_id() {
     );
     let build_id = format!("-Wl,--build-id=0x{id}");
     let daemon = tmp.path().join("leaky_daemon");
-    let Some(daemon) = compile(
+    let daemon = compile(
         "gcc",
         "fixtures/native/leaky_daemon.c",
         &daemon,
         &[&build_id],
-    ) else {
-        return;
-    };
+    );
     let dir = Path::new("/usr/lib/debug/.build-id").join(&id[..2]);
     let made_dir = !dir.exists();
     std::fs::create_dir_all(&dir).unwrap();
@@ -380,16 +368,15 @@ fn a_missing_shim_is_an_error_that_names_the_fix() {
 
 /// `leakwatch run -n 10 --native-sites -- leaky_daemon client --leak LEAK --churn CHURN`
 /// with the daemon's handler compiled by `compiler` from `source` into `lib` in `dir`
-/// (`LEAKY_DAEMON_HANDLER`); the output directory, or `None` where the compiler is missing
-/// outside CI.
+/// (`LEAKY_DAEMON_HANDLER`); the output directory.
 fn run_with_handler(
     dir: &Path,
     (compiler, source, lib): (&str, &str, &str),
     leak: u64,
     churn: u64,
-) -> Option<PathBuf> {
-    let daemon = leaky_daemon(dir)?;
-    let handler = compile(compiler, source, &dir.join(lib), &["-shared", "-fPIC"])?;
+) -> PathBuf {
+    let daemon = leaky_daemon(dir);
+    let handler = compile(compiler, source, &dir.join(lib), &["-shared", "-fPIC"]);
     let out = dir.join("out");
     let output = leakwatch()
         .env("LEAKWATCH_SHIM", shim())
@@ -405,20 +392,18 @@ fn run_with_handler(
         .output()
         .unwrap();
     crate::common::assert_exit_matches_verdict(output.status, &out);
-    Some(out)
+    out
 }
 
 /// A handler that maps 4 × 1 MiB per request and unmaps three quarters of it (its start,
 /// its end, a hole inside) keeps 1 MiB per request: the site reads that, not 4 MiB (the
-/// mapping counted whole) nor 0 (forgotten with its start, as before stop 31).
+/// mapping counted whole) nor 0 (the mapping forgotten once its start is unmapped).
 #[test]
 fn a_mapping_unmapped_in_part_is_counted_for_what_is_left() {
     let tmp = tempfile::tempdir().unwrap();
     let leak: u64 = 1 << 20;
     let handler = ("gcc", "fixtures/native/mapped_pool.c", "libmapped_pool.so");
-    let Some(out) = run_with_handler(tmp.path(), handler, leak, 0) else {
-        return;
-    };
+    let out = run_with_handler(tmp.path(), handler, leak, 0);
     let s = summary(&out);
     let sites = s["native_sites"].as_array().expect("native_sites");
     let site =
@@ -442,9 +427,7 @@ fn a_leaking_cxx_method_in_a_shared_library_is_named_demangled_with_its_line() {
     let tmp = tempfile::tempdir().unwrap();
     let leak: u64 = 4 << 20;
     let handler = ("g++", "fixtures/native/cxx_cache.cpp", "libcxx_cache.so");
-    let Some(out) = run_with_handler(tmp.path(), handler, leak, 4 << 20) else {
-        return;
-    };
+    let out = run_with_handler(tmp.path(), handler, leak, 4 << 20);
     let s = summary(&out);
     let sites = s["native_sites"].as_array().expect("native_sites");
     let first = &sites[0];
@@ -501,9 +484,7 @@ fn the_block_table_grows_without_losing_or_keeping_a_sample() {
     let out = tmp.path().join("out");
     let leak: u64 = 2 << 20;
     let run = ["-n", "20", "--settle", "100ms", "--native-interval", "1KiB"];
-    let Some(output) = run_leaky_daemon(tmp.path(), &run, leak, 2 << 20) else {
-        return;
-    };
+    let output = run_leaky_daemon(tmp.path(), &run, leak, 2 << 20);
     crate::common::assert_exit_matches_verdict(output.status, &out);
     let s = summary(&out);
     let sites = s["native_sites"].as_array().expect("native_sites");
@@ -528,27 +509,25 @@ fn the_block_table_grows_without_losing_or_keeping_a_sample() {
     );
 }
 
-/// A mapping moved by mremap keeps its one sample where it lands
-/// (regression: the shim did not hook mremap, so a sampled mapping moved by
-/// `MREMAP_MAYMOVE` stayed counted at its old address until a later mapping
-/// happened to land there, its unmap at the new address unseen; a site
-/// holding one such mapping of 128–512 KiB read 1, 2, 3, 3, 4, 4, 4, 4, 4, 5
-/// sampled blocks over 10 runs at 64 KiB, one of 256 KiB–1 MiB grew by
-/// +87 to +267 KiB/run, judged inconclusive or a plateau). At a 4 KiB
-/// interval its mapping is always sampled, weighed at its size: one block
-/// after every run, of the length it was grown to.
+/// A mapping moved by mremap keeps its one sample where it lands (without
+/// the shim's mremap hook, a sampled mapping moved by `MREMAP_MAYMOVE` stays
+/// counted at its old address until a later mapping happens to land there,
+/// its unmap at the new address unseen: a site holding one such mapping of
+/// 128–512 KiB reads 1, 2, 3, 3, 4, 4, 4, 4, 4, 5 sampled blocks over 10 runs
+/// at 64 KiB, one of 256 KiB–1 MiB grows by +87 to +267 KiB/run, judged
+/// inconclusive or a plateau). At a 4 KiB interval its mapping is always
+/// sampled, weighed at its size: one block after every run, of the length it
+/// was grown to.
 #[test]
 fn a_mapping_moved_by_mremap_is_counted_once_where_it_lands() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("out");
-    let Some(daemon) = compile(
+    let daemon = compile(
         "gcc",
         "fixtures/native/scratch_daemon.c",
         &tmp.path().join("scratch_daemon"),
         &[],
-    ) else {
-        return;
-    };
+    );
     let output = leakwatch()
         .env("LEAKWATCH_SHIM", shim())
         .env("SCRATCH_DAEMON_SOCKET", tmp.path().join("d.sock"))
@@ -700,14 +679,12 @@ fn the_rust_fixtures_mmap_leak_is_named_by_its_rust_function() {
 #[test]
 fn threads_signals_and_forks_under_the_shim_neither_hang_nor_crash() {
     let tmp = tempfile::tempdir().unwrap();
-    let Some(stress) = compile(
+    let stress = compile(
         "gcc",
         "fixtures/native/stress.c",
         &tmp.path().join("stress"),
         &["-pthread"],
-    ) else {
-        return;
-    };
+    );
     let out = tmp.path().join("out");
     let output = leakwatch()
         .env("LEAKWATCH_SHIM", shim())
@@ -732,22 +709,20 @@ fn threads_signals_and_forks_under_the_shim_neither_hang_nor_crash() {
 
 /// A process whose first samples are taken in a signal handler (its mmap
 /// hook) has its sites file made there, with system calls only, and the
-/// shim starts no thread in it, there or later (an answering thread used to
-/// wait for plain code: started from the handler, pthread_create
-/// deadlocked whenever the handler had interrupted malloc). The fixture
-/// counts its threads before the signal, at the end of the handler and
-/// after plain mallocs, and looks for its file at the end of the handler.
+/// shim starts no thread in it, there or later (an answering thread waits
+/// for plain code: started from the handler, pthread_create deadlocks
+/// whenever the handler has interrupted malloc). The fixture counts its
+/// threads before the signal, at the end of the handler and after plain
+/// mallocs, and looks for its file at the end of the handler.
 #[test]
 fn the_sites_file_is_made_in_a_signal_handler_and_no_thread_is_started() {
     let tmp = tempfile::tempdir().unwrap();
-    let Some(program) = compile(
+    let program = compile(
         "gcc",
         "fixtures/native/signal_first.c",
         &tmp.path().join("signal_first"),
         &[],
-    ) else {
-        return;
-    };
+    );
     let out = tmp.path().join("out");
     let output = leakwatch()
         .env("LEAKWATCH_SHIM", shim())
@@ -807,14 +782,12 @@ fn a_sites_file_that_is_not_the_shims_is_a_note() {
 #[test]
 fn a_static_daemon_the_shim_cannot_enter_is_named_with_the_reason() {
     let tmp = tempfile::tempdir().unwrap();
-    let Some(daemon) = compile(
+    let daemon = compile(
         "gcc",
         "fixtures/native/leaky_daemon.c",
         &tmp.path().join("leaky_static"),
         &["-static"],
-    ) else {
-        return;
-    };
+    );
     let out = tmp.path().join("out");
     let output = leakwatch()
         .env("LEAKWATCH_SHIM", shim())
@@ -850,9 +823,7 @@ fn a_static_daemon_the_shim_cannot_enter_is_named_with_the_reason() {
 #[test]
 fn a_forked_pool_whose_workers_leak_per_task_is_judged_per_task() {
     let tmp = tempfile::tempdir().unwrap();
-    let Some(daemon) = leaky_daemon(tmp.path()) else {
-        return;
-    };
+    let daemon = leaky_daemon(tmp.path());
     let out = tmp.path().join("out");
     let leak: u64 = 4 << 20;
     let output = leakwatch()
@@ -893,14 +864,12 @@ fn a_forked_pool_whose_workers_leak_per_task_is_judged_per_task() {
 #[test]
 fn a_python_daemons_c_library_leak_is_seen_beside_its_python_line() {
     let tmp = tempfile::tempdir().unwrap();
-    let Some(lib) = compile(
+    let lib = compile(
         "gcc",
         "fixtures/native/cleak.c",
         &tmp.path().join("libcleak.so"),
         &["-shared", "-fPIC"],
-    ) else {
-        return;
-    };
+    );
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/native/pyc_daemon.py");
     let out = tmp.path().join("out");
     let (c_leak, py_leak): (u64, u64) = (4 << 20, 1_000_000);
@@ -955,11 +924,11 @@ fn a_python_daemons_c_library_leak_is_seen_beside_its_python_line() {
     );
 }
 
-/// gdb, which `attach --native-sites` loads the shim with; `false` (with
-/// the reason printed) when it is missing outside CI.
-fn have_gdb() -> bool {
+/// gdb, which `attach --native-sites` loads the shim with; a missing one fails the test
+/// (`crate::common::missing`).
+fn need_gdb() {
     match Command::new("gdb").arg("--version").output() {
-        Ok(o) if o.status.success() => true,
+        Ok(o) if o.status.success() => {}
         other => crate::common::missing(&format!("gdb ({other:?})"), "bash .ci/deps installs it"),
     }
 }
@@ -975,16 +944,17 @@ fn attach_native(pid: u32, duration: &str, out: &Path) -> Command {
     c
 }
 
-/// `fixtures/native/attach_leaker.c` built into `dir`, when gcc and gdb are there (else the
-/// test is skipped, or fails under CI).
-fn attach_leaker(dir: &Path) -> Option<PathBuf> {
+/// `fixtures/native/attach_leaker.c` built into `dir`; a missing gcc or gdb fails the test
+/// (`crate::common::missing`).
+fn attach_leaker(dir: &Path) -> PathBuf {
     let binary = compile(
         "gcc",
         "fixtures/native/attach_leaker.c",
         &dir.join("attach_leaker"),
         &[],
-    )?;
-    have_gdb().then_some(binary)
+    );
+    need_gdb();
+    binary
 }
 
 /// `attach --native-sites` of `pid` for 12 s at 500 ms into `out`, as the leak tests run it.
@@ -1074,9 +1044,7 @@ impl Drop for Daemon {
 #[cfg_attr(not(lw_deps), ignore = "needs .ci/deps: bash .ci/test")]
 fn attach_native_sites_names_a_running_daemons_leaking_function_and_its_rate() {
     let tmp = tempfile::tempdir().unwrap();
-    let Some(binary) = attach_leaker(tmp.path()) else {
-        return;
-    };
+    let binary = attach_leaker(tmp.path());
     let per_second: u64 = 2 << 20;
     let daemon = Daemon::start(&binary, per_second);
     let out = tmp.path().join("out");
@@ -1139,9 +1107,7 @@ fn attach_native_sites_names_a_running_daemons_leaking_function_and_its_rate() {
 fn attach_native_sites_again_after_an_attach_and_after_a_killed_one() {
     use std::io::BufRead;
     let tmp = tempfile::tempdir().unwrap();
-    let Some(binary) = attach_leaker(tmp.path()) else {
-        return;
-    };
+    let binary = attach_leaker(tmp.path());
     let per_second: u64 = 2 << 20;
     let daemon = Daemon::start(&binary, per_second);
     let session = |name: &str, expect_taken_over: bool| {
@@ -1207,8 +1173,8 @@ fn attach_native_sites_again_after_an_attach_and_after_a_killed_one() {
 /// As root, `attach --native-sites` on another user's daemon (nobody): the
 /// shim in it creates its socket with that user's rights, so leakwatch
 /// hands it the session's directory (still 0700) and connects with that
-/// user's filesystem rights; the leak is named. It was silently empty: the
-/// shim could not create its socket in root's directory.
+/// user's filesystem rights; the leak is named. In root's directory the shim
+/// cannot create its socket, and the result is silently empty.
 #[test]
 #[cfg_attr(not(lw_deps), ignore = "needs root: bash .ci/test as root")]
 fn attach_native_sites_as_root_names_another_users_leak() {
@@ -1219,9 +1185,7 @@ fn attach_native_sites_as_root_names_another_users_leak() {
     let tmp = tempfile::tempdir().unwrap();
     // nobody runs the daemon from here.
     std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let Some(binary) = attach_leaker(tmp.path()) else {
-        return;
-    };
+    let binary = attach_leaker(tmp.path());
     let per_second: u64 = 2 << 20;
     let daemon = Daemon::start_as_nobody(&binary, per_second);
     let out = tmp.path().join("out");
@@ -1265,7 +1229,7 @@ fn attach_native_sites_as_root_names_another_users_leak() {
 #[cfg_attr(not(lw_deps), ignore = "needs .ci/deps: bash .ci/test")]
 fn attach_native_sites_follows_a_library_dlopened_after_the_attach() {
     let tmp = tempfile::tempdir().unwrap();
-    let (Some(binary), Some(plugin)) = (
+    let (binary, plugin) = (
         compile(
             "gcc",
             "fixtures/native/attach_leaker.c",
@@ -1278,12 +1242,8 @@ fn attach_native_sites_follows_a_library_dlopened_after_the_attach() {
             &tmp.path().join("attach_plugin.so"),
             &["-shared", "-fPIC", "-Wl,-z,now,-z,relro"],
         ),
-    ) else {
-        return;
-    };
-    if !have_gdb() {
-        return;
-    }
+    );
+    need_gdb();
     let per_second: u64 = 2 << 20;
     // Loaded 2 s after "ready" (40 ticks of 50 ms by the clock); the sites
     // are asked every 2 s: 6 points of its own.
@@ -1335,14 +1295,12 @@ fn attach_native_sites_follows_a_library_dlopened_after_the_attach() {
 #[test]
 fn attach_native_sites_refuses_without_ptrace_permission_a_static_binary_and_no_gdb() {
     let tmp = tempfile::tempdir().unwrap();
-    let Some(binary) = compile(
+    let binary = compile(
         "gcc",
         "fixtures/native/attach_leaker.c",
         &tmp.path().join("attach_leaker"),
         &[],
-    ) else {
-        return;
-    };
+    );
     let daemon = Daemon::start(&binary, 1 << 16);
     let root = nix::unistd::geteuid().is_root();
     let out = tmp.path().join("out");
@@ -1394,19 +1352,18 @@ fn attach_native_sites_refuses_without_ptrace_permission_a_static_binary_and_no_
         );
         assert!(!daemon.state().2);
     }
-    if let Some(static_binary) = compile(
+    let static_binary = compile(
         "gcc",
         "fixtures/native/attach_leaker.c",
         &tmp.path().join("attach_leaker_static"),
         &["-static"],
-    ) {
-        let static_daemon = Daemon::start(&static_binary, 1 << 16);
-        let text = refused(static_daemon.pid(), ("LEAKWATCH_UNUSED", ""));
-        assert!(
-            text.contains("cannot be entered") && text.contains("statically linked"),
-            "{text}"
-        );
-    }
+    );
+    let static_daemon = Daemon::start(&static_binary, 1 << 16);
+    let text = refused(static_daemon.pid(), ("LEAKWATCH_UNUSED", ""));
+    assert!(
+        text.contains("cannot be entered") && text.contains("statically linked"),
+        "{text}"
+    );
 }
 
 /// `attach --native-sites` takes one PID: a name, cgroup or unit is refused
@@ -1437,17 +1394,13 @@ fn attach_native_sites_takes_one_pid_not_a_name() {
 #[cfg_attr(not(lw_deps), ignore = "needs .ci/deps: bash .ci/test")]
 fn attach_native_sites_refuses_a_process_never_at_a_safe_point() {
     let tmp = tempfile::tempdir().unwrap();
-    let Some(binary) = compile(
+    let binary = compile(
         "gcc",
         "fixtures/native/busy_loop.c",
         &tmp.path().join("busy_loop"),
         &[],
-    ) else {
-        return;
-    };
-    if !have_gdb() {
-        return;
-    }
+    );
+    need_gdb();
     let daemon = Daemon::start(&binary, 0);
     let output = attach_native(daemon.pid(), "1s", &tmp.path().join("out"))
         .output()
@@ -1475,17 +1428,13 @@ fn attach_native_sites_refuses_a_process_never_at_a_safe_point() {
 #[cfg_attr(not(lw_deps), ignore = "needs .ci/deps: bash .ci/test")]
 fn attach_native_sites_enters_a_busy_process_with_and_without_an_idle_thread() {
     let tmp = tempfile::tempdir().unwrap();
-    let Some(binary) = compile(
+    let binary = compile(
         "gcc",
         "fixtures/native/busy_alloc.c",
         &tmp.path().join("busy_alloc"),
         &["-pthread"],
-    ) else {
-        return;
-    };
-    if !have_gdb() {
-        return;
-    }
+    );
+    need_gdb();
     for idle in ["1", "0"] {
         let log = tmp.path().join(format!("kept-{idle}.log"));
         let mut c = Command::new(&binary);

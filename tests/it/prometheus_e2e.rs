@@ -5,8 +5,8 @@
 //! calls the steady one stable.
 //!
 //! Needs `prometheus` and `promtool` on PATH (Debian package `prometheus`;
-//! `.ci/deps` installs it). Without them the test is skipped with a reason,
-//! or fails when `CI=true`.
+//! `.ci/deps` installs it). Plain `cargo test` lists the test as ignored;
+//! where it runs, their absence fails it with the fix.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -249,8 +249,9 @@ fn analyze(port: u16, query: &str, step: &str, out: &Path) -> std::process::Outp
 /// within 10% of the truth and calls the steady instance stable. A step as
 /// fine as the 1 s scrapes reads the raw samples, at their own times: steps
 /// shift a sample by up to a second, a point 2 MiB low wherever a scrape came
-/// late (issue 19: "inconclusive, slope 0.504 MiB/s" of a 512 KiB/s leak; here
-/// once in three tries, "the last point fell well below the trend").
+/// late (read on steps, a 512 KiB/s leak can come out "inconclusive, slope
+/// 0.504 MiB/s", here once in three tries "the last point fell well below the
+/// trend").
 fn analyze_judges(port: u16, out: &Path, leak: &str, steady: &str, rate: f64) {
     let o = analyze(
         port,

@@ -1,4 +1,4 @@
-//! `run --py-sites` end to end (issue 13): a pantsd-like Python daemon,
+//! `run --py-sites` end to end: a pantsd-like Python daemon,
 //! started detached by its client, keeps a known number of bytes per
 //! request at one line (LEAK-SITE) and fills a cache once (WARMUP-SITE).
 

@@ -202,7 +202,7 @@ pub fn private_fixture() -> &'static Path {
 
 /// Spawns `cmd`, again while exec says ETXTBSY: the private copy's write
 /// descriptor lives on, until their exec, in children other test threads
-/// forked while it was being written (CI hit it once).
+/// forked while it was being written (seen on CI).
 fn spawn_busy_safe(cmd: &mut Command) -> std::process::Child {
     for _ in 0..100 {
         match cmd.spawn() {

@@ -32,8 +32,8 @@ fn the_pantsd_seed_is_a_leak_of_4_2_to_4_7_mb_per_run() {
 /// A real churning daemon (`fixtures/real/churn_daemon.py --retain-rate
 /// 20KiB --retain-for 180`, 20–50 MiB freed every 0.5 s) attached for 5
 /// minutes at 250 ms, recorded: its floor rose 70.3 MiB/h for 180 s, then
-/// held. A plateau judged by its troughs (the straight trough line called
-/// it a leak of +50 MiB/h before).
+/// held. A plateau judged by its troughs (one straight trough line over the
+/// whole session would call it a leak of +50 MiB/h).
 #[test]
 fn a_churning_daemon_whose_floor_stops_rising_is_a_plateau() {
     let tmp = tempfile::tempdir().unwrap();

@@ -41,7 +41,8 @@ pub fn ci() -> bool {
 /// A dependency is missing: the test fails, saying how to install it. It runs only where its
 /// dependencies are declared present (under CI, or `bash .ci/test`: build.rs's `lw_deps`) or
 /// when asked for by name (`-- --ignored NAME`); elsewhere it is listed as ignored. A test
-/// that did not run is never counted as passed. Returns `Option` so callers read as before.
+/// that did not run is never counted as passed. Returns `Option` so that a caller returning
+/// `Option` can end with `return missing(…)`.
 pub fn missing<T>(what: &str) -> Option<T> {
     panic!(
         "{what} is missing: run `bash .ci/deps` (installs memcached, redis-server, prometheus, \

@@ -32,8 +32,9 @@
 //!    (`Ctx::may_slow_down`), a line tilted by a warm-up the trim did not take down to the
 //!    line without it (`Ctx::may_have_warmed_up`), a last point set aside down to the growth
 //!    the whole kept (`Ctx::last_drop_bound`).
-//! 4. `decide` on the widened interval is the verdict (`Ctx::settle`); nothing else sets one.
-//!    Each widening that moved the interval is named in it (`EndRate::widened_by`).
+//! 4. `decide` on the widened interval is the verdict (`Ctx::settle`; a saw-tooth's floor has
+//!    no later widening, so its estimator's `decide` stands); nothing else sets one. Each
+//!    widening that moved the interval is named in it (`EndRate::widened_by`).
 //!
 //! A pool's sites and types are judged per task when their workers' task steps are seen
 //! (`Classification::judged_per_task`), and widened down to 0 when none are
