@@ -12,10 +12,10 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::fit::{MIN_SLOPE_BYTES, SeriesFit};
+use crate::fit::MIN_SLOPE_BYTES;
 use crate::gate::{self, Check, GateOn, GateResult, Rule};
 use crate::store::Scope;
-use crate::summary::{SCHEMA_VERSION, Summary};
+use crate::summary::{SCHEMA_VERSION, Series, Summary};
 use crate::units::format_bytes;
 
 #[derive(Debug, thiserror::Error)]
@@ -23,7 +23,7 @@ pub enum CheckError {
     #[error("cannot read {path}: {error}")]
     Read { path: PathBuf, error: io::Error },
     #[error(
-        "{path} is not a leakwatch summary.json (schema_version {SCHEMA_VERSION}): {why}; \
+        "{path} is not a leakwatch summary.json (schema_version 1 or {SCHEMA_VERSION}): {why}; \
          rebuild it with `leakwatch report`"
     )]
     NotSummary { path: PathBuf, why: String },
@@ -34,24 +34,30 @@ pub enum CheckError {
     ModeMismatch { current: String, baseline: String },
 }
 
-/// Reads a summary.json written by this version's `leakwatch` (a run's or a
-/// baseline).
+/// Reads a summary.json written by `leakwatch`: this version's, or a version 1 file (a
+/// baseline from before schema_version 2), read as version 2 (`summary::v1`).
 pub fn read_summary(path: &Path) -> Result<Summary, CheckError> {
     let text = fs::read_to_string(path).map_err(|error| CheckError::Read {
         path: path.to_path_buf(),
         error,
     })?;
-    let summary: Summary = serde_json::from_str(&text).map_err(|e| CheckError::NotSummary {
+    let not = |why: String| CheckError::NotSummary {
         path: path.to_path_buf(),
-        why: e.to_string(),
-    })?;
-    if summary.schema_version != SCHEMA_VERSION {
-        return Err(CheckError::NotSummary {
-            path: path.to_path_buf(),
-            why: format!("it has schema_version {}", summary.schema_version),
-        });
-    }
-    Ok(summary)
+        why,
+    };
+    let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| not(e.to_string()))?;
+    let value = match value
+        .get("schema_version")
+        .and_then(serde_json::Value::as_u64)
+    {
+        Some(1) => {
+            crate::summary::v1::upgrade(value).map_err(|e| not(format!("version 1: {e}")))?
+        }
+        Some(v) if v == u64::from(SCHEMA_VERSION) => value,
+        Some(v) => return Err(not(format!("it has schema_version {v}"))),
+        None => return Err(not("it has no schema_version".into())),
+    };
+    serde_json::from_value(value).map_err(|e| not(e.to_string()))
 }
 
 /// A baseline judges only a run of the same kind: per run against per run,
@@ -86,17 +92,17 @@ pub fn baseline_targets(base: &Summary) -> Vec<GateOn> {
         let available: Vec<(Scope, _, usize)> = base
             .series
             .iter()
-            .map(|s| (s.scope, s.metric, s.n))
+            .map(|s| (s.name, s.metric, s.n))
             .collect();
         targets.push(gate::default_gate_on(&available));
     }
     targets
 }
 
-fn find<'a>(s: &'a Summary, on: &GateOn) -> Option<&'a SeriesFit> {
+fn find<'a>(s: &'a Summary, on: &GateOn) -> Option<&'a Series> {
     s.series
         .iter()
-        .find(|x| x.scope == on.series && x.metric == on.metric)
+        .find(|x| x.name == on.series && x.metric == on.metric)
 }
 
 /// Compares the series both summaries have (`targets`) and the runs' peaks.
@@ -123,7 +129,7 @@ fn same_process(from: &Summary, to: &Summary, series: Scope) -> Option<Scope> {
         let mut v: Vec<Scope> = s
             .series
             .iter()
-            .map(|f| f.scope)
+            .map(|f| f.name)
             .filter(|sc| matches!(sc, Scope::Pid(_)))
             .collect();
         v.dedup();
@@ -206,8 +212,8 @@ fn compare_series(current: &Summary, baseline: &Summary, tolerance: f64, on: &Ga
         0.0
     };
     // The rate the verdict rests on and its CI, as the gate judges them.
-    let rate = |f: &SeriesFit| f.judged_rate().0;
-    let interval = |f: &SeriesFit| f.judged_rate().1;
+    let rate = |f: &Series| f.end_rate.map(|e| e.rate);
+    let interval = |f: &Series| f.end_rate.map(|e| e.ci95);
     let base_hi = interval(base)
         .map(|c| c.1)
         .or(rate(base))
@@ -290,7 +296,8 @@ mod tests {
 
     const MIB: f64 = 1024.0 * 1024.0;
 
-    /// A run summary with one survivors anon series and runs of `run_s` seconds.
+    /// A run summary with one survivors anon series and runs of `run_s` seconds, written as
+    /// version 1 wrote it before `end_rate` existed (a line), read as version 2.
     fn summary(slope_mib: f64, ci_mib: (f64, f64), peak: u64, run_s: f64) -> Summary {
         let json = serde_json::json!({
             "schema_version": 1, "mode": "run", "duration_s": 10.0, "interrupted": false,
@@ -308,7 +315,7 @@ mod tests {
                 "duration_s": run_s, "peak_rss_bytes": peak
             })).collect::<Vec<_>>()
         });
-        serde_json::from_value(json).unwrap()
+        serde_json::from_value(crate::summary::v1::upgrade(json).unwrap()).unwrap()
     }
 
     fn on() -> GateOn {
@@ -322,7 +329,7 @@ mod tests {
     /// (none: a summary written before `watched`).
     fn watched(pid: u32, comm: Option<&str>) -> Summary {
         let mut s = summary(1.0, (0.9, 1.1), 100 << 20, 1.0);
-        s.series[0].scope = Scope::Pid(pid);
+        s.series[0].name = Scope::Pid(pid);
         s.watched = comm
             .map(|c| {
                 vec![crate::summary::Watched {
@@ -406,15 +413,24 @@ mod tests {
         assert!(r.checks[0].message.contains("missing from the current run"));
     }
 
+    /// A version 1 baseline's line is the rate the gate judges; this version's file reads
+    /// back as written; a later version is refused, saying which.
     #[test]
-    fn baselines_of_another_schema_or_mode_are_errors() {
+    fn baselines_of_either_version_are_read_and_another_schema_or_mode_is_an_error() {
+        let base = summary(1.0, (0.9, 1.1), 100 << 20, 1.0);
+        let end = base.series[0].end_rate.unwrap();
+        assert_eq!((end.rate, end.ci95), (MIB, (0.9 * MIB, 1.1 * MIB)));
+        assert_eq!(end.from, crate::fit::RateFrom::Line);
+        assert_eq!(base.series[0].line.as_ref().map(|l| l.slope), Some(MIB));
         let dir = tempfile::tempdir().unwrap();
-        let mut future = summary(1.0, (0.9, 1.1), 100 << 20, 1.0);
-        future.schema_version = 2;
         let path = dir.path().join("summary.json");
+        fs::write(&path, serde_json::to_string(&base).unwrap()).unwrap();
+        assert_eq!(read_summary(&path).unwrap(), base);
+        let mut future = base.clone();
+        future.schema_version = 3;
         fs::write(&path, serde_json::to_string(&future).unwrap()).unwrap();
         let err = read_summary(&path).unwrap_err().to_string();
-        assert!(err.contains("schema_version 2"), "{err}");
+        assert!(err.contains("schema_version 3"), "{err}");
         let run = summary(1.0, (0.9, 1.1), 100 << 20, 1.0);
         let mut attach = run.clone();
         attach.mode = "attach".into();

@@ -790,7 +790,7 @@ fn real_jvm_killed_mid_histogram_ends_the_session_with_its_samples() {
 fn judge_classes(s: &Value, mode: &str, truth: f64) {
     let types = s["types"].as_array().expect("types in summary.json");
     let first = &types[0];
-    let rate = first["objects_per_run"].as_f64().unwrap_or(f64::NAN);
+    let rate = first["end_rate"]["rate"].as_f64().unwrap_or(f64::NAN);
     let pauses: Vec<&str> = s["notes"]
         .as_array()
         .unwrap()
@@ -882,7 +882,7 @@ fn real_js_sites_name_the_keeping_function() {
     let s = summary(&out);
     let sites = s["js_sites"].as_array().expect("js_sites in summary.json");
     let first = &sites[0];
-    let rate = first["bytes_per_run"].as_f64().unwrap_or(f64::NAN);
+    let rate = first["end_rate"]["rate"].as_f64().unwrap_or(f64::NAN);
     real::skip_note(&format!(
         "--js-sites: first {} {} {rate:.0} B/run (truth {truth:.0})",
         first["site"], first["verdict"]
@@ -959,9 +959,9 @@ fn js_sites_attached(node: &Path, program: &Path) {
     let s = summary(&out);
     let sites = s["js_sites"].as_array().expect("js_sites in summary.json");
     let first = &sites[0];
-    // Read while attached: per hour, and named so.
-    assert!(first["bytes_per_run"].is_null(), "{first:#}");
-    let rate = first["bytes_per_hour"].as_f64().unwrap_or(f64::NAN);
+    // Read while attached: per hour, and its x says so.
+    assert_eq!(first["x"], "hour", "{first:#}");
+    let rate = first["end_rate"]["rate"].as_f64().unwrap_or(f64::NAN);
     real::skip_note(&format!(
         "--js-sites attached: first {} {} {rate:.0} B/h (truth {truth:.0})",
         first["site"], first["verdict"]

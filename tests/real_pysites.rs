@@ -75,20 +75,24 @@ fn real_gunicorn_pool_leaking_line_and_type_are_found_in_recycled_workers() {
     // 1 MiB per request (the app's bytes object: 1,048,576 + 33 bytes).
     // Without a per-task figure the site was judged by its summed series
     // (no three task steps clear of the noise): the site says why.
-    let per_task = leak["bytes_per_task"]
-        .as_f64()
+    let per_task = Some(&leak["end_rate"])
+        .filter(|e| e["from"] == "task_steps")
+        .and_then(|e| e["rate"].as_f64())
         .unwrap_or_else(|| panic!("no per-task figure: {leak:#}"));
     let err = (per_task - 1_048_609.0).abs() / 1_048_609.0;
     assert!(err <= 0.15, "per task {per_task}: {:.1}% off", err * 100.0);
     // The type the app keeps, first, judged per task over the recycled
     // workers: 300 objects each.
-    let types = s["py_types"].as_array().expect("py_types");
+    let types = s["types"].as_array().expect("types");
     let kept = &types[0];
     assert_eq!(kept["type"], "gunicorn_leaky_app.KeptRecord", "{types:#?}");
     assert_eq!(kept["verdict"], "leak");
     assert!(kept["processes"].as_u64().unwrap() >= 3, "{kept:#}");
     assert!(kept["tasks_seen"].as_u64().unwrap() >= 3, "{kept:#}");
-    let per_task = kept["objects_per_task"].as_f64().unwrap();
+    let per_task = Some(&kept["end_rate"])
+        .filter(|e| e["from"] == "task_steps")
+        .and_then(|e| e["rate"].as_f64())
+        .unwrap_or_else(|| panic!("no per-task figure: {kept:#}"));
     assert!(
         (per_task - 300.0).abs() <= 15.0,
         "{per_task} objects per task, not 300 ± 5%"
@@ -117,7 +121,7 @@ fn attach_py(pid: u32, secs: u32, log: &std::path::Path) -> (serde_json::Value, 
 fn assert_keeping_line_first(s: &serde_json::Value, line: &str, truth: f64, what: &str) {
     let sites = s["py_sites"].as_array().expect("py_sites");
     let first = &sites[0];
-    let rate = first["bytes_per_hour"].as_f64().unwrap_or(f64::NAN);
+    let rate = first["end_rate"]["rate"].as_f64().unwrap_or(f64::NAN);
     real::skip_note(&format!(
         "attach --py-sites ({what}): {} {} {:.3} GB/h, truth {:.3} GB/h",
         first["site"],
@@ -316,7 +320,10 @@ fn real_attach_py_sites_names_the_keeping_line_again_and_after_a_kill() {
     let first = &s["py_sites"][0];
     assert!(first["site"].as_str().unwrap().ends_with(line), "{s:#}");
     assert_eq!(first["verdict"], "leak", "{first:#}");
-    assert!(first["bytes_per_run"].as_f64().unwrap() > 0.0, "{first:#}");
+    assert!(
+        first["end_rate"]["rate"].as_f64().unwrap() > 0.0,
+        "{first:#}"
+    );
     assert_left_running(pid, 2);
     drop(daemon);
 }

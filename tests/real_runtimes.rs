@@ -365,7 +365,10 @@ fn attach_60s(rt: Runtime, keep: bool, srv: &Server, out: &Path) -> Seen {
 /// Checks one mode's verdict and rate; prints the figures either way.
 fn judge(rt: Runtime, keep: bool, mode: &str, seen: &Seen, tolerance: f64) {
     let f = &seen.fit;
-    let rate = f["rate"].as_f64().or(f["slope"].as_f64()).unwrap_or(0.0);
+    let rate = f["end_rate"]["rate"]
+        .as_f64()
+        .or(f["line"]["slope"].as_f64())
+        .unwrap_or(0.0);
     real::skip_note(&format!(
         "{rt:?} {} {mode}: {} {}, rate {rate:.0} B/{} (anon grew {:.0}, the runtime's own {:.0}); exit {:?}; {}",
         if keep { "keep" } else { "drop" },

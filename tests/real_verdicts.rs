@@ -121,7 +121,7 @@ fn real_memcached_filled_past_its_cap_is_a_plateau_with_its_fill_rate() {
         4.27 * MIB as f64,
         0.10,
     );
-    let end = anon["end_slope"].as_f64().unwrap();
+    let end = anon["end_rate"]["rate"].as_f64().unwrap();
     assert!(end.abs() < 64.0 * KIB as f64, "flat at the end: {end}");
     assert_ne!(s["verdict"], "leak");
 }
@@ -280,7 +280,7 @@ fn real_churning_daemon_is_judged_by_its_troughs() {
     // 100 KiB/s retained = 351.6 MiB/h (measured troughs: 350.6 MiB/h).
     within(
         "trough growth",
-        leak["rate"].as_f64().unwrap() * 3600.0,
+        leak["end_rate"]["rate"].as_f64().unwrap() * 3600.0,
         100.0 * KIB as f64 * 3600.0,
         0.25,
     );
@@ -490,11 +490,11 @@ fn real_postgres_backend_keeping_prepared_statements_is_a_leak_at_its_own_rate()
     assert_eq!(anon["decided_by"], "mean", "{anon:#}");
     real::skip_note(&format!(
         "postgres backend: anon {} B/s, its memory contexts {truth:.0} B/s",
-        anon["rate"]
+        anon["end_rate"]["rate"]
     ));
     within(
         "backend anon B/s",
-        anon["rate"].as_f64().unwrap(),
+        anon["end_rate"]["rate"].as_f64().unwrap(),
         truth,
         0.15,
     );
@@ -517,7 +517,7 @@ fn real_postgres_backend_deallocating_its_statements_is_no_leak() {
     let anon = series(&s, "target", "anon_bytes");
     real::skip_note(&format!(
         "postgres backend deallocating: anon {} ({} B/s), its memory contexts {truth:.0} B/s",
-        anon["verdict"], anon["rate"]
+        anon["verdict"], anon["end_rate"]["rate"]
     ));
     assert_ne!(anon["verdict"], "leak", "{anon:#}");
 }
@@ -542,7 +542,7 @@ impl PgRun {
             "{label}: {} {}, anon {} B/run (grew {:.0}), its memory contexts {:.0} B/run; exit {:?}",
             self.summary["verdict"],
             anon["verdict"],
-            anon["rate"],
+            anon["end_rate"]["rate"],
             self.anon_per_run,
             self.own_per_run,
             self.exit
@@ -613,7 +613,7 @@ fn real_postgres_backend_keeping_prepared_statements_per_run_is_a_leak() {
     assert_eq!(r.exit, Some(1), "a leak exits 1");
     within(
         "backend anon B/run",
-        anon["rate"].as_f64().unwrap(),
+        anon["end_rate"]["rate"].as_f64().unwrap(),
         r.anon_per_run,
         0.15,
     );

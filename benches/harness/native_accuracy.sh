@@ -31,13 +31,13 @@ for i in range(1, n + 1):
     b = next((s for s in sites if s["site"].startswith("build_scratch_buffers (")), None)
     if sites and sites[0] is k:
         first += 1
-    if k and k["bytes_per_run"] is not None:
-        err = (k["bytes_per_run"] - leak) / leak
+    if k and k.get("end_rate"):
+        rate, (lo, hi) = k["end_rate"]["rate"], k["end_rate"]["ci95"]
+        err = (rate - leak) / leak
         errors.append(err)
         within += abs(err) <= 0.25
-        lo, hi = k["bytes_per_run_ci95"] or (None, None)
-        covered += lo is not None and lo <= leak <= hi
-        print(f"repeat {i}: {k['bytes_per_run']:.0f} B/run ({100 * err:+.1f}%), CI {lo:.0f} .. {hi:.0f}")
+        covered += lo <= leak <= hi
+        print(f"repeat {i}: {rate:.0f} B/run ({100 * err:+.1f}%), CI {lo:.0f} .. {hi:.0f}")
     scratch_leaks += bool(b and b["verdict"] == "leak")
 mean = sum(errors) / max(len(errors), 1)
 sd = (sum((e - mean) ** 2 for e in errors) / max(len(errors) - 1, 1)) ** 0.5

@@ -158,8 +158,8 @@ for i in range(1, n + 1):
         if verdict == "leak" or listed.get(site, {}).get("verdict") == "leak":
             leaked_here = True
             x = listed.get(site, {})
-            false_leaks.append((i, name, x.get("bytes_per_run", rate), x.get("bytes_per_run_ci95", (lo, hi)),
-                                x.get("reason", reason)))
+            end = x.get("end_rate") or {"rate": rate, "ci95": (lo, hi)}
+            false_leaks.append((i, name, end["rate"], end["ci95"], x.get("reason", reason)))
     for name in kind_of:
         if name not in seen:
             never_sampled[kind_of[name]] += 1
@@ -168,10 +168,10 @@ for i in range(1, n + 1):
         d = ctl[c]
         d["n"] += 1
         d["verdicts"][x["verdict"] if x else "not listed"] += 1
-        if x and x.get("bytes_per_run") is not None:
-            d["errors"].append((x["bytes_per_run"] - truth) / truth)
-            lo, hi = x.get("bytes_per_run_ci95") or (None, None)
-            d["covered"] += lo is not None and lo <= truth <= hi
+        if x and x.get("end_rate"):
+            d["errors"].append((x["end_rate"]["rate"] - truth) / truth)
+            lo, hi = x["end_rate"]["ci95"]
+            d["covered"] += lo <= truth <= hi
     if why:
         failed.append((i, why))
     if keep and (why or leaked_here):

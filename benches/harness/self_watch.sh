@@ -96,6 +96,7 @@ print(f"  inner RSS first {rss[0]/2**20:.1f} MiB, last {rss[-1]/2**20:.1f} MiB, 
 print(f"  inner fds first {fds[0]}, last {fds[-1]}, min {min(fds)}, max {max(fds)}")
 for s in outer["series"]:
     if s["name"] == "target" and s["metric"] in ("rss_bytes", "pss_bytes", "uss_bytes", "anon_bytes", "fds"):
-        print(f"  target {s['metric']}: verdict {s['verdict']}, slope {s['slope']:.4g}/s "
-              f"(= {s['slope']*3600:.4g}/h), ci95 {s.get('slope_ci95')}")
+        line = s.get("line") or {}
+        print(f"  target {s['metric']}: verdict {s['verdict']}, slope {line.get('slope', 0):.4g}/s "
+              f"(= {line.get('slope', 0)*3600:.4g}/h), ci95 {line.get('ci95')}")
 EOF

@@ -55,11 +55,9 @@ fn thresholds(s: &Series) -> verdict::Thresholds {
 }
 
 /// What the fit says about one series. Slopes and rates are per x (run or
-/// second). Serialised as it is in summary.json's `series` (the fields
-/// marked skip are for the charts and the gate, not the contract).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// second). summary.json writes it as `summary::Series`.
+#[derive(Debug, Clone, PartialEq)]
 pub struct SeriesFit {
-    #[serde(rename = "name")]
     pub scope: Scope,
     pub metric: Metric,
     pub x: XAxis,
@@ -79,42 +77,31 @@ pub struct SeriesFit {
     /// segment's slope when it started leaking part-way, the steps' average
     /// rate, the troughs' slope for a saw-tooth); a plateau's fill rate;
     /// the least-squares slope otherwise; none for a one-off step.
-    #[serde(default)]
     pub rate: Option<f64>,
-    #[serde(default)]
     pub rate_ci95: Option<(f64, f64)>,
     /// Which estimate `rate` is (`line`, `end_segment`, `first_half`,
-    /// `average_fill`, `troughs`, `trough_fill`); none without a rate, and
-    /// in a summary without the field.
-    #[serde(default)]
+    /// `average_fill`, `troughs`, `trough_fill`); none without a rate.
     pub rate_from: Option<RateFrom>,
     /// The estimate the verdict was decided on (the contract: its 95% CI
     /// against the threshold): the growth rate at the end, its interval,
-    /// and which estimator it is; what the gate judges too. None in a
-    /// summary without the field, and for series too short to fit.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// and which estimator it is; what the gate judges too. None for series
+    /// too short to fit.
     pub end_rate: Option<EndRate>,
     /// The slope at the end — after the last change point, or over the
     /// second half when there is none — and where the end starts (x): the
-    /// one "end" stderr, report.md and summary.json all show.
-    #[serde(default)]
+    /// one "end" stderr and report.md show.
     pub end_slope: Option<f64>,
     /// The 95% CI of the end slope: the least-squares line over what the end
     /// slope was fitted on from `end_start_x` on (the troughs of a saw-tooth,
     /// else the points).
-    #[serde(default)]
     pub end_slope_ci95: Option<(f64, f64)>,
-    #[serde(default)]
     pub end_start_x: Option<f64>,
     /// For a plateau: fill rate, where it stopped, the level it holds.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plateau: Option<PlateauInfo>,
     /// Significant jumps between segments, in x order.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<Step>,
     /// Which model decided: the series (`mean`) or its lower envelope
     /// (`troughs`, a saw-tooth judged on what is left after each collection).
-    #[serde(default)]
     pub decided_by: DecidedBy,
     pub verdict: Verdict,
     /// Leading points trimmed as warm-up.
@@ -124,17 +111,13 @@ pub struct SeriesFit {
     pub reason: String,
     pub processes: usize,
     /// Intercept of the least-squares line (for plots).
-    #[serde(skip)]
     pub intercept: Option<f64>,
     /// x distance from the first fitted point to the last (runs or seconds).
-    #[serde(skip)]
     pub x_span: f64,
     /// Mean of the fitted points: the level relative rates are taken of.
-    #[serde(skip)]
     pub mean_level: f64,
     /// The model the verdict used, for the charts: segments of the series,
     /// and the troughs with their line when a saw-tooth was judged on them.
-    #[serde(skip)]
     pub model: Model,
 }
 
@@ -172,25 +155,11 @@ impl SeriesFit {
 
     /// The rate the verdict rests on at the end of the series, and its 95%
     /// CI: the verdict's own estimate (`end_rate`), what the gate judges
-    /// against its limit. For a summary without `end_rate`: a leak's rate; a
-    /// plateau's slope at the end (not its fill rate: what it adds from
-    /// here on); the least-squares slope otherwise.
+    /// against its limit; the line for a series no estimator judged.
     pub fn judged_rate(&self) -> (Option<f64>, Option<(f64, f64)>) {
-        if let Some(end) = self.end_rate {
-            return (Some(end.rate), Some(end.ci95));
-        }
-        // A summary without `end_rate`.
-        match self.verdict {
-            Verdict::Leak => match self.rate_from {
-                Some(RateFrom::Line) => (self.slope, self.slope_ci95),
-                Some(_) => (self.rate, self.rate_ci95),
-                // A summary without `rate_from`: its rate, else the line.
-                None => (self.rate.or(self.slope), self.rate_ci95.or(self.slope_ci95)),
-            },
-            Verdict::Plateau if self.end_slope_ci95.is_some() => {
-                (self.end_slope, self.end_slope_ci95)
-            }
-            _ => (self.slope, self.slope_ci95),
+        match self.end_rate {
+            Some(end) => (Some(end.rate), Some(end.ci95)),
+            None => (self.slope, self.slope_ci95),
         }
     }
 }
@@ -992,13 +961,8 @@ mod tests {
         assert!(lo <= 512.0 * KIB && 512.0 * KIB <= hi, "{:?}", f.rate_ci95);
         assert!(f.slope.unwrap() > 1.2 * 512.0 * KIB, "{:?}", f.slope);
         assert_eq!(f.judged_rate(), (f.rate, f.rate_ci95));
-        let json = serde_json::to_value(&f).unwrap();
-        assert_eq!(json["rate_from"], "end_segment");
-        // A summary without the field reads as naming no estimate.
-        let mut old = json;
-        old.as_object_mut().unwrap().remove("rate_from");
-        let old: SeriesFit = serde_json::from_value(old).unwrap();
-        assert_eq!(old.rate_from, None);
-        assert_eq!(old.judged_rate(), (f.rate, f.rate_ci95));
+        let json = serde_json::to_value(crate::summary::Series::of(&f)).unwrap();
+        assert_eq!(json["end_rate"]["from"], "end_segment");
+        assert_eq!(json["end_rate"]["rate"], f.rate.unwrap());
     }
 }

@@ -5,8 +5,6 @@
 //! Python type's live objects (count and bytes) per run, through the same
 //! fits, verdicts and per-task pooling as the sites.
 
-use serde::{Deserialize, Serialize};
-
 use super::findings::Finding;
 use super::findings::workers::{TaskSteps, leaking_steps};
 use super::{MIN_SLOPE_BYTES, SeriesFit, verdict};
@@ -21,35 +19,25 @@ const MAX_SITES: usize = 50;
 /// cache filled at the first run).
 const HELD_BYTES: u64 = 1 << 20;
 
-/// One allocation site, judged.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// One allocation site, judged (summary.json writes it as `summary::Site`).
+#[derive(Debug, Clone, PartialEq)]
 pub struct SiteFit {
     pub scope: Scope,
-    /// The tracer that found it; a summary.json without the field reads as
-    /// python.
-    #[serde(default)]
+    /// The tracer that found it.
     pub source: SiteSource,
     /// `file:line` of the innermost user frame.
     pub site: String,
     pub verdict: verdict::Verdict,
-    /// Growth per run pooled over the scope's processes, bytes, with its CI
-    /// (per hour when `per_hour`; summary.json then names them
-    /// `bytes_per_hour`, see [`SiteFit::named_for_its_unit`]).
+    /// The estimate the verdict was decided on: per x (run, or hour when `per_hour`), or per
+    /// task in a pool whose workers' task steps were seen (`from` `task_steps`).
+    pub end_rate: Option<verdict::EndRate>,
+    /// The headline growth per x pooled over the scope's processes, bytes, with its CI.
     pub bytes_per_run: Option<f64>,
     pub bytes_per_run_ci95: Option<(f64, f64)>,
-    /// Growth per hour since the attach, bytes, with its CI: summary.json's
-    /// name for the rate of a site read while attached.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub bytes_per_hour: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub bytes_per_hour_ci95: Option<(f64, f64)>,
     /// In a pool (several processes hold it): growth per task a process
     /// handled, with its CI, and how many such steps were seen.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bytes_per_task: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bytes_per_task_ci95: Option<(f64, f64)>,
-    #[serde(default, skip_serializing_if = "is_zero")]
     pub tasks_seen: usize,
     pub reason: String,
     /// What it holds in the processes that answered last, bytes.
@@ -59,30 +47,9 @@ pub struct SiteFit {
     pub traceback: Vec<String>,
     /// Its growth as a share of the scope's anonymous-memory growth (a leak
     /// of both), 0–1; tracemalloc sees Python's allocators only.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub share_of_anon: Option<f64>,
-    /// Its x is hours since the session began (`attach --native-sites`):
-    /// `bytes_per_run` is then bytes per hour. summary.json says so by
-    /// the field's name (`native_sites`' `bytes_per_hour`).
-    #[serde(skip)]
+    /// Its x is hours since the session began (attached): its rates are per hour.
     pub per_hour: bool,
-}
-
-impl SiteFit {
-    /// As summary.json writes it: a rate per hour (attached) under
-    /// `bytes_per_hour`, not under the per-run name.
-    pub fn named_for_its_unit(&self) -> SiteFit {
-        let mut s = self.clone();
-        if s.per_hour {
-            s.bytes_per_hour = s.bytes_per_run.take();
-            s.bytes_per_hour_ci95 = s.bytes_per_run_ci95.take();
-        }
-        s
-    }
-}
-
-fn is_zero(n: &usize) -> bool {
-    *n == 0
 }
 
 /// `min_slope_abs` per run (per hour over time): bytes for sites and type
@@ -198,10 +165,9 @@ pub fn fit_site(s: &SiteSeries, fits: &[SeriesFit], found: &[Finding]) -> SiteFi
         source: s.source,
         site: s.site.clone(),
         verdict: c.verdict,
+        end_rate: c.end_rate,
         bytes_per_run: rate,
         bytes_per_run_ci95: ci,
-        bytes_per_hour: None,
-        bytes_per_hour_ci95: None,
         bytes_per_task: steps.map(|s| s.per_task),
         bytes_per_task_ci95: steps.map(|s| s.ci),
         tasks_seen: steps.map_or(0, |s| s.steps),
@@ -229,46 +195,41 @@ const MAX_TYPES: usize = 50;
 const HELD_OBJECTS: u64 = 10_000;
 
 /// One type's live objects, judged by their count; their bytes (Python's
-/// `sys.getsizeof`, the JVM's shallow size) are judged beside it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// `sys.getsizeof`, the JVM's shallow size) are judged beside it (summary.json writes it as
+/// `summary::Type`).
+#[derive(Debug, Clone, PartialEq)]
 pub struct TypeFit {
     pub scope: Scope,
-    /// Whose types: `python` (`--py-sites`) or `java` (`--jvm-classes`);
-    /// a summary without the field reads as python.
-    #[serde(default)]
+    /// Whose types: `python` (`--py-sites`) or `java` (`--jvm-classes`).
     pub runtime: SiteSource,
     /// Python: the module-qualified class name (`logging.LogRecord`;
     /// builtins bare; `(untracked)`: what tracemalloc traces beyond the
     /// tracked objects). Java: the JVM's name (`com.example.Session`,
     /// `[B` for byte[]).
-    #[serde(rename = "type")]
     pub name: String,
-    /// The count's verdict.
+    /// The count's verdict, and the estimate it was decided on (objects per x, or per task).
     pub verdict: verdict::Verdict,
+    pub end_rate: Option<verdict::EndRate>,
     /// Objects gained per run pooled over the scope's processes, with CI.
     pub objects_per_run: Option<f64>,
     pub objects_per_run_ci95: Option<(f64, f64)>,
     /// In a pool: objects gained per task a process handled.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub objects_per_task: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub objects_per_task_ci95: Option<(f64, f64)>,
-    #[serde(default, skip_serializing_if = "is_zero")]
     pub tasks_seen: usize,
-    /// The bytes' verdict and growth, bytes per run (per task in a pool).
+    /// The bytes' verdict, the estimate it was decided on, and their growth, bytes per run
+    /// (per task in a pool).
     pub bytes_verdict: verdict::Verdict,
+    pub bytes_end_rate: Option<verdict::EndRate>,
     pub bytes_per_run: Option<f64>,
     pub bytes_per_run_ci95: Option<(f64, f64)>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bytes_per_task: Option<f64>,
     pub reason: String,
     /// Live objects and their bytes in the processes that answered last.
     pub objects: u64,
     pub held_bytes: u64,
     pub processes: usize,
-    /// Its rates are per hour (read while attached), not per run; the
-    /// `_per_run` fields then hold per-hour figures.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    /// Its rates are per hour (read while attached), not per run.
     pub per_hour: bool,
 }
 
@@ -335,12 +296,14 @@ fn fit_type(t: &TypeSeries) -> TypeFit {
         runtime: t.count.source,
         name: t.count.site.clone(),
         verdict: c.verdict,
+        end_rate: c.end_rate,
         objects_per_run: rate,
         objects_per_run_ci95: ci,
         objects_per_task: steps.map(|s| s.per_task),
         objects_per_task_ci95: steps.map(|s| s.ci),
         tasks_seen: steps.map_or(0, |s| s.steps),
         bytes_verdict: b.verdict,
+        bytes_end_rate: b.end_rate,
         bytes_per_run: b.rate.or(b.fit.as_ref().map(|f| f.slope)),
         bytes_per_run_ci95: b.fit.as_ref().and_then(|f| f.slope_ci95),
         bytes_per_task: byte_steps.map(|s| s.per_task),

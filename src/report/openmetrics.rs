@@ -317,19 +317,19 @@ fn series_families(latest: &Latest) -> Vec<Family> {
 fn fit_families(a: &Analysis) -> Vec<Family> {
     let mut growth = Family::new(
         "leakwatch_growth_bytes_per_second",
-        "Fitted growth of a series over the samples so far (the verdict's rate, as summary.json's rate), bytes per second.",
+        "Growth of a series at the end of the samples so far: the rate its verdict was decided on (summary.json's end_rate), bytes per second.",
     );
     let mut lower = Family::new(
         "leakwatch_growth_ci95_lower_bytes_per_second",
-        "Lower end of the growth's 95% confidence interval, bytes per second.",
+        "Lower end of that rate's 95% confidence interval, bytes per second.",
     );
     let mut upper = Family::new(
         "leakwatch_growth_ci95_upper_bytes_per_second",
-        "Upper end of the growth's 95% confidence interval, bytes per second.",
+        "Upper end of that rate's 95% confidence interval, bytes per second.",
     );
     let mut counts = Family::new(
         "leakwatch_growth_per_second",
-        "Fitted growth of a count series (fds, threads), per second.",
+        "Growth of a count series (fds, threads) at the end, as its verdict was decided, per second.",
     );
     let mut verdict = Family::new(
         "leakwatch_verdict",
@@ -343,16 +343,15 @@ fn fit_families(a: &Analysis) -> Vec<Family> {
                 ("metric", f.metric.name().to_string()),
             ]
         };
-        // The headline rate the verdict and the gate use (a leak's rate, a
-        // plateau's fill), else the least-squares slope.
-        if let Some(s) = f.rate.or(f.slope) {
+        // The rate the verdict was decided on, as the gate judges it.
+        let (rate, ci) = f.judged_rate();
+        if let Some(s) = rate {
             if f.metric.is_bytes() {
                 growth.push(id(), s);
             } else {
                 counts.push(id(), s);
             }
         }
-        let ci = f.rate_ci95.or(f.slope_ci95);
         if let (Some((lo, hi)), true) = (ci, f.metric.is_bytes()) {
             lower.push(id(), lo);
             upper.push(id(), hi);

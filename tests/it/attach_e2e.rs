@@ -27,7 +27,12 @@ fn attach_measures_growth_per_second_within_10_percent() {
     let rss = series(&s, "target", "rss_bytes");
     assert_eq!(rss["x"], "seconds");
     assert!(rss["n"].as_u64().unwrap() >= 20, "{rss}");
-    assert_within("rss slope", rss["slope"].as_f64().unwrap(), 8.0 * MIB, 0.10);
+    assert_within(
+        "rss slope",
+        rss["line"]["slope"].as_f64().unwrap(),
+        8.0 * MIB,
+        0.10,
+    );
     // The deep tier ran (the fixture is small: the budget allows it).
     let pss = series(&s, "target", "pss_bytes");
     assert!(pss["n"].as_u64().unwrap() >= 2, "{pss}");
@@ -299,7 +304,12 @@ fn max_samples_thins_older_cheap_samples_and_report_rebuilds_them() {
             .contains("--max-samples 200")
     );
     let rss = series(&s, "target", "rss_bytes");
-    assert_within("rss slope", rss["slope"].as_f64().unwrap(), 8.0 * MIB, 0.10);
+    assert_within(
+        "rss slope",
+        rss["line"]["slope"].as_f64().unwrap(),
+        8.0 * MIB,
+        0.10,
+    );
     let again = out_dir(&tmp, "again");
     let status = leakwatch()
         .args(["report", "--quiet", "--exit-zero", "--out"])
@@ -310,8 +320,8 @@ fn max_samples_thins_older_cheap_samples_and_report_rebuilds_them() {
     assert!(status.success());
     let rebuilt = summary(&again);
     assert_eq!(
-        series(&rebuilt, "target", "rss_bytes")["slope"],
-        rss["slope"]
+        series(&rebuilt, "target", "rss_bytes")["line"]["slope"],
+        rss["line"]["slope"]
     );
     assert_eq!(rebuilt["notes"], s["notes"]);
 }

@@ -55,7 +55,10 @@ fn export_writes_the_finished_runs_fit_as_openmetrics() {
         "leakwatch_growth_bytes_per_second{series=\"target\",metric=\"anon_bytes\"}",
     );
     // (serde_json reads floats to within an ulp: compare to 1e-12.)
-    let rate = fit["rate"].as_f64().or(fit["slope"].as_f64()).unwrap();
+    let rate = fit["end_rate"]["rate"]
+        .as_f64()
+        .or(fit["line"]["slope"].as_f64())
+        .unwrap();
     assert!(
         (exported - rate).abs() <= 1e-12 * rate.abs(),
         "{exported} vs {rate}"
@@ -341,7 +344,7 @@ fn assert_worst_first(s: &serde_json::Value) {
 /// Pod c and each of a's lives leak at their own rate; b's lives do not leak.
 fn assert_leaking_lives(s: &serde_json::Value) {
     let slope = |i: usize| {
-        series(s, &format!("series:{i}"), "rss_bytes")["slope"]
+        series(s, &format!("series:{i}"), "rss_bytes")["line"]["slope"]
             .as_f64()
             .unwrap()
     };

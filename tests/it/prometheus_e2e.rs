@@ -214,15 +214,18 @@ fn live_agrees_with_the_summary(port: u16, instance: &str, out: &Path) {
     let fin = series(&s, "target", "anon_bytes");
     // The rate the verdict used (summary.json's `rate`; the slope where
     // the fit has no separate rate).
-    let ci = if fin["rate_ci95"].is_array() {
-        &fin["rate_ci95"]
+    let ci = if fin["end_rate"]["ci95"].is_array() {
+        &fin["end_rate"]["ci95"]
     } else {
-        &fin["slope_ci95"]
+        &fin["line"]["ci95"]
     };
     let (f_lo, f_hi) = (ci[0].as_f64().unwrap(), ci[1].as_f64().unwrap());
     eprintln!(
         "live anon rate {slope:.0} B/s (CI {lo:.0} … {hi:.0}); summary.json {:.0} (CI {f_lo:.0} … {f_hi:.0})",
-        fin["rate"].as_f64().or(fin["slope"].as_f64()).unwrap()
+        fin["end_rate"]["rate"]
+            .as_f64()
+            .or(fin["line"]["slope"].as_f64())
+            .unwrap()
     );
     assert!(
         lo <= f_hi && f_lo <= hi,
@@ -278,7 +281,7 @@ fn analyze_judges(port: u16, out: &Path, leak: &str, steady: &str, rate: f64) {
     assert_eq!(found["verdict"], "leak", "{found}");
     assert_within(
         "analyze slope",
-        found["slope"].as_f64().unwrap(),
+        found["line"]["slope"].as_f64().unwrap(),
         rate,
         0.10,
     );
@@ -314,7 +317,7 @@ fn analyze_in_chunks(port: u16, out: &Path, leak: &str, rate: f64) {
         let n = found["n"].as_u64().unwrap();
         eprintln!(
             "analyze --step 10ms '{query}': series:0 n={n} slope {:.0} B/s ({})",
-            found["slope"], found["verdict"]
+            found["line"]["slope"], found["verdict"]
         );
         let notes = s["notes"].to_string();
         if raw {
@@ -333,7 +336,7 @@ fn analyze_in_chunks(port: u16, out: &Path, leak: &str, rate: f64) {
         }
         assert_within(
             "slope at 10 ms",
-            found["slope"].as_f64().unwrap(),
+            found["line"]["slope"].as_f64().unwrap(),
             rate,
             0.10,
         );
@@ -387,7 +390,12 @@ fn analyze_reads_each_refresh_once(port: u16, out: &Path) {
     // One point per refresh: ≈ 40 s of scrapes in the 2 min range, every 3 s.
     let n = found["n"].as_u64().unwrap();
     assert!((8..=45).contains(&n), "{found}");
-    assert_within("held slope", found["slope"].as_f64().unwrap(), MIB, 0.10);
+    assert_within(
+        "held slope",
+        found["line"]["slope"].as_f64().unwrap(),
+        MIB,
+        0.10,
+    );
     assert_eq!(series(&s, "series:1", "rss_bytes")["verdict"], "stable");
 }
 

@@ -82,7 +82,7 @@ fn the_leaking_python_line_is_found_and_the_warm_up_is_not_a_leak() {
     assert!(site_rows > 0);
     assert_within(
         "bytes per run",
-        sites[0]["bytes_per_run"].as_f64().unwrap(),
+        sites[0]["end_rate"]["rate"].as_f64().unwrap(),
         1_000_033.0,
         0.10,
     );
@@ -160,23 +160,23 @@ fn the_leaking_python_type_is_named_first_and_warm_up_and_cache_are_not_leaks() 
             "150",
         ],
     );
-    let types = s["py_types"].as_array().expect("py_types");
+    let types = s["types"].as_array().expect("types");
     let first = &types[0];
     assert_eq!(first["type"], "__main__.Parser", "{types:#?}");
     assert_eq!(first["verdict"], "leak");
     assert_within(
         "Parsers per run",
-        first["objects_per_run"].as_f64().unwrap(),
+        first["end_rate"]["rate"].as_f64().unwrap(),
         700.0,
         0.05,
     );
     let (lo, hi) = (
-        first["objects_per_run_ci95"][0].as_f64().unwrap(),
-        first["objects_per_run_ci95"][1].as_f64().unwrap(),
+        first["end_rate"]["ci95"][0].as_f64().unwrap(),
+        first["end_rate"]["ci95"][1].as_f64().unwrap(),
     );
     assert!(lo <= 700.0 && 700.0 <= hi + 1e-9, "CI {lo} … {hi}");
     assert_eq!(first["objects"], 12 * 700);
-    assert!(first["bytes_per_run"].as_f64().unwrap() > 700.0 * 16.0);
+    assert!(first["bytes"]["end_rate"]["rate"].as_f64().unwrap() > 700.0 * 16.0);
     // Created once: listed for its 20,000 objects, not a leak.
     let warm = find(types, "__main__.ScopeInfo");
     assert_eq!(warm["objects"], 20_000);
@@ -196,7 +196,7 @@ fn the_leaking_python_type_is_named_first_and_warm_up_and_cache_are_not_leaks() 
     let csv = std::fs::read_to_string(out.join("samples.csv")).unwrap();
     assert!(csv.lines().any(|l| l.contains(",__main__.Parser,type,")));
     let rebuilt = report_again(&out, &tmp.path().join("again"));
-    assert_eq!(rebuilt["py_types"], s["py_types"]);
+    assert_eq!(rebuilt["types"], s["types"]);
 }
 
 #[test]
@@ -204,12 +204,12 @@ fn a_real_librarys_kept_log_records_are_the_type_that_grows() {
     // logging.handlers.MemoryHandler without a target keeps every record.
     let tmp = tempfile::tempdir().unwrap();
     let s = pyd_types(&tmp, "10", &["--log-records", "40"]);
-    let types = s["py_types"].as_array().expect("py_types");
+    let types = s["types"].as_array().expect("types");
     assert_eq!(types[0]["type"], "logging.LogRecord", "{types:#?}");
     assert_eq!(types[0]["verdict"], "leak");
     assert_within(
         "LogRecords per run",
-        types[0]["objects_per_run"].as_f64().unwrap(),
+        types[0]["end_rate"]["rate"].as_f64().unwrap(),
         40.0,
         0.05,
     );

@@ -25,7 +25,9 @@ fn detached_daemon_leaking_4mib_per_request_is_measured_within_5_percent() {
     assert_eq!(s["runs"], 10);
     assert_eq!(s["mode"], "run");
     for metric in ["rss_bytes", "pss_bytes", "uss_bytes", "anon_bytes"] {
-        let slope = series(&s, "survivors", metric)["slope"].as_f64().unwrap();
+        let slope = series(&s, "survivors", metric)["line"]["slope"]
+            .as_f64()
+            .unwrap();
         assert_within(metric, slope, 4.0 * MIB, 0.05);
     }
     assert_eq!(series(&s, "survivors", "rss_bytes")["n"], 10);
@@ -107,10 +109,17 @@ fn watched_daemon_leak_is_measured_within_5_percent() {
     let pss = series(&s, &name, "pss_bytes");
     // Run 0 is the baseline before the first run.
     assert_eq!(pss["n"], 11);
-    assert_within("pss slope", pss["slope"].as_f64().unwrap(), 4.0 * MIB, 0.05);
+    assert_within(
+        "pss slope",
+        pss["line"]["slope"].as_f64().unwrap(),
+        4.0 * MIB,
+        0.05,
+    );
     assert_within(
         "rss slope",
-        series(&s, &name, "rss_bytes")["slope"].as_f64().unwrap(),
+        series(&s, &name, "rss_bytes")["line"]["slope"]
+            .as_f64()
+            .unwrap(),
         4.0 * MIB,
         0.05,
     );
@@ -119,7 +128,7 @@ fn watched_daemon_leak_is_measured_within_5_percent() {
 #[test]
 fn watched_steady_daemon_does_not_grow() {
     let (s, pid) = watch_daemon(&["--leak", "0"], "steady");
-    let slope = series(&s, &format!("pid:{pid}"), "rss_bytes")["slope"]
+    let slope = series(&s, &format!("pid:{pid}"), "rss_bytes")["line"]["slope"]
         .as_f64()
         .unwrap();
     // 1 MiB is allocated and freed per request: nothing may stay.

@@ -69,7 +69,7 @@ fn attach(args: &[&str], out: &Path) -> std::process::Output {
 }
 
 fn slope(s: &serde_json::Value, name: &str, metric: &str) -> f64 {
-    series(s, name, metric)["slope"].as_f64().unwrap()
+    series(s, name, metric)["line"]["slope"].as_f64().unwrap()
 }
 
 #[test]
@@ -137,19 +137,22 @@ fn a_tmpfs_leak_is_found_in_the_cgroups_shmem_while_rss_stays_flat() {
     assert_exit_matches_verdict(o.status, &out);
     let s = summary(&out);
     let shmem = series(&s, "cgroup", "shmem_bytes");
-    eprintln!("cgroup shmem: {} {}", shmem["verdict"], shmem["slope"]);
+    eprintln!(
+        "cgroup shmem: {} {}",
+        shmem["verdict"], shmem["line"]["slope"]
+    );
     assert_eq!(shmem["verdict"], "leak", "{shmem}");
     assert_within(
         "shmem slope",
-        shmem["slope"].as_f64().unwrap(),
+        shmem["line"]["slope"].as_f64().unwrap(),
         2.0 * MIB,
         0.10,
     );
     let rss = series(&s, "target", "rss_bytes");
-    eprintln!("process RSS: {} {}", rss["verdict"], rss["slope"]);
+    eprintln!("process RSS: {} {}", rss["verdict"], rss["line"]["slope"]);
     assert_ne!(rss["verdict"], "leak", "{rss}");
     assert!(
-        rss["slope"].as_f64().unwrap().abs() < 0.01 * 2.0 * MIB,
+        rss["line"]["slope"].as_f64().unwrap().abs() < 0.01 * 2.0 * MIB,
         "{rss}"
     );
     assert_eq!(s["verdict"], "leak");
@@ -172,13 +175,17 @@ fn a_socket_leak_is_found_in_the_cgroups_kernel_memory_while_rss_stays_flat() {
     assert_exit_matches_verdict(o.status, &out);
     let s = summary(&out);
     let kernel = series(&s, "cgroup", "kernel_bytes");
-    eprintln!("cgroup kernel: {} {}", kernel["verdict"], kernel["slope"]);
+    eprintln!(
+        "cgroup kernel: {} {}",
+        kernel["verdict"], kernel["line"]["slope"]
+    );
     assert_eq!(kernel["verdict"], "leak", "{kernel}");
     let rss = series(&s, "target", "rss_bytes");
-    eprintln!("process RSS: {} {}", rss["verdict"], rss["slope"]);
+    eprintln!("process RSS: {} {}", rss["verdict"], rss["line"]["slope"]);
     assert_ne!(rss["verdict"], "leak", "{rss}");
     assert!(
-        rss["slope"].as_f64().unwrap().abs() < 0.05 * kernel["slope"].as_f64().unwrap(),
+        rss["line"]["slope"].as_f64().unwrap().abs()
+            < 0.05 * kernel["line"]["slope"].as_f64().unwrap(),
         "{rss}"
     );
 }

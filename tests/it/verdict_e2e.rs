@@ -23,7 +23,7 @@ fn the_pantsd_seed_is_a_leak_of_4_2_to_4_7_mb_per_run() {
     let pss = series(&s, "pid:4242", "pss_bytes");
     assert_eq!(pss["verdict"], "leak");
     assert_eq!(series(&s, "pid:4242", "anon_bytes")["verdict"], "leak");
-    let slope = pss["slope"].as_f64().unwrap();
+    let slope = pss["line"]["slope"].as_f64().unwrap();
     assert!((4.2e6..=4.7e6).contains(&slope), "slope {slope}");
     // The report went to --out, not into the fixture.
     assert!(!seed.join("summary.json").exists());
@@ -105,8 +105,13 @@ fn leaky_daemon_is_a_leak_in_anonymous_memory_every_time() {
         assert_eq!(series(&s, "survivors", "anon_bytes")["verdict"], "leak");
         let pss = series(&s, "survivors", "pss_bytes");
         assert_eq!(pss["verdict"], "leak");
-        assert_within("pss slope", pss["slope"].as_f64().unwrap(), 4.0 * MIB, 0.05);
-        let ci = pss["slope_ci95"].as_array().unwrap();
+        assert_within(
+            "pss slope",
+            pss["line"]["slope"].as_f64().unwrap(),
+            4.0 * MIB,
+            0.05,
+        );
+        let ci = pss["line"]["ci95"].as_array().unwrap();
         assert!(ci[0].as_f64().unwrap() <= 4.0 * MIB * 1.05);
         assert!(ci[1].as_f64().unwrap() >= 4.0 * MIB * 0.95);
 
@@ -166,7 +171,7 @@ fn plateauing_daemon_is_a_plateau_not_a_leak_every_time() {
         assert_eq!(anon["verdict"], "plateau", "attempt {attempt}: {anon:#}");
         assert_eq!(s["verdict"], "plateau");
         // Filled at 4 MiB/run, flat at the end, and 5 x 4 MiB in all.
-        let end = anon["end_slope"].as_f64().unwrap();
+        let end = anon["end_rate"]["rate"].as_f64().unwrap();
         assert!(end.abs() < 64.0 * 1024.0, "end slope {end}");
         let fill = anon["plateau"]["fill_rate"].as_f64().unwrap();
         assert_within("fill rate", fill, 4.0 * MIB, 0.10);
@@ -194,7 +199,7 @@ fn a_fill_then_a_slower_leak_is_a_leak_at_the_slower_rate_every_time() {
         assert_eq!(anon["verdict"], "leak", "attempt {attempt}: {anon:#}");
         assert_eq!(s["verdict"], "leak");
         // The headline is the end's rate, not the fill's nor the line's.
-        let rate = anon["rate"].as_f64().unwrap();
+        let rate = anon["end_rate"]["rate"].as_f64().unwrap();
         assert_within("rate", rate, 0.5 * MIB, 0.10);
         assert!(anon["plateau"].is_null(), "{anon:#}");
     }

@@ -516,9 +516,11 @@ impl Classification {
 impl Classification {
     /// Task steps that keep coming were seen (`crate::fit::findings::workers::leaking_steps`):
     /// their mean per task and its 95% CI are the end rate the verdict is decided on, against
-    /// `thr` per task (the series' own estimate stays, for its per-run figures).
+    /// `thr` per task (the series' own fit stays, for its per-run figures).
     pub fn judged_per_task(mut self, rate: f64, ci95: (f64, f64), thr: f64) -> Classification {
-        self.verdict = decide(&EndRate::new(RateFrom::TaskSteps, rate, ci95), thr, true);
+        let end = EndRate::new(RateFrom::TaskSteps, rate, ci95);
+        self.verdict = decide(&end, thr, true);
+        self.end_rate = Some(end);
         self
     }
 
