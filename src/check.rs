@@ -1,7 +1,7 @@
 //! `leakwatch check`: compare a fresh summary.json against a committed one
 //! (a baseline): reading both, picking the series to compare, judging.
 //!
-//! A regression is significant when the current slope's 95% CI lies wholly
+//! A regression is significant when the current end rate's 95% CI lies wholly
 //! above the baseline's CI widened by the tolerance and by the practical
 //! threshold (64 KiB per run or per hour): two noisy runs of the same code
 //! overlap and pass. Peaks regress when they exceed the baseline's by more
@@ -153,7 +153,7 @@ fn same_process(from: &Summary, to: &Summary, series: Scope) -> Option<Scope> {
     }
 }
 
-/// A regression when the current slope's CI lies wholly above the
+/// A regression when the current end rate's CI lies wholly above the
 /// baseline's CI widened by the tolerance and the practical threshold.
 fn compare_series(current: &Summary, baseline: &Summary, tolerance: f64, on: &GateOn) -> Check {
     let name = format!("{} {} vs baseline", on.series, on.metric.name());

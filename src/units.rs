@@ -186,6 +186,16 @@ pub fn format_sig3(v: f64) -> String {
     format!("{v:.decimals$}")
 }
 
+/// A p-value as the reasons give it: three decimals, or its order of magnitude below 0.001
+/// (`p = 0.012`, `p = 8e-5`): a smaller one tells nothing more about a verdict.
+pub fn format_p(p: f64) -> String {
+    if p >= 0.001 {
+        format!("p = {p:.3}")
+    } else {
+        format!("p = {p:.0e}")
+    }
+}
+
 /// `n` and its noun, singular or plural: `1 run`, `10 runs`, `1 process`,
 /// `3 processes` (`many` is the plural).
 pub fn counted(n: impl Into<u64>, one: &str, many: &str) -> String {

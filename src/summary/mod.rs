@@ -559,7 +559,7 @@ mod tests {
             ],
             "py_types": []
         });
-        let s: Summary = serde_json::from_value(v1::upgrade(v1).unwrap()).unwrap();
+        let s: Summary = serde_json::from_value(v1::upgrade(v1.clone()).unwrap()).unwrap();
         assert_eq!(s.schema_version, SCHEMA_VERSION);
         let py = &s.py_sites[0];
         assert_eq!((py.x, py.source), (PerX::Hour, SiteSource::Python));
@@ -581,9 +581,23 @@ mod tests {
             Some((RateFrom::TaskSteps, 1.0e6))
         );
         assert_eq!((pool.tasks_seen, pool.traceback.len()), (9, 2));
+        assert_eq!(
+            s.native_sites[0].x,
+            PerX::Hour,
+            "attached, a rate under bytes_per_run was per hour"
+        );
         let t = &s.types[0];
-        assert_eq!((t.runtime, t.x), (SiteSource::Java, PerX::Run));
+        assert_eq!((t.runtime, t.x), (SiteSource::Java, PerX::Hour));
         assert_eq!(t.end_rate.map(|e| e.rate), Some(2000.0));
         assert_eq!(t.bytes.end_rate.map(|e| e.ci95), Some((63000.0, 65000.0)));
+
+        // Before `types`, Python's were `py_types`.
+        let mut older = v1.clone();
+        older["mode"] = "run".into();
+        older["py_types"] = older["types"].take();
+        older.as_object_mut().unwrap().remove("types");
+        let s: Summary = serde_json::from_value(v1::upgrade(older).unwrap()).unwrap();
+        assert_eq!(s.types.len(), 1, "py_types read: {:?}", s.types);
+        assert_eq!(s.types[0].x, PerX::Run);
     }
 }

@@ -24,6 +24,9 @@ pub fn upgrade(mut value: Value) -> Result<Value, String> {
     let Some(top) = value.as_object_mut() else {
         return Err("it is not a JSON object".into());
     };
+    // Attached, every x was hours since the attach, also where a site's per-hour rate was
+    // written under `bytes_per_run` (native sites before `bytes_per_hour`).
+    let attached = top.get("mode").and_then(Value::as_str) == Some("attach");
     let series: Vec<Series> = each::<SeriesV1>(top, "series")?
         .into_iter()
         .map(SeriesV1::upgrade)
@@ -32,21 +35,23 @@ pub fn upgrade(mut value: Value) -> Result<Value, String> {
     // Native sites were listed in `py_sites` before `native_sites` existed.
     let (mut native, py): (Vec<Site>, Vec<Site>) = each::<SiteV1>(top, "py_sites")?
         .into_iter()
-        .map(|s| s.upgrade(SiteSource::Python))
+        .map(|s| s.upgrade(SiteSource::Python, attached))
         .partition(|s| s.source == SiteSource::Native);
     native.extend(
-        each::<NativeSiteV1>(top, "native_sites")?
+        each::<SiteV1>(top, "native_sites")?
             .into_iter()
-            .map(NativeSiteV1::upgrade),
+            .map(|s| s.upgrade(SiteSource::Native, attached)),
     );
     let js: Vec<Site> = each::<SiteV1>(top, "js_sites")?
         .into_iter()
-        .map(|s| s.upgrade(SiteSource::JavaScript))
+        .map(|s| s.upgrade(SiteSource::JavaScript, attached))
         .collect();
-    let types: Vec<Type> = each::<TypeV1>(top, "types")?
-        .into_iter()
-        .map(TypeV1::upgrade)
-        .collect();
+    // Python's types were `py_types` before `types` held every runtime's.
+    let mut types = each::<TypeV1>(top, "types")?;
+    if types.is_empty() {
+        types = each::<TypeV1>(top, "py_types")?;
+    }
+    let types: Vec<Type> = types.into_iter().map(|t| t.upgrade(attached)).collect();
     put(top, "py_sites", &py)?;
     put(top, "native_sites", &native)?;
     put(top, "js_sites", &js)?;
@@ -194,8 +199,8 @@ struct RatesV1 {
 }
 
 impl RatesV1 {
-    fn x(&self) -> PerX {
-        if self.bytes_per_hour.is_some() {
+    fn x(&self, attached: bool) -> PerX {
+        if self.bytes_per_hour.is_some() || attached {
             PerX::Hour
         } else {
             PerX::Run
@@ -222,6 +227,8 @@ impl RatesV1 {
 struct SiteV1 {
     scope: Scope,
     #[serde(default)]
+    x: Option<PerX>,
+    #[serde(default)]
     source: Option<SiteSource>,
     site: String,
     verdict: Verdict,
@@ -232,16 +239,19 @@ struct SiteV1 {
     reason: String,
     held_bytes: u64,
     processes: usize,
-    #[serde(default)]
+    /// A native site's stack was its `frames`.
+    #[serde(default, alias = "frames")]
     traceback: Vec<String>,
     #[serde(default)]
     share_of_anon: Option<f64>,
 }
 
 impl SiteV1 {
-    fn upgrade(self, listed_as: SiteSource) -> Site {
+    /// A site without `source` is one of the list it is in (`py_sites` from before the field,
+    /// every `native_sites` entry); `attached`: the file is `attach` mode's.
+    fn upgrade(self, listed_as: SiteSource, attached: bool) -> Site {
         Site {
-            x: self.rates.x(),
+            x: self.x.unwrap_or(self.rates.x(attached)),
             end_rate: self.rates.end_rate(),
             site: self.site,
             scope: self.scope,
@@ -253,43 +263,6 @@ impl SiteV1 {
             held_bytes: self.held_bytes,
             reason: self.reason,
             traceback: self.traceback,
-        }
-    }
-}
-
-#[derive(Deserialize)]
-struct NativeSiteV1 {
-    site: String,
-    scope: Scope,
-    processes: usize,
-    verdict: Verdict,
-    #[serde(flatten)]
-    rates: RatesV1,
-    #[serde(default)]
-    tasks_seen: usize,
-    #[serde(default)]
-    share_of_anon: Option<f64>,
-    held_bytes: u64,
-    reason: String,
-    #[serde(default)]
-    frames: Vec<String>,
-}
-
-impl NativeSiteV1 {
-    fn upgrade(self) -> Site {
-        Site {
-            x: self.rates.x(),
-            end_rate: self.rates.end_rate(),
-            site: self.site,
-            scope: self.scope,
-            source: SiteSource::Native,
-            processes: self.processes,
-            verdict: self.verdict,
-            tasks_seen: self.tasks_seen,
-            share_of_anon: self.share_of_anon,
-            held_bytes: self.held_bytes,
-            reason: self.reason,
-            traceback: self.frames,
         }
     }
 }
@@ -313,8 +286,6 @@ struct TypeV1 {
     bytes_verdict: Verdict,
     bytes_per_run: Option<f64>,
     bytes_per_run_ci95: Option<(f64, f64)>,
-    #[serde(default)]
-    bytes_per_task: Option<f64>,
     reason: String,
     objects: u64,
     held_bytes: u64,
@@ -324,7 +295,9 @@ struct TypeV1 {
 }
 
 impl TypeV1 {
-    fn upgrade(self) -> Type {
+    /// Version 1 kept a pool's bytes per task without an interval: the type's bytes are then
+    /// judged by their line per run, whose interval it wrote, not by a point.
+    fn upgrade(self, attached: bool) -> Type {
         let objects = end_rate(
             RateFrom::TaskSteps,
             self.objects_per_task,
@@ -337,15 +310,18 @@ impl TypeV1 {
                 self.objects_per_run_ci95,
             )
         });
-        let bytes = end_rate(RateFrom::TaskSteps, self.bytes_per_task, None)
-            .or_else(|| end_rate(RateFrom::Line, self.bytes_per_run, self.bytes_per_run_ci95));
+        let bytes = end_rate(RateFrom::Line, self.bytes_per_run, self.bytes_per_run_ci95);
         Type {
             name: self.name,
             scope: self.scope,
             runtime: self.runtime.unwrap_or(SiteSource::Python),
             processes: self.processes,
             verdict: self.verdict,
-            x: if self.per_hour { PerX::Hour } else { PerX::Run },
+            x: if self.per_hour || attached {
+                PerX::Hour
+            } else {
+                PerX::Run
+            },
             end_rate: objects,
             tasks_seen: self.tasks_seen,
             bytes: TypeBytes {

@@ -161,6 +161,38 @@ fn check_against_a_baseline_catches_a_regression() {
     );
 }
 
+/// A baseline written by leakwatch before schema_version 2 (`fixtures/summary-v1`: the
+/// examples as they were) still gates: its rate reads as the one the example has now, in
+/// either role, and the same run passes.
+#[test]
+fn a_version_1_baseline_still_gates() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for (example, rate) in [
+        ("pantsd-seed", "rate 4.44 MiB/run"),
+        ("leaky-pool", "rate 89.3 KiB/run"),
+    ] {
+        let v1 = root.join(format!("fixtures/summary-v1/{example}.json"));
+        let v2 = root.join(format!("reports/examples/{example}/summary.json"));
+        for (current, baseline) in [(&v2, &v1), (&v1, &v2)] {
+            let out = leakwatch()
+                .arg("check")
+                .arg(current)
+                .arg("--baseline")
+                .arg(baseline)
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(0), "{example}: {stderr}");
+            assert!(stderr.contains("gate: passed"), "{example}: {stderr}");
+            let baseline_rate = format!("vs baseline {}", &rate["rate ".len()..]);
+            assert!(
+                stderr.contains(rate) && stderr.contains(&baseline_rate),
+                "{example}: {rate} on both sides: {stderr}"
+            );
+        }
+    }
+}
+
 #[test]
 fn bad_limits_are_rejected_with_the_accepted_forms() {
     let forms = "'512KiB/run', '20MiB/h', '1%/run'";

@@ -212,8 +212,8 @@ fn live_agrees_with_the_summary(port: u16, instance: &str, out: &Path) {
     );
     let s = summary(out);
     let fin = series(&s, "target", "anon_bytes");
-    // The rate the verdict used (summary.json's `rate`; the slope where
-    // the fit has no separate rate).
+    // The rate the verdict used: summary.json's `end_rate` (the line where
+    // the fit has none).
     let ci = if fin["end_rate"]["ci95"].is_array() {
         &fin["end_rate"]["ci95"]
     } else {

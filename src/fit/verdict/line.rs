@@ -36,7 +36,7 @@
 //! the whole line's 95% CI lies above thr.
 
 use super::power::{POWER, points_needed};
-use super::{Classification, Ctx, EndRate, PlateauInfo, RateFrom, Verdict, Widening, fmt_p};
+use super::{Classification, Ctx, EndRate, PlateauInfo, RateFrom, Verdict, Widening};
 use crate::fit::stats;
 
 /// What a rising line's reason names (`Ctx::line_reason`).
@@ -163,7 +163,7 @@ impl Ctx<'_> {
     fn line_reason(&self, v: Verdict, r: &LineReading) -> String {
         let slope_txt = self.slope_txt();
         let end_txt = format!("{} in the second half", self.per_x(r.seg.tail_slope));
-        let p_txt = fmt_p(self.mk.p_two_sided);
+        let p_txt = crate::units::format_p(self.mk.p_two_sided);
         match v {
             // The headline is the end's rate: the reason names it.
             Verdict::Leak if r.kept_pace && r.end.from == RateFrom::CurveEnd => format!(
@@ -331,7 +331,7 @@ impl Ctx<'_> {
         lower: Option<(Widening, f64)>,
     ) -> Classification {
         let (lo, hi) = self.ci;
-        let p_txt = fmt_p(self.mk.p_two_sided);
+        let p_txt = crate::units::format_p(self.mk.p_two_sided);
         let slope_txt = self.slope_txt();
         let why = if rising {
             format!(

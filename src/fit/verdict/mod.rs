@@ -719,7 +719,7 @@ impl<'a> Ctx<'a> {
             let sign = if v >= 0.0 { "+" } else { "-" };
             format!("{sign}{}", crate::units::format_sig3(v.abs()))
         } else {
-            fmt_signed(v)
+            crate::units::format_signed_bytes(v)
         }
     }
 
@@ -728,7 +728,7 @@ impl<'a> Ctx<'a> {
         if self.t.counts {
             crate::units::format_sig3(v.abs())
         } else {
-            fmt_bytes(v)
+            crate::units::format_bytes(v.abs())
         }
     }
 
@@ -1055,26 +1055,6 @@ fn segment_sigma(seg: &changepoint::Segmentation) -> f64 {
 fn halves(x: &[f64], y: &[f64]) -> Option<stats::SegmentedFit> {
     let mut sorted = x.to_vec();
     stats::segmented_fit(x, y, stats::median(&mut sorted)?)
-}
-
-/// Bytes per unit in binary units, e.g. "+4.43 MiB/run".
-/// Signed bytes in binary units, 3 significant digits, e.g. "+4.43 MiB" (`units`, as
-/// every other number leakwatch prints).
-fn fmt_signed(bytes: f64) -> String {
-    crate::units::format_signed_bytes(bytes)
-}
-
-/// |bytes| in binary units, 3 significant digits, e.g. "4.43 MiB".
-fn fmt_bytes(bytes: f64) -> String {
-    crate::units::format_bytes(bytes.abs())
-}
-
-fn fmt_p(p: f64) -> String {
-    if p >= 0.001 {
-        format!("p = {p:.3}")
-    } else {
-        format!("p = {p:.0e}")
-    }
 }
 
 #[cfg(test)]

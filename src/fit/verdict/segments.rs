@@ -317,11 +317,11 @@ impl Ctx<'_> {
             return c;
         }
         if end.ci95.0 > self.thr {
-            let segments = segs.len() - 1;
+            let segments = crate::units::counted(segs.len() as u64 - 1, "segment", "segments");
             c.set_rate(RateFrom::EndSegment, end_slope);
             return c.conclude(end, self.thr, true, |_| {
                 format!(
-                    "grows {end_txt} (before that {} in {segments} segments)",
+                    "grows {end_txt} (before that {} in {segments})",
                     self.per_x(2.0 * pace)
                 )
             });

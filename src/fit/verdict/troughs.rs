@@ -21,8 +21,8 @@
 
 use super::power::POWER;
 use super::{
-    Classification, Ctx, DecidedBy, EndRate, PlateauInfo, RateFrom, Verdict, Widening, fmt_p,
-    halves, segment_sigma, slope_se,
+    Classification, Ctx, DecidedBy, EndRate, PlateauInfo, RateFrom, Verdict, Widening, halves,
+    segment_sigma, slope_se,
 };
 use crate::fit::changepoint;
 use crate::fit::envelope::{self, Envelope};
@@ -61,7 +61,7 @@ impl Ctx<'_> {
             "troughs (the lowest sample of each of {} windows) {}, {}; teeth ≈ {teeth} high; mean {mean_txt}",
             env.windows,
             self.per_x(fit.slope),
-            fmt_p(mk.p_two_sided)
+            crate::units::format_p(mk.p_two_sided)
         );
         let mut floor = EndRate::new(RateFrom::Troughs, fit.slope, ci);
         let ranks_rise =
