@@ -229,12 +229,31 @@ fn anon_fit(s: &Value, pid: u32) -> &Value {
         .unwrap_or_else(|| panic!("no anon series of {pid} in {s:#}"))
 }
 
+/// Every series and tree finding of `s` that says leak, `scope metric: reason`, one per line.
+fn leaks(s: &Value) -> String {
+    let series = s["series"].as_array().into_iter().flatten();
+    let findings = s["findings"].as_array().into_iter().flatten();
+    series
+        .chain(findings)
+        .filter(|x| x["verdict"] == "leak" || x["kind"] == "leak")
+        .map(|x| {
+            let (scope, what) = (
+                x.get("name").unwrap_or(&x["scope"]),
+                x.get("metric").unwrap_or(&x["kind"]),
+            );
+            format!("\n  {scope} {what}: {}", x.get("reason").unwrap_or(x))
+        })
+        .collect()
+}
+
 /// What one mode measured: leakwatch's fit, the anon growth and the
 /// runtime's own, per run or per second, and in attach the test's own anon
 /// readings (seconds since the session began, bytes).
 struct Seen {
     fit: Value,
     verdict: Value,
+    /// The series (and tree findings) that called it a leak, with their reasons.
+    leaks: String,
     exit: Option<i32>,
     anon_rate: f64,
     own_rate: f64,
@@ -279,6 +298,7 @@ fn run_20(rt: Runtime, keep: bool, srv: &Server, out: &Path) -> Seen {
     Seen {
         fit: anon_fit(&s, pid).clone(),
         verdict: s["verdict"].clone(),
+        leaks: leaks(&s),
         exit: status.code(),
         anon_rate: (a1 - a0) / 20.0,
         own_rate: (t1 - t0) / 20.0,
@@ -355,6 +375,7 @@ fn attach_60s(rt: Runtime, keep: bool, srv: &Server, out: &Path) -> Seen {
     Seen {
         fit: anon_fit(&s, pid).clone(),
         verdict: s["verdict"].clone(),
+        leaks: leaks(&s),
         exit: status.code(),
         anon_rate: (a1 - a0) / secs,
         own_rate: (t1 - t0) / own_secs,
@@ -416,7 +437,11 @@ fn judge(rt: Runtime, keep: bool, mode: &str, seen: &Seen, tolerance: f64) {
             if mode == "run" { "run" } else { "s" }
         ));
     } else {
-        assert_ne!(seen.verdict, "leak", "{rt:?} {mode}");
+        assert_ne!(
+            seen.verdict, "leak",
+            "{rt:?} {mode}, called a leak by:{}",
+            seen.leaks
+        );
         assert_eq!(seen.exit, Some(0), "{rt:?} {mode}: no leak exits 0");
     }
 }
