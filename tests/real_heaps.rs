@@ -410,11 +410,36 @@ fn judge(rt: Rt, keep: bool, mode: &str, seen: &Seen, source: &str) {
         // makes (1 MiB a request).
         let keeping = f64::from(work(rt).0) * 1024.0 * 2.0;
         assert!(rate < 0.01 * keeping, "{rt:?} {mode}: {heap:#}");
+    } else if mode == "attach" && heap["verdict"] == "leak" && truth_grew(heap, seen.truth_rate) {
+        // A JVM serving requests that keep nothing may still grow its live heap by what its
+        // own accounting after a full collection confirms (Parallel, attached a minute: the
+        // truth +349 B/s, 1.2 MiB/h, against a threshold of 64 KiB/h): a leak by the
+        // contract, not a misreading. Allowed when the truth grew over twice the threshold and
+        // the rate is under 1% of what keeping makes.
+        let keeping = f64::from(work(rt).0) * 1024.0 * 2.0;
+        assert!(rate < 0.01 * keeping, "{rt:?} {mode}: {heap:#}");
+        assert_ne!(
+            fit(s, "anon_bytes")["verdict"],
+            "leak",
+            "{rt:?} {mode}: {s:#}"
+        );
+        real::skip_note(&format!(
+            "{rt:?} drop attach: its own accounting grew {:.0} B/s, a leak by the threshold",
+            seen.truth_rate
+        ));
     } else {
         assert_ne!(heap["verdict"], "leak", "{rt:?} {mode}: {heap:#}");
         assert_ne!(s["verdict"], "leak", "{rt:?} {mode}: {s:#}");
         assert_eq!(seen.exit, Some(0), "{rt:?} {mode}: no leak exits 0");
     }
+}
+
+/// The runtime's own accounting grew over twice the practical threshold of an attached
+/// series (`max(64 KiB, 0.1% of its level)` per hour), in bytes per second.
+fn truth_grew(heap: &Value, truth_rate: f64) -> bool {
+    let level = heap["last"].as_f64().unwrap_or(0.0);
+    let thr = (64.0 * 1024.0_f64).max(0.001 * level) / 3600.0;
+    truth_rate > 2.0 * thr
 }
 
 fn tries() -> u32 {
