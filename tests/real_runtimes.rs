@@ -426,7 +426,7 @@ fn judge(rt: Runtime, keep: bool, mode: &str, seen: &Seen, tolerance: f64) {
         // accounting stayed under a tenth of it.
         let level = f["last"].as_f64().unwrap_or(0.0);
         let per = if mode == "run" { 1.0 } else { 3600.0 };
-        let thr = (64.0 * 1024.0_f64).max(0.001 * level) / per;
+        let thr = real::practical_threshold(level, per);
         let anon_rate = seen.anon_rate_from(f["end_start_x"].as_f64());
         let crept = anon_rate > 2.0 * thr
             && (anon_rate / 3.0..=3.0 * anon_rate).contains(&rate)

@@ -50,6 +50,13 @@ pub fn missing<T>(what: &str) -> Option<T> {
     )
 }
 
+/// leakwatch's practical threshold for a series at `level` bytes, in bytes per x unit:
+/// `max(64 KiB, 0.1% of the level)` per run, or per hour when `per` is 3600 (x in seconds)
+/// — `fit::MIN_SLOPE_BYTES` and the default `min_slope_fraction`.
+pub fn practical_threshold(level: f64, per: f64) -> f64 {
+    (64.0 * 1024.0_f64).max(0.001 * level) / per
+}
+
 /// Prints a line that the test harness does not capture (eprintln! output
 /// of a passing test is swallowed; a skip must be visible).
 pub fn skip_note(line: &str) {
