@@ -26,6 +26,8 @@ pub mod sample;
 pub mod series;
 // series → fits, verdicts, findings,
 pub mod fit;
+// fits in words: every sentence and figure the outputs say,
+pub mod phrase;
 // verdicts → the CI gate,
 pub mod gate;
 // summary.json,

@@ -967,6 +967,7 @@ fn simulate_shape(shape: Shape, n: usize, noise: f64, seeds: u64) -> ShapeCell {
     for seed in 0..seeds {
         let (x, y) = shape_series(shape, n, noise, seed);
         let c = classify(&x, &y, None, &t);
+        say_reason(&format!("{} n={n} seed={seed}", shape.label()), &c);
         cell.runs += 1;
         cell.counts[c.verdict as usize] += 1;
         if c.verdict == Verdict::Leak && shape.truth() != Verdict::Leak && cell.false_leak.is_none()
@@ -1162,12 +1163,22 @@ fn rate_coverage(n: usize, noise_pct: f64, truth: Truth, seeds: u64) -> Coverage
     let mut cov = Coverage::default();
     for seed in 0..seeds {
         let y = truth.series(&x, noise_pct, seed);
-        cov.add(
-            &classify(&x, &y, None, &Thresholds::default()),
-            truth_end_rate(truth, n),
+        let c = classify(&x, &y, None, &Thresholds::default());
+        say_reason(
+            &format!("{truth:?} n={n} noise={noise_pct} seed={seed}"),
+            &c,
         );
+        cov.add(&c, truth_end_rate(truth, n));
     }
     cov
+}
+
+/// With LEAKWATCH_TEST_SHAPE_REASONS set, every series' word and reason on stderr: two
+/// builds' lists show whether a change of wording changed any sentence.
+fn say_reason(what: &str, c: &verdict::Classification) {
+    if std::env::var_os("LEAKWATCH_TEST_SHAPE_REASONS").is_some() {
+        eprintln!("{what}: {:?} {}", c.verdict, c.reason);
+    }
 }
 
 /// The end rate's interval holds the truth in ≥ 90% of `seeds` series of the row: the
@@ -1189,7 +1200,12 @@ fn shape_coverage(shape: Shape, n: usize, noise: f64, seeds: u64) -> Coverage {
     let mut cov = Coverage::default();
     for seed in 0..seeds {
         let (x, y) = shape_series(shape, n, noise, seed);
-        cov.add(&classify(&x, &y, None, &t), shape_end_rate(shape, n));
+        let c = classify(&x, &y, None, &t);
+        say_reason(
+            &format!("{} n={n} noise={noise} seed={seed}", shape.label()),
+            &c,
+        );
+        cov.add(&c, shape_end_rate(shape, n));
     }
     cov
 }

@@ -44,7 +44,7 @@ fn main() -> ExitCode {
             num(f.bytes_per_run_ci95.map(|c| c.0)),
             num(f.bytes_per_run_ci95.map(|c| c.1)),
             listed.as_ref().map_or("-", |l| l.verdict.as_str()),
-            f.reason.replace(['\t', '\n'], " "),
+            f.reason.to_string().replace(['\t', '\n'], " "),
         );
     }
     ExitCode::SUCCESS

@@ -210,12 +210,16 @@ pub fn analyze(opts: &AnalyzeOptions) -> Result<Exit> {
             )
         ));
     }
-    notes.extend(fit::lives::pooled_notes(
+    let pooled = fit::lives::pooled(
         lives
             .iter()
             .map(|l| (prometheus::label_text(&l.labels), l.points.as_slice())),
-        opts.metric,
-    ));
+    );
+    notes.extend(
+        pooled
+            .iter()
+            .map(|p| crate::phrase::pooled_lives(p, opts.metric)),
+    );
     let dir = app::new_out_dir(&opts.output)?;
     output::create_dir(&dir).context("--out")?;
     let samples = dir.join("samples.csv");
@@ -271,7 +275,7 @@ fn legend(a: &fit::Analysis, metric: Metric) -> String {
         let fit = a.fit_of(Scope::Series(*i), metric);
         let verdict = fit.map(|f| f.verdict.as_str()).unwrap_or("–");
         let rate = fit
-            .and_then(|f| f.slope.map(|s| crate::report::phrase::rate(f, s)))
+            .and_then(|f| f.slope.map(|s| crate::phrase::rate(f, s)))
             .unwrap_or_else(|| "–".into());
         out.push_str(&format!("  series:{i} {labels}: {verdict}, {rate}\n"));
     }

@@ -8,7 +8,6 @@ use serde::{Deserialize, Serialize};
 use super::{SeriesFit, stats};
 use crate::series::{Metric, Samples};
 use crate::store::Scope;
-use crate::units::format_signed_bytes;
 
 /// Kinds a scope's growth can be split into (they add up to RSS); a
 /// cgroup's kernel memory (`Metric::KERNEL`, which no RSS holds) follows them.
@@ -61,9 +60,6 @@ pub struct Attribution {
     pub processes: Vec<ProcessGrowth>,
     /// Mappings that grew most between the first and last smaps (at most 10).
     pub mappings: Vec<MappingGrowth>,
-    /// One phrase for the terminal: `in anon memory, most in the [heap]
-    /// mapping (+36.0 MiB)`.
-    pub summary: String,
 }
 
 /// Attributes the growth of `main` (a headline fit) within its scope.
@@ -82,22 +78,6 @@ pub fn attribute(main: &SeriesFit, fits: &[SeriesFit], samples: &Samples) -> Att
     let processes = processes(main, samples);
     let mappings = mappings(main.scope, samples);
 
-    let mut parts = Vec::new();
-    if let Some(top) = kinds.first().filter(|k| k.slope > 0.0) {
-        parts.push(format!("in {} memory", top.metric.label()));
-    }
-    if let Some(m) = mappings.first().filter(|m| m.growth_bytes > 0) {
-        parts.push(format!(
-            "most in the {} mapping ({})",
-            m.mapping,
-            format_signed_bytes(m.growth_bytes as f64)
-        ));
-    }
-    if processes.len() > 1
-        && let Some(p) = processes.first()
-    {
-        parts.push(format!("mainly in pid {} ({})", p.pid, p.comm));
-    }
     Attribution {
         series: main.scope,
         metric: main.metric,
@@ -106,7 +86,6 @@ pub fn attribute(main: &SeriesFit, fits: &[SeriesFit], samples: &Samples) -> Att
         shared_slope: scope_slope(Metric::SharedBytes),
         processes,
         mappings,
-        summary: parts.join(", "),
     }
 }
 

@@ -50,32 +50,34 @@ pub fn worst_first<L>(
     judged.into_iter().map(|(_, l)| l).collect()
 }
 
-/// A note per label set that restarted: its growth within a life, pooled
-/// over its lives (each life is judged on its own as well). `lives`: each
-/// life's label set (as text) and points.
-pub fn pooled_notes<'a>(
-    lives: impl IntoIterator<Item = (String, &'a [(f64, f64)])>,
-    metric: Metric,
-) -> Vec<String> {
+/// One label set that restarted: its growth within a life, pooled over its lives (each life
+/// is judged on its own as well). Slopes per second.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PooledLives {
+    pub labels: String,
+    pub lives: usize,
+    pub slope: f64,
+    pub ci95: (f64, f64),
+}
+
+/// Every label set that restarted, pooled (`crate::phrase::pooled_lives` words each).
+/// `lives`: each life's label set (as text) and points.
+pub fn pooled<'a>(lives: impl IntoIterator<Item = (String, &'a [(f64, f64)])>) -> Vec<PooledLives> {
     let mut by_labels: BTreeMap<String, Vec<&[(f64, f64)]>> = BTreeMap::new();
     for (labels, points) in lives {
         by_labels.entry(labels).or_default().push(points);
     }
-    let rate = |v: f64| XAxis::Seconds.format_rate(v, metric.is_bytes());
     by_labels
         .into_iter()
         .filter(|(_, l)| l.len() > 1)
         .filter_map(|(labels, l)| {
-            let (slope, (lo, hi)) = stats::pooled_slope(&l)?;
-            Some(format!(
-                "{labels} restarted {}: growth within a life, pooled over its {} \
-                 lives: {} (95% CI {} … {})",
-                crate::units::counted((l.len() - 1) as u64, "time", "times"),
-                l.len(),
-                rate(slope),
-                rate(lo),
-                rate(hi)
-            ))
+            let (slope, ci95) = stats::pooled_slope(&l)?;
+            Some(PooledLives {
+                labels,
+                lives: l.len(),
+                slope,
+                ci95,
+            })
         })
         .collect()
 }

@@ -108,7 +108,8 @@ pub struct SeriesFit {
     pub warmup: usize,
     /// For inconclusive: about how many points would decide it.
     pub runs_needed: Option<usize>,
-    pub reason: String,
+    /// Why, as typed evidence (`crate::phrase::reason` words it).
+    pub reason: verdict::Reason,
     pub processes: usize,
     /// Intercept of the least-squares line (for plots).
     pub intercept: Option<f64>,
@@ -122,37 +123,6 @@ pub struct SeriesFit {
 }
 
 impl SeriesFit {
-    /// The rerun that would decide an inconclusive series, as the flag to
-    /// type: `--repeat 34` for runs; `--duration 8m` for attach (the points
-    /// `runs_needed` asks for at this series' own sampling pace, rounded up
-    /// to a whole second under two minutes, else to a whole minute).
-    pub fn rerun_flag(&self) -> Option<String> {
-        let n = self.runs_needed?;
-        match self.x {
-            XAxis::Run => Some(format!("--repeat {n}")),
-            XAxis::Seconds => {
-                let fitted = self.n.saturating_sub(self.warmup).max(2);
-                let every = self.x_span / (fitted - 1) as f64;
-                let secs = n as f64 * every;
-                if !(secs.is_finite() && secs > 0.0) {
-                    return None;
-                }
-                Some(if secs < 120.0 {
-                    format!("--duration {}s", secs.ceil())
-                } else {
-                    format!("--duration {}m", (secs / 60.0).ceil())
-                })
-            }
-        }
-    }
-
-    /// "; `--repeat 34` would decide it" (empty when nothing would).
-    pub fn rerun_advice(&self) -> String {
-        self.rerun_flag()
-            .map(|flag| format!("; {flag} would decide it"))
-            .unwrap_or_default()
-    }
-
     /// The rate the verdict rests on at the end of the series, and its 95%
     /// CI: the verdict's own estimate (`end_rate`), what the gate judges
     /// against its limit; the line for a series no estimator judged.
@@ -384,7 +354,13 @@ pub struct Projection {
     /// the field reads 0).
     #[serde(default)]
     pub level_bytes: f64,
-    pub note: String,
+    /// The headline verdict it was projected under: only a leak's slope projects.
+    #[serde(skip, default = "undecided")]
+    pub judged: Verdict,
+}
+
+fn undecided() -> Verdict {
+    Verdict::Inconclusive
 }
 
 /// Projects `main` (RSS: what limits and budgets are about) when `judged`
@@ -405,10 +381,6 @@ fn project(main: &SeriesFit, judged: Verdict, opts: &FitOptions) -> Option<Proje
         .budget_bytes
         .zip(slope)
         .map(|(budget, s)| ((budget as f64 - main.first) / s).floor().max(0.0));
-    let note = match (slope, judged) {
-        (Some(_), _) => "at the fitted RSS slope".to_string(),
-        (None, v) => format!("no projection: the series is {}", v.as_str()),
-    };
     Some(Projection {
         series: main.scope,
         metric: main.metric,
@@ -418,7 +390,7 @@ fn project(main: &SeriesFit, judged: Verdict, opts: &FitOptions) -> Option<Proje
         budget_bytes: opts.budget_bytes,
         recycle_after,
         level_bytes: main.last,
-        note,
+        judged,
     })
 }
 
@@ -651,10 +623,9 @@ fn unseen_runs(f: &mut SeriesFit, runs: &[RunRecord]) {
     if f.x != XAxis::Run || unseen == 0 || seen == 0 {
         return;
     }
-    f.reason = format!(
-        "{}; the command was over before it could be read in {unseen} of {total} runs",
-        f.reason
-    );
+    f.reason
+        .asides
+        .push(verdict::reason::Aside::UnseenRuns { unseen, total });
     f.runs_needed = f
         .runs_needed
         .map(|k| (k * total).div_ceil(seen).min(verdict::MAX_RUNS_NEEDED));
@@ -672,38 +643,21 @@ fn seen_at_collections(f: &mut SeriesFit, used: &SeriesFit) {
         return;
     }
     if points <= 1 {
-        let grew = used
-            .slope
-            .map(|s| {
-                format!(
-                    "; its heap in use grew {} (garbage included)",
-                    text_rate(used, s)
-                )
-            })
-            .unwrap_or_default();
-        f.reason = format!(
-            "no collection ran while it was watched, so what the program keeps in its heap \
-             is not known yet{grew}; watch it longer or under more load"
-        );
+        f.reason.reading = verdict::reason::Reading::NoCollection { in_use: used.slope };
+        f.reason.clauses.clear();
+        f.reason.asides.clear();
         f.runs_needed = None;
         return;
     }
-    f.reason = format!(
-        "{}; the live heap is seen after each collection: {points} of {samples} samples \
-         followed one",
-        f.reason
-    );
+    f.reason
+        .asides
+        .push(verdict::reason::Aside::SeenAtCollections { points, samples });
     // Over time the rerun is already read at the points' own pace.
     if f.x == XAxis::Run {
         f.runs_needed = f
             .runs_needed
             .map(|k| (k * samples).div_ceil(points).min(verdict::MAX_RUNS_NEEDED));
     }
-}
-
-/// A rate as the reports word it, for a reason (`+5.00 MiB/run`).
-fn text_rate(f: &SeriesFit, per_x: f64) -> String {
-    f.x.format_rate(per_x, f.metric.is_bytes())
 }
 
 /// The analysis of everything samples.csv held.
@@ -895,7 +849,11 @@ mod tests {
         assert_eq!((f.verdict, f.runs_needed), (Verdict::Inconclusive, Some(4)));
         unseen_runs(&mut f, &runs);
         assert_eq!(f.runs_needed, Some(20));
-        assert!(f.reason.ends_with("in 8 of 10 runs"), "{}", f.reason);
+        assert!(
+            f.reason.to_string().ends_with("in 8 of 10 runs"),
+            "{}",
+            f.reason
+        );
     }
 
     /// The overall verdict is the primary series' (anon): a server's fd

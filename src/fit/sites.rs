@@ -7,11 +7,12 @@
 
 use super::findings::Finding;
 use super::findings::workers::{TaskSteps, leaking_steps};
+use super::verdict::Reason;
+use super::verdict::reason::{Objects, Reading};
 use super::{MIN_SLOPE_BYTES, SeriesFit, verdict};
 use crate::series::sites::{SiteSeries, TypeSeries, UNTRACKED};
 use crate::series::{Metric, XAxis};
 use crate::store::{Scope, SiteSource};
-use crate::units::{format_signed_bytes, format_signed_count};
 
 /// Sites kept in the report and summary.json (leaks first).
 const MAX_SITES: usize = 50;
@@ -39,7 +40,7 @@ pub struct SiteFit {
     pub bytes_per_task: Option<f64>,
     pub bytes_per_task_ci95: Option<(f64, f64)>,
     pub tasks_seen: usize,
-    pub reason: String,
+    pub reason: Reason,
     /// What it holds in the processes that answered last, bytes.
     pub held_bytes: u64,
     pub processes: usize,
@@ -128,12 +129,12 @@ pub fn fit_sites(sites: &[SiteSeries], fits: &[SeriesFit], found: &[Finding]) ->
 pub fn fit_site(s: &SiteSeries, fits: &[SeriesFit], found: &[Finding]) -> SiteFit {
     let (mut c, steps) = judge(s, MIN_SLOPE_BYTES, false);
     if let Some(st) = steps {
-        c.reason = format!(
-            "grows {} per task in {} processes ({} tasks seen), still late in their lives",
-            format_signed_bytes(st.per_task),
-            s.lives.len(),
-            st.steps
-        );
+        c.reason.reading = Reading::TaskSteps {
+            per_task: st.per_task,
+            processes: s.lives.len(),
+            tasks: st.steps,
+        };
+        c.reason.clauses.clear();
     }
     let rate = c.rate.or(c.fit.as_ref().map(|f| f.slope));
     let (xs, ys): (Vec<f64>, Vec<f64>) = s.points.iter().copied().unzip();
@@ -224,7 +225,7 @@ pub struct TypeFit {
     pub bytes_per_run: Option<f64>,
     pub bytes_per_run_ci95: Option<(f64, f64)>,
     pub bytes_per_task: Option<f64>,
-    pub reason: String,
+    pub reason: Reason,
     /// Live objects and their bytes in the processes that answered last.
     pub objects: u64,
     pub held_bytes: u64,
@@ -307,14 +308,19 @@ fn fit_type(t: &TypeSeries) -> TypeFit {
         bytes_per_run: b.rate.or(b.fit.as_ref().map(|f| f.slope)),
         bytes_per_run_ci95: b.fit.as_ref().and_then(|f| f.slope_ci95),
         bytes_per_task: byte_steps.map(|s| s.per_task),
-        reason: count_reason(
-            &c,
-            steps,
-            (rate, ci),
-            t.count.lives.len(),
-            pool,
-            t.count.per_hour,
-        ),
+        reason: Reason {
+            reading: Reading::Objects(count_reading(
+                &c,
+                steps,
+                (rate, ci),
+                t.count.lives.len(),
+                pool,
+                t.count.per_hour,
+            )),
+            clauses: Vec::new(),
+            asides: Vec::new(),
+            ..c.reason.clone()
+        },
         objects: t.count.last_bytes,
         held_bytes: t.bytes.last_bytes,
         processes: t.count.processes,
@@ -322,65 +328,51 @@ fn fit_type(t: &TypeSeries) -> TypeFit {
     }
 }
 
-/// The count's verdict in objects (the classifier words its reasons in
-/// bytes). The series counts objects gained since a type was first seen;
-/// `per_hour`: x is hours since the attach, not runs.
-fn count_reason(
+/// The count's verdict read in objects (the classifier reads it per x in bytes' words). The
+/// series counts objects gained since a type was first seen; `per_hour`: x is hours since the
+/// attach, not runs.
+fn count_reading(
     c: &verdict::Classification,
     steps: Option<TaskSteps>,
     (rate, ci): (Option<f64>, Option<(f64, f64)>),
     lives: usize,
     pool: bool,
     per_hour: bool,
-) -> String {
-    let n = format_signed_count;
-    let show = |ci: Option<(f64, f64)>| {
-        ci.map(|(lo, hi)| format!(" (95% CI {} … {})", n(lo), n(hi)))
-            .unwrap_or_default()
-    };
-    let unit = if per_hour { "h" } else { "run" };
+) -> Objects {
     match (c.verdict, steps) {
-        (verdict::Verdict::Leak, Some(st)) => format!(
-            "gains {} objects per task{} in {lives} processes ({} tasks seen), still late \
-             in their lives",
-            n(st.per_task),
-            show(Some(st.ci)),
-            st.steps
-        ),
-        (verdict::Verdict::Leak, None) => format!(
-            "gains {} objects/{unit}{}, still at the end",
-            n(rate.unwrap_or(0.0)),
-            show(ci)
-        ),
-        (verdict::Verdict::Plateau, _) => match &c.plateau {
-            Some(p) if per_hour => format!(
-                "gained {:.0} objects, then held from {} on",
-                p.level,
-                crate::units::format_duration(std::time::Duration::from_secs_f64(
-                    (p.stop_x * 3600.0).max(0.0)
-                ))
-            ),
-            Some(p) => format!(
-                "gained {:.0} objects, then held from run {:.0}",
-                p.level, p.stop_x
-            ),
-            None => "grew, then held".into(),
+        (verdict::Verdict::Leak, Some(st)) => Objects::PerTask {
+            per_task: st.per_task,
+            ci: st.ci,
+            lives,
+            tasks: st.steps,
         },
-        (verdict::Verdict::Stable, _) => format!(
-            "no growth beyond {MIN_SLOPE_OBJECTS} objects/run{}",
-            show(ci)
-        ),
-        (verdict::Verdict::Inconclusive, _) if pool && c.runs_needed.is_none() => format!(
-            "the pool's {lives} processes gain {} objects/{unit} in all, but no task leaves \
-             objects behind late in its worker's life (made once per worker?)",
-            n(rate.unwrap_or(0.0))
-        ),
-        (verdict::Verdict::Inconclusive, _) => match c.runs_needed {
-            Some(k) if !per_hour => {
-                format!("too few or too noisy runs to tell; --repeat {k} would decide")
+        (verdict::Verdict::Leak, None) => Objects::Gains {
+            rate: rate.unwrap_or(0.0),
+            ci,
+            per_hour,
+        },
+        (verdict::Verdict::Plateau, _) => match &c.plateau {
+            Some(p) => Objects::Held {
+                level: p.level,
+                stop_x: p.stop_x,
+                per_hour,
+            },
+            None => Objects::GrewThenHeld,
+        },
+        (verdict::Verdict::Stable, _) => Objects::NoGrowth {
+            min: MIN_SLOPE_OBJECTS,
+            ci,
+        },
+        (verdict::Verdict::Inconclusive, _) if pool && c.runs_needed.is_none() => {
+            Objects::PoolOnce {
+                lives,
+                rate: rate.unwrap_or(0.0),
+                per_hour,
             }
-            _ if per_hour => "too short or too noisy to tell".into(),
-            _ => "too few or too noisy runs to tell".into(),
+        }
+        (verdict::Verdict::Inconclusive, _) => Objects::Undecided {
+            rerun: c.runs_needed,
+            per_hour,
         },
     }
 }
@@ -468,12 +460,12 @@ mod tests {
         let f = fit_site(&s, &[], &[]);
         assert_eq!(f.verdict, verdict::Verdict::Leak, "{f:?}");
         assert!(
-            f.reason.contains("/h") && !f.reason.contains("/run"),
+            f.reason.to_string().contains("/h") && !f.reason.to_string().contains("/run"),
             "{}",
             f.reason
         );
         s.per_hour = false;
-        assert!(fit_site(&s, &[], &[]).reason.contains("/run"));
+        assert!(fit_site(&s, &[], &[]).reason.to_string().contains("/run"));
     }
 
     #[test]
@@ -502,7 +494,7 @@ mod tests {
         assert_eq!(fits[0].verdict, verdict::Verdict::Leak);
         assert!((fits[0].objects_per_run.unwrap() - 700.0).abs() < 1.0);
         assert!(
-            fits[0].reason.contains("+700 objects/run"),
+            fits[0].reason.to_string().contains("+700 objects/run"),
             "{}",
             fits[0].reason
         );

@@ -465,7 +465,7 @@ fn check_growth(f: &SeriesFit, limit: &GrowthLimit, rule: Rule) -> Result<Check,
     } else {
         check.undecided(format!(
             "{message}: undecided, the interval contains the limit{}",
-            f.rerun_advice()
+            crate::phrase::rerun_advice(f)
         ))
     })
 }
@@ -791,7 +791,7 @@ mod tests {
             verdict,
             warmup: 0,
             runs_needed: None,
-            reason: String::new(),
+            reason: crate::fit::verdict::Reason::default(),
             processes: 1,
             intercept: Some(100.0 * MIB),
             x_span: 9.0,

@@ -419,7 +419,7 @@ fn markers(f: &SeriesFit, k: f64) -> Vec<(f64, String)> {
         && p.fill_rate.is_some()
     {
         // Worded as the report's text words it ("until 3m10s").
-        let at = super::phrase::at_x(f.x, p.stop_x);
+        let at = crate::phrase::at_x(f.x, p.stop_x);
         out.retain(|m| (m.0 - p.stop_x / k).abs() > f64::EPSILON);
         out.push((p.stop_x / k, format!("plateau from {at}")));
     }
@@ -706,7 +706,7 @@ mod tests {
         assert!((at_end - anon(90.0)).abs() < 0.5 * MIB, "{fit:?}");
         assert!((fit.slope - f.end_slope.unwrap()).abs() < 1e-6, "{fit:?}");
         // The growth in % beside the rate is the rate's, not the whole line's.
-        let line = crate::report::phrase::verdict_line(&a, f);
+        let line = crate::phrase::verdict_line(&a, f);
         // Over a session shorter than an hour: the growth across it.
         let pct = end.rate * f.x_span / f.mean_level * 100.0;
         let said = format!("{}% in 1m30s", crate::units::format_sig3(pct));
@@ -770,7 +770,7 @@ mod tests {
             Some(crate::fit::RateFrom::AverageFill),
             "{f:?}"
         );
-        let line = crate::report::phrase::verdict_line(&a, f);
+        let line = crate::phrase::verdict_line(&a, f);
         assert!(line.contains("on average until 17.0s"), "{line}");
     }
 

@@ -2,9 +2,9 @@
 //! `series:<N>` is, worst first, with its growth and verdict.
 
 use super::doc::{Block, Table, heading, para, text};
-use super::phrase;
 use crate::Analysis;
 use crate::fit::primary_metric;
+use crate::phrase;
 use crate::store::Scope;
 
 /// A table of the series by label set (nothing when the analysis has no

@@ -10,7 +10,6 @@ pub mod html;
 pub mod junit;
 pub mod markdown;
 pub mod openmetrics;
-pub mod phrase;
 pub mod sections;
 pub mod text;
 

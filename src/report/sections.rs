@@ -5,11 +5,11 @@ use std::time::Duration;
 
 use super::charts::{Kind, Plot};
 use super::doc::{Block, Inline, Table, heading, para, strong, text};
-use super::phrase;
 use crate::Analysis;
 use crate::fit::findings::Finding;
 use crate::fit::{Attribution, MIN_SLOPE_BYTES, SeriesFit};
 use crate::gate::GateResult;
+use crate::phrase;
 use crate::series::{Metric, XAxis};
 use crate::store::{Scope, SiteSource};
 use crate::units::{
@@ -319,8 +319,9 @@ fn scope_attribution(a: &Analysis, plots: &[Plot], f: &SeriesFit, main: bool) ->
     let mut blocks = Vec::new();
     let at = a.attribution.iter().find(|at| at.series == f.scope);
     if let Some(at) = at {
-        if !at.summary.is_empty() {
-            blocks.push(para(vec![text(format!("It grows {}.", at.summary))]));
+        let where_ = crate::phrase::attribution(at);
+        if !where_.is_empty() {
+            blocks.push(para(vec![text(format!("It grows {where_}."))]));
         }
         kinds_table(f, at, &mut blocks);
         let rss = a.fit_of(f.scope, Metric::RssBytes).and_then(|r| r.slope);

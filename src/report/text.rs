@@ -1,15 +1,15 @@
 //! The short human summary printed on stderr at the end of a session, in the words of
-//! `super::phrase`.
+//! `crate::phrase`.
 
 use std::fmt::Write;
 
-use super::phrase::{
-    finding_line, heap_line, level, other_leaks, projection_line, recycle_line, site_rate,
-    tree_line, verdict_line,
-};
 use crate::Analysis;
 use crate::fit::Verdict;
 use crate::fit::findings::Finding;
+use crate::phrase::{
+    finding_line, heap_line, level, other_leaks, projection_line, recycle_line, site_rate,
+    tree_line, verdict_line,
+};
 use crate::units::{counted, format_signed_bytes, format_signed_count};
 
 /// What was watched: the runs of a command and how they exited, or the

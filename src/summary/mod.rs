@@ -62,9 +62,9 @@ pub struct Summary {
     pub series: Vec<Series>,
     /// Where the growth is, per followed scope.
     #[serde(default)]
-    pub attribution: Vec<Attribution>,
+    pub attribution: Vec<Where>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub projection: Option<Projection>,
+    pub projection: Option<Projected>,
     /// Process-tree findings: `cow_unsharing`, `leak` (in workers), `recycled`.
     #[serde(default)]
     pub findings: Vec<Finding>,
@@ -215,7 +215,7 @@ impl Series {
             decided_by: f.decided_by,
             warmup: f.warmup,
             runs_needed: f.runs_needed,
-            reason: f.reason.clone(),
+            reason: f.reason.to_string(),
             processes: f.processes,
         }
     }
@@ -282,7 +282,7 @@ impl Site {
             tasks_seen: s.tasks_seen,
             share_of_anon: s.share_of_anon,
             held_bytes: s.held_bytes,
-            reason: s.reason.clone(),
+            reason: s.reason.to_string(),
             traceback: s.traceback.clone(),
         }
     }
@@ -341,7 +341,45 @@ impl Type {
             },
             objects: t.objects,
             held_bytes: t.held_bytes,
-            reason: t.reason.clone(),
+            reason: t.reason.to_string(),
+        }
+    }
+}
+
+/// Where one scope's growth is (`fit::Attribution`), and the phrase the terminal says of it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Where {
+    #[serde(flatten)]
+    pub at: Attribution,
+    /// `in anon memory, most in the [heap] mapping (+36.0 MiB)`.
+    #[serde(default)]
+    pub summary: String,
+}
+
+impl Where {
+    pub fn of(at: &Attribution) -> Where {
+        Where {
+            at: at.clone(),
+            summary: crate::phrase::attribution(at),
+        }
+    }
+}
+
+/// A projection to a limit or budget (`fit::Projection`), and what it rests on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Projected {
+    #[serde(flatten)]
+    pub p: Projection,
+    /// `at the fitted RSS slope`, or why there is no projection.
+    #[serde(default)]
+    pub note: String,
+}
+
+impl Projected {
+    pub fn of(p: &Projection) -> Projected {
+        Projected {
+            p: p.clone(),
+            note: crate::phrase::projection_note(p),
         }
     }
 }
@@ -397,8 +435,8 @@ pub fn summary(a: &Analysis, gate: Option<&GateResult>) -> Summary {
             .to_string(),
             trimmed: a.headlines().next().map(|f| f.warmup).unwrap_or(0),
         },
-        attribution: a.attribution.clone(),
-        projection: a.projection.clone(),
+        attribution: a.attribution.iter().map(Where::of).collect(),
+        projection: a.projection.as_ref().map(Projected::of),
         findings: a.findings.clone(),
         trees: a.trees.clone(),
         recycle: a.recycle.clone(),
@@ -489,7 +527,7 @@ mod tests {
             bytes_per_task: per_task.then_some(1.0e6),
             bytes_per_task_ci95: per_task.then_some((0.9e6, 1.1e6)),
             tasks_seen: if per_task { 12 } else { 0 },
-            reason: "grows".into(),
+            reason: crate::fit::verdict::Reason::default(),
             held_bytes: 24 << 20,
             processes: 1,
             traceback: vec!["malloc".into(), "leak_per_tick".into()],

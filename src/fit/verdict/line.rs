@@ -36,6 +36,7 @@
 //! the whole line's 95% CI lies above thr.
 
 use super::power::{POWER, points_needed};
+use super::reason::{LineRead, Reading, Trend};
 use super::{Classification, Ctx, EndRate, PlateauInfo, RateFrom, Verdict, Widening};
 use crate::fit::stats;
 
@@ -117,20 +118,11 @@ impl Ctx<'_> {
             let lower = step_wins.then_some((Widening::OneStep, 0.0));
             return self.not_significant(c, rising, lower);
         }
-        let slope_txt = self.slope_txt();
         let grew = self.ci.0 > self.thr;
         let Some(seg) = seg else {
             let end = self.line_rate();
-            return c.conclude(end, self.thr, false, |v| match v {
-                Verdict::Leak => format!("grows {slope_txt}"),
-                Verdict::Inconclusive => {
-                    format!("grows {slope_txt}, but the end cannot be fitted on its own")
-                }
-                _ => format!(
-                    "grows {slope_txt}, below the threshold of {}",
-                    self.per_x(self.thr)
-                ),
-            });
+            let slope = self.slope();
+            return c.conclude(end, self.thr, false, Reading::RisingLine { slope });
         };
         let (mut end, pace) = self.line_end(&seg, knot, para, speeds, (recurring, stepped));
         if let Some((lo, hi)) = hull {
@@ -155,51 +147,25 @@ impl Ctx<'_> {
             one_step: step.filter(|_| step_wins),
             weak_robust,
         };
-        let c = c.conclude(end, self.thr, grew, |v| self.line_reason(v, &reading));
+        let read = self.line_read(&reading);
+        let c = c.conclude(end, self.thr, grew, Reading::Line(read));
         self.finish_line(c, &seg, knot, (n, 0))
     }
 
-    /// The reason of a rising line's verdict `v`, from its reading.
-    fn line_reason(&self, v: Verdict, r: &LineReading) -> String {
-        let slope_txt = self.slope_txt();
-        let end_txt = format!("{} in the second half", self.per_x(r.seg.tail_slope));
-        let p_txt = crate::units::format_p(self.mk.p_two_sided);
-        match v {
-            // The headline is the end's rate: the reason names it.
-            Verdict::Leak if r.kept_pace && r.end.from == RateFrom::CurveEnd => format!(
-                "grows {slope_txt}, {p_txt}, and speeds up: {} at the end",
-                self.per_x(r.end.rate)
-            ),
-            Verdict::Leak if r.kept_pace => format!("grows {slope_txt}, {p_txt}, still {end_txt}"),
-            Verdict::Leak => format!("grows {end_txt}, slower than {slope_txt} overall"),
-            Verdict::Plateau => format!(
-                "grew {} until {}, then {end_txt}",
-                self.per_x(r.seg.head_slope),
-                self.at_x(r.knot)
-            ),
-            Verdict::Stable => format!(
-                "grows {slope_txt}, below the threshold of {}",
-                self.per_x(self.thr)
-            ),
-            Verdict::Inconclusive => match (r.one_step, r.weak_robust) {
-                (Some(s), _) => format!(
-                    "rises {slope_txt}, but as much like one step of {} at {} as like a line",
-                    self.signed(s.jump),
-                    self.at_x(s.x)
-                ),
-                (None, Some(robust)) => format!(
-                    "grows {slope_txt} by least squares, but the robust slope is only {}",
-                    self.per_x(robust)
-                ),
-                (None, None) if r.kept_pace => format!(
-                    "grows {slope_txt}, but the 95% CI reaches down to {} (threshold {})",
-                    self.per_x(r.end.ci95.0),
-                    self.per_x(self.thr)
-                ),
-                (None, None) => format!(
-                    "grows {slope_txt}, but too noisy to tell whether it slowed ({end_txt})"
-                ),
-            },
+    /// What a rising line's reading says.
+    fn line_read(&self, r: &LineReading) -> LineRead {
+        LineRead {
+            slope: self.slope(),
+            p: self.mk.p_two_sided,
+            head: r.seg.head_slope,
+            tail: r.seg.tail_slope,
+            knot: r.knot,
+            end: r.end.rate,
+            end_low: r.end.ci95.0,
+            kept_pace: r.kept_pace,
+            curve_end: r.end.from == RateFrom::CurveEnd,
+            one_step: r.one_step.map(|s| (s.jump, s.x)),
+            weak_robust: r.weak_robust,
         }
     }
 
@@ -331,33 +297,24 @@ impl Ctx<'_> {
         lower: Option<(Widening, f64)>,
     ) -> Classification {
         let (lo, hi) = self.ci;
-        let p_txt = crate::units::format_p(self.mk.p_two_sided);
-        let slope_txt = self.slope_txt();
-        let why = if rising {
-            format!(
-                "the trend test says it rises ({p_txt}) but the slope's 95% CI [{}, {}] includes 0",
-                self.per_x(lo),
-                self.per_x(hi)
-            )
+        let trend = if rising {
+            Trend::RisesButCiHoldsZero { lo, hi }
         } else if self.mk.s < 0.0 && self.mk.p_two_sided < self.t.alpha {
-            format!("it falls ({p_txt})")
+            Trend::Falls
         } else {
-            format!("no significant trend ({p_txt})")
+            Trend::None
         };
         let end = match lower {
             Some((by, lo)) => self.line_rate().lower_to(by, lo),
             None => self.line_rate(),
         };
-        let mut c = c.conclude(end, self.thr, false, |v| match v {
-            Verdict::Inconclusive => format!(
-                "{why}, but noise allows growth up to {} (threshold {})",
-                self.per_x(hi),
-                self.per_x(self.thr)
-            ),
-            Verdict::Leak => format!("grows {slope_txt}, {p_txt}"),
-            _ if rising => format!("{why}: slope {slope_txt}"),
-            _ => format!("no significant growth: slope {slope_txt}, {p_txt}"),
-        });
+        let reading = Reading::NoTrend {
+            trend,
+            slope: self.slope(),
+            p: self.mk.p_two_sided,
+            high: hi,
+        };
+        let mut c = c.conclude(end, self.thr, false, reading);
         if c.verdict == Verdict::Inconclusive {
             let m = points_needed(self.sd, self.dx, self.thr, 0.975, POWER);
             c.runs_needed = m.and_then(|m| self.needed(m as f64));
@@ -486,7 +443,7 @@ mod tests {
         assert!(c.warmup <= 1, "{c:?}");
         let slope = c.fit.unwrap().slope;
         assert!((4.2 * MB..=4.7 * MB).contains(&slope), "slope {slope}");
-        assert!(c.reason.contains("MiB/x"), "{}", c.reason);
+        assert!(c.reason.to_string().contains("MiB/x"), "{}", c.reason);
     }
 
     #[test]
@@ -532,16 +489,20 @@ mod tests {
         .collect();
         let t = per_run();
         let ctx = Ctx::new(&x, &y, &t, 0, 12).unwrap();
-        let c = ctx.not_significant(Classification::new(0), true, None);
+        let c = ctx.not_significant(Classification::new(0, &t), true, None);
         assert!(
-            c.reason.starts_with("the trend test says it rises (p = "),
+            c.reason
+                .to_string()
+                .starts_with("the trend test says it rises (p = "),
             "{}",
             c.reason
         );
-        assert!(c.reason.contains("includes 0"), "{}", c.reason);
-        let c = ctx.not_significant(Classification::new(0), false, None);
+        assert!(c.reason.to_string().contains("includes 0"), "{}", c.reason);
+        let c = ctx.not_significant(Classification::new(0, &t), false, None);
         assert!(
-            c.reason.starts_with("no significant trend (p = "),
+            c.reason
+                .to_string()
+                .starts_with("no significant trend (p = "),
             "{}",
             c.reason
         );
@@ -581,7 +542,7 @@ mod tests {
         let c = classify(&x, &y, None, &per_hour());
         assert_ne!(c.verdict, Verdict::Leak, "{c:#?}");
         assert!(
-            c.reason.contains("the last point gave back"),
+            c.reason.to_string().contains("the last point gave back"),
             "{}",
             c.reason
         );
@@ -702,7 +663,8 @@ mod tests {
             "{c:#?}"
         );
         assert!(
-            c.reason.contains(", and speeds up: +") && c.reason.ends_with(" at the end"),
+            c.reason.to_string().contains(", and speeds up: +")
+                && c.reason.to_string().ends_with(" at the end"),
             "{c:#?}"
         );
     }
@@ -724,7 +686,9 @@ mod tests {
         let e = c.end_rate.unwrap();
         assert!(e.ci95.1 > 2.0 * MB, "{c:#?}");
         assert!(
-            c.reason.contains("if it speeds up, its end may reach"),
+            c.reason
+                .to_string()
+                .contains("if it speeds up, its end may reach"),
             "{c:#?}"
         );
     }

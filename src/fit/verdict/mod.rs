@@ -35,6 +35,9 @@
 //! 4. `decide` on the widened interval is the verdict (`Ctx::settle`; a saw-tooth's floor has
 //!    no later widening, so its estimator's `decide` stands); nothing else sets one. Each
 //!    widening that moved the interval is named in it (`EndRate::widened_by`).
+//! 5. Why is evidence, not prose: each estimator records what it read (`reason::Reading`,
+//!    with its numbers) and each widening that spoke its clause (`reason::Clause`); the words
+//!    are `crate::phrase::reason`'s, chosen by the verdict the estimator read.
 //!
 //! A pool's sites and types are judged per task when their workers' task steps are seen
 //! (`Classification::judged_per_task`), and widened down to 0 when none are
@@ -46,10 +49,13 @@
 
 mod line;
 mod power;
+pub mod reason;
 mod segments;
 mod troughs;
 mod warmup;
 
+pub use reason::Reason;
+use reason::{Clause, Join, Reading, Slope, Unfit};
 pub use warmup::detect_warmup;
 
 use super::changepoint::{self, Segment};
@@ -391,7 +397,7 @@ pub struct PlateauInfo {
 }
 
 /// Verdict plus the evidence behind it.
-#[derive(Serialize, Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Classification {
     pub verdict: Verdict,
     /// Leading points (lowest x) left out as warm-up.
@@ -441,15 +447,15 @@ pub struct Classification {
     /// `None` when no such number follows from the data. Capped at `MAX_RUNS_NEEDED` (or ten
     /// times the points there are, when more).
     pub runs_needed: Option<usize>,
-    /// One short human sentence.
-    pub reason: String,
+    /// Why, as typed evidence (`crate::phrase::reason` words it).
+    pub reason: Reason,
     /// The practical threshold the end rate was decided against, bytes (or counts) per x
     /// unit; `None` when the series could not be fitted.
     pub threshold: Option<f64>,
 }
 
 impl Classification {
-    fn new(warmup: usize) -> Classification {
+    fn new(warmup: usize, t: &Thresholds) -> Classification {
         Classification {
             verdict: Verdict::Inconclusive,
             warmup,
@@ -469,7 +475,11 @@ impl Classification {
             decided_by: DecidedBy::Mean,
             envelope: None,
             runs_needed: None,
-            reason: String::new(),
+            reason: Reason::new(reason::Unit {
+                per: t.display_unit,
+                scale: t.display_scale,
+                counts: t.counts,
+            }),
             threshold: None,
         }
     }
@@ -481,31 +491,28 @@ impl Classification {
     }
 
     /// No estimate at all (too few points, bad input): inconclusive, and why.
-    fn unfitted(mut self, reason: String) -> Classification {
+    fn unfitted(mut self, why: Unfit) -> Classification {
         self.verdict = Verdict::Inconclusive;
-        self.reason = reason;
+        self.reason.read = Verdict::Inconclusive;
+        self.reason.reading = Reading::Unfitted(why);
         self
     }
 
-    /// The same verdict, said more precisely by the estimator that knows why.
-    fn reworded(mut self, reason: String) -> Classification {
-        self.reason = reason;
+    /// The same verdict, read more precisely by the estimator that knows why.
+    fn reworded(mut self, reading: Reading) -> Classification {
+        self.reason.reading = reading;
         self
     }
 
-    /// An estimator's reading: `decide` on its end estimate, worded by `reason` for the
-    /// verdict it gives. On the mean path the widenings may still move the interval;
+    /// An estimator's reading: `decide` on its end estimate, with what it read (worded for
+    /// the verdict it gives). On the mean path the widenings may still move the interval;
     /// `Ctx::settle` then decides on the widened one, which is the verdict that stands.
-    fn conclude(
-        mut self,
-        end: EndRate,
-        thr: f64,
-        grew: bool,
-        reason: impl FnOnce(Verdict) -> String,
-    ) -> Classification {
+    fn conclude(mut self, end: EndRate, thr: f64, grew: bool, reading: Reading) -> Classification {
         self.verdict = decide(&end, thr, grew);
         self.end_rate = Some(end);
-        self.reason = reason(self.verdict);
+        self.reason.thr = thr;
+        self.reason.read = self.verdict;
+        self.reason.reading = reading;
         self
     }
 }
@@ -564,23 +571,22 @@ pub fn classify_as(
     t: &Thresholds,
     saw_tooth: Option<bool>,
 ) -> Classification {
-    if let Err(reason) = validate(x, y, t) {
-        return Classification::new(0).unfitted(reason.into());
+    if let Err(why) = validate(x, y, t) {
+        return Classification::new(0, t).unfitted(why);
     }
     let mut points: Vec<(f64, f64)> = x.iter().copied().zip(y.iter().copied()).collect();
     points.sort_by(|a, b| a.0.total_cmp(&b.0));
     let (xs, ys): (Vec<f64>, Vec<f64>) = points.iter().copied().unzip();
     let total = xs.len();
     let warm = warmup.unwrap_or_else(|| detect_warmup(&xs, &ys)).min(total);
-    let mut c = Classification::new(warm);
+    let mut c = Classification::new(warm, t);
     let (x, y) = (&xs[warm..], &ys[warm..]);
     let n = x.len();
     let min_points = t.min_points.max(4);
     if n < min_points {
         c.runs_needed = Some((warm + min_points).min(MAX_RUNS_NEEDED));
-        let points = if n == 1 { "point" } else { "points" };
-        let reason = format!("only {n} {points} after warm-up; need at least {min_points}");
-        return c.unfitted(reason);
+        let need = min_points;
+        return c.unfitted(Unfit::TooFew { points: n, need });
     }
     let thinned = if n > MAX_MEAN_POINTS {
         super::thin(&points[warm..])
@@ -590,7 +596,7 @@ pub fn classify_as(
     let (tx, ty): (Vec<f64>, Vec<f64>) = thinned.into_iter().unzip();
     let ctx = match Ctx::new(&tx, &ty, t, warm, n) {
         Ok(ctx) => ctx,
-        Err(reason) => return c.unfitted(reason.into()),
+        Err(why) => return c.unfitted(why),
     };
     c = ctx.describe(c);
     c.threshold = Some(ctx.thr);
@@ -611,7 +617,7 @@ pub fn classify_as(
     }
 }
 
-fn validate(x: &[f64], y: &[f64], t: &Thresholds) -> Result<(), &'static str> {
+fn validate(x: &[f64], y: &[f64], t: &Thresholds) -> Result<(), Unfit> {
     let valid_thresholds = t.alpha > 0.0
         && t.alpha < 0.5
         && t.min_slope_fraction >= 0.0
@@ -619,13 +625,13 @@ fn validate(x: &[f64], y: &[f64], t: &Thresholds) -> Result<(), &'static str> {
         && t.min_slope_fraction.is_finite()
         && t.min_slope_abs.is_finite();
     if !valid_thresholds {
-        return Err("invalid thresholds");
+        return Err(Unfit::InvalidThresholds);
     }
     if x.len() != y.len() {
-        return Err("x and y differ in length");
+        return Err(Unfit::LengthsDiffer);
     }
     if !x.iter().chain(y).all(|v| v.is_finite()) {
-        return Err("a sample is not a finite number");
+        return Err(Unfit::NotFinite);
     }
     Ok(())
 }
@@ -659,15 +665,15 @@ impl<'a> Ctx<'a> {
         t: &'a Thresholds,
         warm: usize,
         raw_n: usize,
-    ) -> Result<Ctx<'a>, &'static str> {
+    ) -> Result<Ctx<'a>, Unfit> {
         let n = x.len();
         let (Some(fit), Some(mk), Some(level)) =
             (stats::ols(x, y), stats::mann_kendall(y), stats::mean(y))
         else {
-            return Err("x does not vary or values overflow");
+            return Err(Unfit::Degenerate);
         };
         let (Some(mut ci), Some(sd)) = (fit.slope_ci95, fit.residual_sd) else {
-            return Err("too few points for a confidence interval");
+            return Err(Unfit::NoInterval);
         };
         if t.cumulative_errors {
             // The drift's interval, centred on the line's slope (nearly the same estimate:
@@ -705,54 +711,12 @@ impl<'a> Ctx<'a> {
         c
     }
 
-    fn per_x(&self, bytes: f64) -> String {
-        format!(
-            "{}/{}",
-            self.signed(bytes * self.t.display_scale),
-            self.t.display_unit
-        )
-    }
-
-    /// A signed amount of the series' unit: bytes in binary units, or a count.
-    fn signed(&self, v: f64) -> String {
-        if self.t.counts {
-            let sign = if v >= 0.0 { "+" } else { "-" };
-            format!("{sign}{}", crate::units::format_sig3(v.abs()))
-        } else {
-            crate::units::format_signed_bytes(v)
+    /// The line's slope and the level it is a share of.
+    fn slope(&self) -> Slope {
+        Slope {
+            rate: self.fit.slope,
+            level: self.level,
         }
-    }
-
-    /// |v| in the series' unit.
-    fn amount(&self, v: f64) -> String {
-        if self.t.counts {
-            crate::units::format_sig3(v.abs())
-        } else {
-            crate::units::format_bytes(v.abs())
-        }
-    }
-
-    fn at_x(&self, x: f64) -> String {
-        if self.t.display_unit == "run" || self.t.display_unit == "x" {
-            format!("{} {x:.0}", self.t.display_unit)
-        } else {
-            crate::units::format_seconds(x)
-        }
-    }
-
-    fn slope_txt(&self) -> String {
-        let pct = if self.level != 0.0 {
-            let p = self.fit.slope / self.level * 100.0 * self.t.display_scale;
-            let sign = if p >= 0.0 { "+" } else { "" };
-            format!(
-                "{sign}{}%/{}",
-                crate::units::format_sig3(p),
-                self.t.display_unit
-            )
-        } else {
-            "n/a".into()
-        };
-        format!("{} ({pct})", self.per_x(self.fit.slope))
     }
 
     /// The mean path: a last point far below the trend set aside (`last_drop`), the shape's
@@ -797,17 +761,17 @@ impl<'a> Ctx<'a> {
         for note in notes {
             let leak = reading == Verdict::Leak;
             if leak && note.end.ci95.0 <= self.thr {
-                c.reason = format!("{}, but {}", c.reason, note.clause);
+                c.reason.clauses.push((Join::But, note.clause));
                 c.runs_needed = note.rerun;
                 if let Some((from, rate)) = note.undecided_rate {
                     c.set_rate(from, rate);
                 }
                 reading = Verdict::Inconclusive;
             } else if leak && note.says_kept {
-                c.reason = format!("{}; {}", c.reason, note.clause);
+                c.reason.clauses.push((Join::Then, note.clause));
                 c.set_rate(note.end.from, note.end.rate);
             } else if reading == Verdict::Inconclusive && note.says_undecided {
-                c.reason = format!("{}; {}", c.reason, note.clause);
+                c.reason.clauses.push((Join::Then, note.clause));
             }
         }
         c
@@ -849,12 +813,11 @@ impl<'a> Ctx<'a> {
         let end = end.lower_to(Widening::LastDrop, kept.min(end.rate));
         Some(Note {
             end,
-            clause: format!(
-                "the last point gave back {}: {} with it, at least {} kept",
-                self.amount(gave_back),
-                self.per_x(whole.fit.slope),
-                self.per_x(kept.max(0.0))
-            ),
+            clause: Clause::LastDrop {
+                gave_back,
+                line: whole.fit.slope,
+                kept,
+            },
             says_undecided: false,
             says_kept: true,
             rerun: whole.needed_for(&end, n, 0),
@@ -919,7 +882,7 @@ impl<'a> Ctx<'a> {
         (top > end.ci95.1 + 1e-9 * end.ci95.1.abs()).then(|| {
             Note::undecided(
                 end.upper_to(Widening::SpeedsUp, top),
-                format!("if it speeds up, its end may reach {}", self.per_x(top)),
+                Clause::SpeedsUp { to: top },
             )
         })
     }
@@ -950,10 +913,7 @@ impl<'a> Ctx<'a> {
         (low < end.ci95.0 - 1e-9 * end.ci95.0.abs()).then(|| {
             Note::undecided(
                 end.lower_to(Widening::SlowsDown, low),
-                format!(
-                    "as it slows down, its end may be as low as {}",
-                    self.per_x(low)
-                ),
+                Clause::SlowsDown { to: low },
             )
         })
     }
@@ -985,11 +945,7 @@ impl<'a> Ctx<'a> {
             .map(|ci| ci.0)
             .filter(|&lo| lo < end.ci95.0)?;
         let end = end.lower_to(Widening::WarmUp, low);
-        let clause = format!(
-            "without its first {k} point{} (far below the line: a warm-up?) its end may be as low as {}",
-            if k == 1 { "" } else { "s" },
-            self.per_x(low)
-        );
+        let clause = Clause::WarmUp { points: k, to: low };
         Some(Note {
             rerun: self.needed_for(&end, n - k, k),
             ..Note::undecided(end, clause)
@@ -1006,8 +962,8 @@ type Widen<'a> = fn(&Ctx<'a>, &Classification, EndRate) -> Option<Note>;
 struct Note {
     /// The end rate after it.
     end: EndRate,
-    /// Why, as a clause: "if it speeds up, its end may reach +1.00 MiB/run".
-    clause: String,
+    /// Why, as a clause ("if it speeds up, its end may reach +1.00 MiB/run").
+    clause: Clause,
     /// Said after an undecided end's reason; after a leak's that stays one.
     says_undecided: bool,
     says_kept: bool,
@@ -1019,7 +975,7 @@ struct Note {
 
 impl Note {
     /// A note said only after an undecided end's reason.
-    fn undecided(end: EndRate, clause: String) -> Note {
+    fn undecided(end: EndRate, clause: Clause) -> Note {
         Note {
             end,
             clause,
@@ -1128,7 +1084,7 @@ mod tests {
         for (x, y) in &cases {
             for w in [None, Some(0), Some(3), Some(100)] {
                 let c = classify(x, y, w, &t);
-                assert!(!c.reason.is_empty());
+                assert!(!c.reason.to_string().is_empty());
                 assert_ne!(c.verdict, Verdict::Leak, "{x:?} {y:?} -> {c:?}");
             }
         }
@@ -1215,8 +1171,8 @@ mod tests {
         };
         let c = classify(&x, &y, Some(0), &t);
         assert_eq!(c.verdict, Verdict::Leak, "{c:#?}");
-        assert!(c.reason.contains("+2.00/run"), "{}", c.reason);
-        assert!(!c.reason.contains(" B"), "{}", c.reason);
+        assert!(c.reason.to_string().contains("+2.00/run"), "{}", c.reason);
+        assert!(!c.reason.to_string().contains(" B"), "{}", c.reason);
     }
 
     #[test]

@@ -29,6 +29,7 @@
 //!   staircase's line, its interval from the end's own lower bound (widened for
 //!   autocorrelation) to the line's upper one.
 
+use super::reason::{Reading, Since, Undecided};
 use super::{
     Classification, Ctx, EndRate, PlateauInfo, RateFrom, Step, Verdict, Widening, halves,
     segment_sigma, slope_se,
@@ -229,11 +230,10 @@ impl Ctx<'_> {
         c.steps = ev.steps.clone();
         c.end_slope = Some(end_slope);
         c.end_start_x = Some(last.x_start);
-        let end_txt = format!(
-            "{} since {}",
-            self.per_x(end_slope),
-            self.at_x(last.x_start)
-        );
+        let end_since = Since {
+            rate: end_slope,
+            x: last.x_start,
+        };
         // Half the average rate before the end: what "before that" says.
         let before = (last.x_start - first.x_start).max(f64::MIN_POSITIVE);
         let pace = 0.5 * (last.level_start - first.level_start) / before;
@@ -248,7 +248,7 @@ impl Ctx<'_> {
         // part-way, without a step, rises only there.
         let end_rises = end_slope - z1 * end_se > self.thr;
         if ev.up_x.is_empty() && ev.ramps == 0 && !end_rises {
-            return self.no_growth_events(c, &end_txt);
+            return self.no_growth_events(c, end_since);
         }
         let all_rise = ev.ramps + 1 == segs.len() && end_rises;
         if self.staircase(&ev, all_rise) {
@@ -280,15 +280,13 @@ impl Ctx<'_> {
                 return self.not_significant(c, false, Some((Widening::Falls, 0.0)));
             }
             // Rises and falls: the line, down to no rate at all (the falls may be the trend).
-            let (down, up) = (self.amount(ev.down_total), self.amount(ev.up_total));
-            let slope_txt = self.slope_txt();
             let end = self.line_rate().lower_to(Widening::Falls, 0.0);
-            return c.conclude(end, self.thr, false, |v| match v {
-                Verdict::Inconclusive => format!(
-                    "rises and falls ({down} down, {up} up in steps and ramps); not a steady trend"
-                ),
-                _ => format!("rises and falls ({down} down, {up} up); slope {slope_txt}"),
-            });
+            let reading = Reading::RisesAndFalls {
+                down: ev.down_total,
+                up: ev.up_total,
+                slope: self.slope(),
+            };
+            return c.conclude(end, self.thr, false, reading);
         }
         if end.ci95.0 > self.thr
             && let Some(step_x) = self.chunk_between_rises(&ev, end_slope)
@@ -304,30 +302,28 @@ impl Ctx<'_> {
                 self.fit.slope,
                 (end.ci95.0, self.ci.1.max(end.ci95.1).max(high)),
             );
-            let mut c = c.conclude(staircase, self.thr, true, |_| {
-                format!(
-                    "grows {} with its step at {} (a heap growing in chunks keeps needing new ones), {end_txt}",
-                    self.per_x(self.fit.slope),
-                    self.at_x(step_x),
-                )
-            });
+            let reading = Reading::Chunk {
+                line: self.fit.slope,
+                step_at: step_x,
+                end: end_since,
+            };
+            let mut c = c.conclude(staircase, self.thr, true, reading);
             if c.verdict == Verdict::Leak {
                 c.set_rate(RateFrom::Staircase, self.fit.slope);
             }
             return c;
         }
         if end.ci95.0 > self.thr {
-            let segments = crate::units::counted(segs.len() as u64 - 1, "segment", "segments");
             c.set_rate(RateFrom::EndSegment, end_slope);
-            return c.conclude(end, self.thr, true, |_| {
-                format!(
-                    "grows {end_txt} (before that {} in {segments})",
-                    self.per_x(2.0 * pace)
-                )
-            });
+            let reading = Reading::EndSegment {
+                end: end_since,
+                before: 2.0 * pace,
+                segments: segs.len() - 1,
+            };
+            return c.conclude(end, self.thr, true, reading);
         }
         let before = segs.len().checked_sub(2).and_then(|i| segs.get(i));
-        self.judge_stopped(c, &ev, first, (before, last), (end, &end_txt))
+        self.judge_stopped(c, &ev, first, (before, last), (end, end_since))
     }
 
     /// Growth in two or more rises (steps or ramps), or in segments that all rise, that keeps
@@ -422,12 +418,11 @@ impl Ctx<'_> {
 
     /// No step up and no rising segment: stable or inconclusive by the line, never a leak or a
     /// plateau (whatever moved was a drop or too small to matter).
-    fn no_growth_events(&self, c: Classification, end_txt: &str) -> Classification {
+    fn no_growth_events(&self, c: Classification, end: Since) -> Classification {
         // The segments show no rise: the line, down to no rate at all.
         let c = self.not_significant(c, false, Some((Widening::NoRise, 0.0)));
         if c.verdict == Verdict::Stable {
-            let reason = format!("no step or rise that matters; {end_txt}");
-            return c.reworded(reason);
+            return c.reworded(Reading::NoRise { end });
         }
         c
     }
@@ -442,35 +437,30 @@ impl Ctx<'_> {
         c: Classification,
         (up, at): (f64, f64),
         net: f64,
-        (end, end_txt): (EndRate, &str),
+        (end, since): (EndRate, Since),
     ) -> Classification {
         let c = self.not_significant(c, false, Some((Widening::NoRise, end.ci95.0)));
         if c.verdict != Verdict::Stable {
             return c;
         }
-        let what = if net < 0.5 * up {
-            "a dip and its recovery"
-        } else {
-            "a step too small to matter"
-        };
-        let reason = format!(
-            "{what} ({} up at {}, net {}); {end_txt}",
-            self.signed(up),
-            self.at_x(at),
-            self.signed(net)
-        );
-        c.reworded(reason)
+        c.reworded(Reading::SmallStep {
+            dip: net < 0.5 * up,
+            up,
+            at,
+            net,
+            end: since,
+        })
     }
 
     /// Why an end segment cannot tell whether it still rises: its own points scatter by more
     /// than one x step's worth of the threshold ("too noisy"), or they lie close to their line
     /// and are too few ("too short").
-    fn why_undecided(&self, last: &Segment) -> &'static str {
+    fn why_undecided(&self, last: &Segment) -> Undecided {
         let end_sd =
             stats::ols(&self.x[last.start..], &self.y[last.start..]).and_then(|f| f.residual_sd);
         match end_sd {
-            Some(sd) if sd <= self.thr * self.dx => "too short",
-            _ => "too noisy",
+            Some(sd) if sd <= self.thr * self.dx => Undecided::TooShort,
+            _ => Undecided::TooNoisy,
         }
     }
 
@@ -483,7 +473,7 @@ impl Ctx<'_> {
         ev: &Events,
         first: &Segment,
         (before, last): (Option<&Segment>, &Segment),
-        (end, end_txt): (EndRate, &str),
+        (end, since): (EndRate, Since),
     ) -> Classification {
         let n = self.x.len();
         let n_last = n - last.start;
@@ -501,21 +491,18 @@ impl Ctx<'_> {
         let net = end_level - first_mean;
         let one_step = ev.up_x.len() == 1 && ev.ramps == 0;
         if one_step && (net < 0.5 * up || net <= self.thr * self.dx) {
-            return self.judge_small_step(c, (up, ev.up_x[0]), net, (end, end_txt));
+            return self.judge_small_step(c, (up, ev.up_x[0]), net, (end, since));
         }
-        let why = self.why_undecided(last);
-        let noisy_end = |what: String| {
-            format!("{what}, but {why} to tell whether the end still rises ({end_txt})")
-        };
+        let undecided = self.why_undecided(last);
         if one_step {
             // One step is not a rate: the end after it decides.
-            let (size, at) = (self.signed(up), self.at_x(ev.up_x[0]));
-            c = c.conclude(end, self.thr, true, |v| match v {
-                Verdict::Plateau => {
-                    format!("one-off step of {size} at {at}, not a rate; {end_txt}")
-                }
-                _ => noisy_end(format!("one step of {size} at {at}")),
-            });
+            let reading = Reading::OneStep {
+                size: up,
+                at: ev.up_x[0],
+                end: since,
+                undecided,
+            };
+            c = c.conclude(end, self.thr, true, reading);
             if c.verdict == Verdict::Plateau {
                 (c.rate, c.rate_from) = (None, None);
                 c.plateau = Some(PlateauInfo {
@@ -529,11 +516,12 @@ impl Ctx<'_> {
             return c;
         }
         if rise <= self.thr * span {
-            let rise_txt = self.signed(rise);
-            c = c.conclude(end, self.thr, false, |v| match v {
-                Verdict::Stable => format!("changes add up to {rise_txt} only; {end_txt}"),
-                _ => noisy_end(format!("changes add up to {rise_txt} only")),
-            });
+            let reading = Reading::SmallChanges {
+                rise,
+                end: since,
+                undecided,
+            };
+            c = c.conclude(end, self.thr, false, reading);
             if c.verdict == Verdict::Inconclusive {
                 c.runs_needed = self.needed_for(&end, n_last, last.start);
             }
@@ -554,12 +542,12 @@ impl Ctx<'_> {
                     .lower_to(Widening::Staircase, lo)
                     .upper_to(Widening::Staircase, hi);
             }
-            c = c.conclude(line, self.thr, true, |_| {
-                format!(
-                    "rises in steps that keep coming: {steps} steps, one every {k:.1} x on average, {} on average",
-                    self.per_x(self.fit.slope)
-                )
-            });
+            let reading = Reading::RecurringSteps {
+                steps,
+                every: k,
+                line: self.fit.slope,
+            };
+            c = c.conclude(line, self.thr, true, reading);
             if c.verdict == Verdict::Inconclusive {
                 c.runs_needed = self.needed_for(&line, n, 0);
             }
@@ -569,12 +557,13 @@ impl Ctx<'_> {
         if end_len >= stop_len {
             // No step for as long as a steady stream of them leaves such a gap with
             // probability STOP_P: they stopped, and the end's own line decides.
-            let fill = self.per_x(rate);
-            let at = self.at_x(stop_x);
-            c = c.conclude(end, self.thr, true, |v| match v {
-                Verdict::Plateau => format!("grew {fill} on average until {at}, then {end_txt}"),
-                _ => noisy_end(format!("grew {fill} on average until {at}")),
-            });
+            let reading = Reading::Filled {
+                fill: rate,
+                at: stop_x,
+                end: since,
+                undecided,
+            };
+            c = c.conclude(end, self.thr, true, reading);
             if c.verdict == Verdict::Plateau {
                 c.set_rate(RateFrom::AverageFill, rate);
                 c.plateau = Some(PlateauInfo {
@@ -645,19 +634,14 @@ impl Ctx<'_> {
             (low.min(self.ci.0), self.ci.1.max(end.ci95.1).max(high)),
         );
         let rises = ev.up_x.len() + ev.ramps;
-        let mut c = c.conclude(staircase, self.thr, true, |v| match v {
-            Verdict::Leak => format!(
-                "rises in {rises} steps and between them: {} on average, {} since {}",
-                self.per_x(self.fit.slope),
-                self.per_x(end.rate),
-                self.at_x(last.x_start)
-            ),
-            _ => format!(
-                "grew {} in {rises} steps and rises; the last at {}, too recent to tell whether they stopped",
-                self.amount(ev.up_total),
-                self.at_x(last.x_start)
-            ),
-        });
+        let reading = Reading::TooRecent {
+            rises,
+            line: self.fit.slope,
+            end: end.rate,
+            since: last.x_start,
+            grew: ev.up_total,
+        };
+        let mut c = c.conclude(staircase, self.thr, true, reading);
         match c.verdict {
             Verdict::Leak => c.set_rate(RateFrom::Staircase, self.fit.slope),
             Verdict::Inconclusive => c.runs_needed = self.needed(n as f64 + missing / self.dx),
@@ -837,7 +821,7 @@ mod tests {
         // One "end" for every output: the last segment, flat.
         assert_eq!(c.end_start_x, Some(p.stop_x));
         assert!(c.end_slope.unwrap().abs() < 16.0 * KIB, "{c:?}");
-        assert!(c.reason.contains("MiB/run"), "{}", c.reason);
+        assert!(c.reason.to_string().contains("MiB/run"), "{}", c.reason);
         assert_eq!(c.decided_by, DecidedBy::Mean);
     }
 
@@ -937,7 +921,11 @@ mod tests {
         assert_eq!((c.rate, c.rate_from), (None, None));
         let p = c.plateau.unwrap();
         assert_eq!((p.fill_rate, p.stop_x), (None, 9.0));
-        assert!(c.reason.contains("one-off step of +3.0"), "{}", c.reason);
+        assert!(
+            c.reason.to_string().contains("one-off step of +3.0"),
+            "{}",
+            c.reason
+        );
     }
     /// A G1 heap keeping 1 MiB per request (tests/real_runtimes.rs, anon KiB after runs 0–20,
     /// a real recording): +1.07 MiB/run as old regions are touched, a chunk of 5.2 MiB at run

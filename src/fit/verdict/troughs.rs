@@ -20,6 +20,7 @@
 //!   line with its CI widened for its residuals' autocorrelation (`stats::ols_ar1_ci95`).
 
 use super::power::POWER;
+use super::reason::{Reading, TroughRead};
 use super::{
     Classification, Ctx, DecidedBy, EndRate, PlateauInfo, RateFrom, Verdict, Widening, halves,
     segment_sigma, slope_se,
@@ -40,8 +41,6 @@ impl Ctx<'_> {
     pub(super) fn judge_troughs(&self, mut c: Classification, env: &Envelope) -> Classification {
         c.decided_by = DecidedBy::Troughs;
         c.end_start_x = self.x.first().copied();
-        let mean_txt = self.per_x(self.fit.slope);
-        let teeth = self.amount(2.0 * env.mean_height);
         let (Some(fit), Some(mk), Some(se), Some(ci)) = (
             env.fit,
             env.trend,
@@ -57,12 +56,6 @@ impl Ctx<'_> {
         c.end_slope = Some(fit.slope);
         let df = (env.windows as f64 - 2.0).max(1.0);
         let t1 = stats::student_t_quantile(1.0 - self.t.alpha, df);
-        let troughs = format!(
-            "troughs (the lowest sample of each of {} windows) {}, {}; teeth ≈ {teeth} high; mean {mean_txt}",
-            env.windows,
-            self.per_x(fit.slope),
-            crate::units::format_p(mk.p_two_sided)
-        );
         let mut floor = EndRate::new(RateFrom::Troughs, fit.slope, ci);
         let ranks_rise =
             mk.s > 0.0 && mk.p_two_sided < self.t.alpha / 10.0 && fit.slope - t1 * se > 0.0;
@@ -79,27 +72,17 @@ impl Ctx<'_> {
         };
         let stopped = stopped.map(|s| self.fine_end(env, s));
         let end = stopped.as_ref().map_or(floor, |s| s.end);
-        let (end_txt, stop_txt) = (
-            self.per_x(end.rate),
-            stopped
-                .as_ref()
-                .map(|s| (self.per_x(s.fill), self.at_x(s.stop_x))),
-        );
-        c = c.conclude(end, self.thr, grew, |v| match (v, &stop_txt) {
-            (Verdict::Stable, _) => format!("saw-tooth with flat {troughs}"),
-            (Verdict::Plateau | Verdict::Leak, Some((fill, at))) => format!(
-                "saw-tooth whose troughs rose {fill} until {at}, then {end_txt} ({troughs})"
-            ),
-            (Verdict::Inconclusive, Some(_)) => format!(
-                "saw-tooth whose {troughs}; only {end_txt} at the end: too early to tell whether the floor stopped"
-            ),
-            (Verdict::Inconclusive, None) => format!(
-                "saw-tooth whose {troughs}; too noisy to rule out trough growth up to {} (threshold {})",
-                self.per_x(end.ci95.1),
-                self.per_x(self.thr)
-            ),
-            _ => format!("saw-tooth whose {troughs}"),
+        let reading = Reading::Troughs(TroughRead {
+            windows: env.windows,
+            slope: fit.slope,
+            p: mk.p_two_sided,
+            teeth: 2.0 * env.mean_height,
+            mean: self.fit.slope,
+            end: end.rate,
+            high: end.ci95.1,
+            stop: stopped.as_ref().map(|s| (s.fill, s.stop_x)),
         });
+        c = c.conclude(end, self.thr, grew, reading);
         if let Some(s) = stopped {
             c.end_slope = Some(s.end.rate);
             c.end_start_x = Some(s.stop_x);
@@ -233,19 +216,14 @@ impl Ctx<'_> {
         let phase = 2.0 * env.mean_height / span;
         let ci = (ci.0 - phase, ci.1 + phase);
         let end = EndRate::new(RateFrom::Line, slope, ci);
-        let slope_txt = self.slope_txt();
-        let (drops, n) = (env.drops, self.raw_n);
-        c = c.conclude(end, self.thr, false, |v| match v {
-            Verdict::Inconclusive => format!(
-                "saw-tooth with {drops} drops in {n} samples: too few teeth to judge the troughs (needs {} windows of two teeth), and its line {slope_txt} is too uncertain",
-                envelope::MIN_WINDOWS
-            ),
-            _ => format!(
-                "saw-tooth with {drops} drops in {n} samples, too few teeth to judge the troughs; its line {slope_txt} (95% CI widened for the teeth {} … {})",
-                self.per_x(ci.0),
-                self.per_x(ci.1)
-            ),
-        });
+        let reading = Reading::FewTeeth {
+            drops: env.drops,
+            samples: self.raw_n,
+            min_windows: envelope::MIN_WINDOWS,
+            slope: self.slope(),
+            ci,
+        };
+        c = c.conclude(end, self.thr, false, reading);
         if c.verdict == Verdict::Inconclusive {
             let need = self.raw_n as f64 * envelope::MIN_WINDOWS as f64 / env.windows.max(1) as f64;
             c.runs_needed = self.needed(need / self.per_point);
@@ -283,7 +261,7 @@ mod tests {
         let c = classify(&x, &y, None, &per_h);
         assert_eq!(c.decided_by, DecidedBy::Troughs, "{c:#?}");
         assert_ne!(c.verdict, Verdict::Leak, "{c:#?}");
-        assert!(c.reason.contains("troughs"), "{}", c.reason);
+        assert!(c.reason.to_string().contains("troughs"), "{}", c.reason);
         let (x, y) = churn(100.0 * KIB);
         let c = classify(&x, &y, None, &per_h);
         assert_eq!(

@@ -1,16 +1,19 @@
-//! The sentences and figures more than one output says of an analysis, on top of
-//! `crate::units`: the stderr summary (`super::text`), report.md and report.html
-//! (`super::sections`), the fleet table and the charts take them from here, so one figure
-//! reads the same everywhere. (A series' `reason` is worded where it is estimated, in
-//! `crate::fit::verdict`.)
+//! The sentences and figures the outputs say of an analysis, on top of `crate::units`: the
+//! stderr summary (`crate::report::text`), report.md and report.html
+//! (`crate::report::sections`), summary.json, the fleet table and the charts take them from
+//! here, so one figure reads the same everywhere. A verdict's reason is estimated as typed
+//! evidence (`crate::fit::verdict::reason`) and worded in [`reason`].
+
+pub mod reason;
 
 use std::fmt::Write;
 
 use crate::Analysis;
 use crate::fit::findings::{Finding, RecycleAdvice, TreeTotal};
 use crate::fit::heap::{HeapFinding, HeapReading};
-use crate::fit::{DecidedBy, Projection, RateFrom, SeriesFit, Verdict};
-use crate::series::XAxis;
+use crate::fit::lives::PooledLives;
+use crate::fit::{Attribution, DecidedBy, Projection, RateFrom, SeriesFit, Verdict};
+use crate::series::{Metric, XAxis};
 use crate::store::HeapSource;
 use crate::store::Scope;
 use crate::units::{format_bytes, format_sig3, format_signed_bytes};
@@ -134,9 +137,10 @@ pub fn verdict_line(a: &Analysis, f: &SeriesFit) -> String {
             .attribution
             .iter()
             .find(|at| at.series == f.scope && at.metric == f.metric)
-        && !at.summary.is_empty()
+        && let where_ = attribution(at)
+        && !where_.is_empty()
     {
-        line.push_str(&format!("; {}", at.summary));
+        line.push_str(&format!("; {where_}"));
     }
     match f.verdict {
         Verdict::Plateau => {
@@ -146,7 +150,7 @@ pub fn verdict_line(a: &Analysis, f: &SeriesFit) -> String {
         }
         Verdict::Inconclusive => {
             line.push_str(&format!("; {}", f.reason));
-            line.push_str(&f.rerun_advice());
+            line.push_str(&rerun_advice(f));
         }
         _ => {}
     }
@@ -292,9 +296,18 @@ pub fn projection_line(p: &Projection) -> String {
         });
     }
     if p.x_to_limit.is_none() && p.recycle_after.is_none() {
-        parts.push(p.note.clone());
+        parts.push(projection_note(p));
     }
     parts.join("; ")
+}
+
+/// What a projection rests on: the fitted slope, or why there is none.
+pub fn projection_note(p: &Projection) -> String {
+    if p.x_to_limit.is_some() || p.recycle_after.is_some() {
+        "at the fitted RSS slope".to_string()
+    } else {
+        format!("no projection: the series is {}", p.judged.as_str())
+    }
 }
 
 /// One line per finding, for the terminal and the reports.
@@ -410,4 +423,72 @@ pub(crate) fn site_rate(a: &Analysis, per_x: f64) -> String {
     } else {
         format!("{}/h", format_signed_bytes(per_x))
     }
+}
+
+/// The rerun that would decide an inconclusive series, as the flag to
+/// type: `--repeat 34` for runs; `--duration 8m` for attach (the points
+/// `runs_needed` asks for at this series' own sampling pace, rounded up
+/// to a whole second under two minutes, else to a whole minute).
+pub fn rerun_flag(f: &SeriesFit) -> Option<String> {
+    let n = f.runs_needed?;
+    match f.x {
+        XAxis::Run => Some(format!("--repeat {n}")),
+        XAxis::Seconds => {
+            let fitted = f.n.saturating_sub(f.warmup).max(2);
+            let every = f.x_span / (fitted - 1) as f64;
+            let secs = n as f64 * every;
+            if !(secs.is_finite() && secs > 0.0) {
+                return None;
+            }
+            Some(if secs < 120.0 {
+                format!("--duration {}s", secs.ceil())
+            } else {
+                format!("--duration {}m", (secs / 60.0).ceil())
+            })
+        }
+    }
+}
+
+/// "; `--repeat 34` would decide it" (empty when nothing would).
+pub fn rerun_advice(f: &SeriesFit) -> String {
+    rerun_flag(f)
+        .map(|flag| format!("; {flag} would decide it"))
+        .unwrap_or_default()
+}
+
+/// Where a leak grows, in one phrase for the terminal: `in anon memory, most in the [heap]
+/// mapping (+36.0 MiB), mainly in pid 4242 (python3)` (empty when nothing grew).
+pub fn attribution(at: &Attribution) -> String {
+    let mut parts = Vec::new();
+    if let Some(top) = at.kinds.first().filter(|k| k.slope > 0.0) {
+        parts.push(format!("in {} memory", top.metric.label()));
+    }
+    if let Some(m) = at.mappings.first().filter(|m| m.growth_bytes > 0) {
+        parts.push(format!(
+            "most in the {} mapping ({})",
+            m.mapping,
+            format_signed_bytes(m.growth_bytes as f64)
+        ));
+    }
+    if at.processes.len() > 1
+        && let Some(p) = at.processes.first()
+    {
+        parts.push(format!("mainly in pid {} ({})", p.pid, p.comm));
+    }
+    parts.join(", ")
+}
+
+/// `{job="api"} restarted 2 times: growth within a life, pooled over its 3 lives: +1.00 MiB/h
+/// (95% CI … )`: a fleet note.
+pub fn pooled_lives(p: &PooledLives, metric: Metric) -> String {
+    let rate = |v: f64| XAxis::Seconds.format_rate(v, metric.is_bytes());
+    format!(
+        "{} restarted {}: growth within a life, pooled over its {} lives: {} (95% CI {} … {})",
+        p.labels,
+        crate::units::counted((p.lives - 1) as u64, "time", "times"),
+        p.lives,
+        rate(p.slope),
+        rate(p.ci95.0),
+        rate(p.ci95.1)
+    )
 }
