@@ -585,8 +585,11 @@ pub fn classify_as(
     let min_points = t.min_points.max(4);
     if n < min_points {
         c.runs_needed = Some((warm + min_points).min(MAX_RUNS_NEEDED));
-        let need = min_points;
-        return c.unfitted(Unfit::TooFew { points: n, need });
+        let need = Unfit::TooFew {
+            points: n,
+            need: min_points,
+        };
+        return c.unfitted(need);
     }
     let thinned = if n > MAX_MEAN_POINTS {
         super::thin(&points[warm..])

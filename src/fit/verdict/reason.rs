@@ -76,7 +76,7 @@ pub struct Since {
 }
 
 /// Why an end cannot tell whether it still rises: its own points scatter by more than one x
-/// step's worth of the threshold (`Noisy`), or lie close to their line and are too few.
+/// step's worth of the threshold (`TooNoisy`), or lie close to their line and are too few.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Undecided {
     TooShort,
