@@ -22,6 +22,7 @@ use crate::fit::{self, FitOptions};
 use crate::gate::GateOn;
 use crate::options::{AnalyzeOptions, ExportOptions, GateSetup, ServeOptions};
 use crate::output;
+use crate::phrase;
 use crate::report::openmetrics::{self, Latest};
 use crate::sample::prometheus::{self, Life, RangeQuery};
 use crate::series::{self, Metric};
@@ -215,11 +216,7 @@ pub fn analyze(opts: &AnalyzeOptions) -> Result<Exit> {
             .iter()
             .map(|l| (prometheus::label_text(&l.labels), l.points.as_slice())),
     );
-    notes.extend(
-        pooled
-            .iter()
-            .map(|p| crate::phrase::pooled_lives(p, opts.metric)),
-    );
+    notes.extend(pooled.iter().map(|p| phrase::pooled_lives(p, opts.metric)));
     let dir = app::new_out_dir(&opts.output)?;
     output::create_dir(&dir).context("--out")?;
     let samples = dir.join("samples.csv");
@@ -275,7 +272,7 @@ fn legend(a: &fit::Analysis, metric: Metric) -> String {
         let fit = a.fit_of(Scope::Series(*i), metric);
         let verdict = fit.map(|f| f.verdict.as_str()).unwrap_or("–");
         let rate = fit
-            .and_then(|f| f.slope.map(|s| crate::phrase::rate(f, s)))
+            .and_then(|f| f.slope.map(|s| phrase::rate(f, s)))
             .unwrap_or_else(|| "–".into());
         out.push_str(&format!("  series:{i} {labels}: {verdict}, {rate}\n"));
     }

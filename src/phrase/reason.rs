@@ -6,8 +6,8 @@ use std::fmt::{self, Display, Formatter};
 
 use crate::fit::Verdict;
 use crate::fit::verdict::reason::{
-    Aside, Clause, Join, LineRead, Objects, Reading, Reason, Since, Slope, Trend, TroughRead,
-    Undecided, Unfit, Unit,
+    Aside, Clause, Join, LineRead, Objects, Reading, Reason, SegmentRead, Since, Slope, Trend,
+    TroughRead, Undecided, Unfit, Unit,
 };
 use crate::units::{format_bytes, format_duration, format_p, format_sig3, format_signed_bytes};
 use crate::units::{format_seconds, format_signed_count};
@@ -113,129 +113,6 @@ impl Say {
                 p,
                 high,
             } => self.no_trend(v, trend, slope, p, high),
-            Reading::NoRise { end } => {
-                format!("no step or rise that matters; {}", self.since(end))
-            }
-            Reading::SmallStep {
-                dip,
-                up,
-                at,
-                net,
-                end,
-            } => {
-                let what = if dip {
-                    "a dip and its recovery"
-                } else {
-                    "a step too small to matter"
-                };
-                format!(
-                    "{what} ({} up at {}, net {}); {}",
-                    self.signed(up),
-                    self.at_x(at),
-                    self.signed(net),
-                    self.since(end)
-                )
-            }
-            Reading::RisesAndFalls { down, up, slope } => {
-                let (down, up) = (self.amount(down), self.amount(up));
-                match v {
-                    Verdict::Inconclusive => format!(
-                        "rises and falls ({down} down, {up} up in steps and ramps); not a steady trend"
-                    ),
-                    _ => format!(
-                        "rises and falls ({down} down, {up} up); slope {}",
-                        self.slope(slope)
-                    ),
-                }
-            }
-            Reading::Chunk { line, step_at, end } => format!(
-                "grows {} with its step at {} (a heap growing in chunks keeps needing new ones), {}",
-                self.per_x(line),
-                self.at_x(step_at),
-                self.since(end)
-            ),
-            Reading::EndSegment {
-                end,
-                before,
-                segments,
-            } => format!(
-                "grows {} (before that {} in {})",
-                self.since(end),
-                self.per_x(before),
-                crate::units::counted(segments as u64, "segment", "segments")
-            ),
-            Reading::OneStep {
-                size,
-                at,
-                end,
-                undecided,
-            } => {
-                let (size, at) = (self.signed(size), self.at_x(at));
-                match v {
-                    Verdict::Plateau => {
-                        format!(
-                            "one-off step of {size} at {at}, not a rate; {}",
-                            self.since(end)
-                        )
-                    }
-                    _ => self.noisy_end(format!("one step of {size} at {at}"), end, undecided),
-                }
-            }
-            Reading::SmallChanges {
-                rise,
-                end,
-                undecided,
-            } => {
-                let rise = self.signed(rise);
-                match v {
-                    Verdict::Stable => {
-                        format!("changes add up to {rise} only; {}", self.since(end))
-                    }
-                    _ => self.noisy_end(format!("changes add up to {rise} only"), end, undecided),
-                }
-            }
-            Reading::RecurringSteps { steps, every, line } => format!(
-                "rises in steps that keep coming: {steps} steps, one every {every:.1} x on average, {} on average",
-                self.per_x(line)
-            ),
-            Reading::Filled {
-                fill,
-                at,
-                end,
-                undecided,
-            } => {
-                let (fill, at) = (self.per_x(fill), self.at_x(at));
-                match v {
-                    Verdict::Plateau => {
-                        format!(
-                            "grew {fill} on average until {at}, then {}",
-                            self.since(end)
-                        )
-                    }
-                    _ => {
-                        self.noisy_end(format!("grew {fill} on average until {at}"), end, undecided)
-                    }
-                }
-            }
-            Reading::TooRecent {
-                rises,
-                line,
-                end,
-                since,
-                grew,
-            } => match v {
-                Verdict::Leak => format!(
-                    "rises in {rises} steps and between them: {} on average, {} since {}",
-                    self.per_x(line),
-                    self.per_x(end),
-                    self.at_x(since)
-                ),
-                _ => format!(
-                    "grew {} in {rises} steps and rises; the last at {}, too recent to tell whether they stopped",
-                    self.amount(grew),
-                    self.at_x(since)
-                ),
-            },
             Reading::Troughs(ref t) => self.troughs(v, t),
             Reading::FewTeeth {
                 drops,
@@ -279,6 +156,151 @@ impl Say {
                 )
             }
             Reading::Objects(o) => objects(o),
+            Reading::Segments(seg) => self.segments(v, seg),
+        }
+    }
+
+    /// The segment estimator's readings.
+    fn segments(&self, v: Verdict, r: SegmentRead) -> String {
+        match r {
+            SegmentRead::NoRise { end } => {
+                format!("no step or rise that matters; {}", self.since(end))
+            }
+            SegmentRead::SmallStep {
+                dip,
+                up,
+                at,
+                net,
+                end,
+            } => self.small_step(dip, (up, at), net, end),
+            SegmentRead::RisesAndFalls { down, up, slope } => {
+                let (down, up) = (self.amount(down), self.amount(up));
+                match v {
+                    Verdict::Inconclusive => format!(
+                        "rises and falls ({down} down, {up} up in steps and ramps); not a steady trend"
+                    ),
+                    _ => format!(
+                        "rises and falls ({down} down, {up} up); slope {}",
+                        self.slope(slope)
+                    ),
+                }
+            }
+            SegmentRead::Chunk { line, step_at, end } => format!(
+                "grows {} with its step at {} (a heap growing in chunks keeps needing new ones), {}",
+                self.per_x(line),
+                self.at_x(step_at),
+                self.since(end)
+            ),
+            SegmentRead::EndSegment {
+                end,
+                before,
+                segments,
+            } => format!(
+                "grows {} (before that {} in {})",
+                self.since(end),
+                self.per_x(before),
+                crate::units::counted(segments as u64, "segment", "segments")
+            ),
+            SegmentRead::OneStep {
+                size,
+                at,
+                end,
+                undecided,
+            } => {
+                let (size, at) = (self.signed(size), self.at_x(at));
+                match v {
+                    Verdict::Plateau => {
+                        format!(
+                            "one-off step of {size} at {at}, not a rate; {}",
+                            self.since(end)
+                        )
+                    }
+                    _ => self.noisy_end(format!("one step of {size} at {at}"), end, undecided),
+                }
+            }
+            SegmentRead::SmallChanges {
+                rise,
+                end,
+                undecided,
+            } => {
+                let rise = self.signed(rise);
+                match v {
+                    Verdict::Stable => {
+                        format!("changes add up to {rise} only; {}", self.since(end))
+                    }
+                    _ => self.noisy_end(format!("changes add up to {rise} only"), end, undecided),
+                }
+            }
+            SegmentRead::RecurringSteps { steps, every, line } => format!(
+                "rises in steps that keep coming: {steps} steps, one every {every:.1} x on average, {} on average",
+                self.per_x(line)
+            ),
+            SegmentRead::Filled {
+                fill,
+                at,
+                end,
+                undecided,
+            } => {
+                let (fill, at) = (self.per_x(fill), self.at_x(at));
+                match v {
+                    Verdict::Plateau => {
+                        format!(
+                            "grew {fill} on average until {at}, then {}",
+                            self.since(end)
+                        )
+                    }
+                    _ => {
+                        self.noisy_end(format!("grew {fill} on average until {at}"), end, undecided)
+                    }
+                }
+            }
+            SegmentRead::TooRecent {
+                rises,
+                line,
+                end,
+                since,
+                grew,
+            } => self.too_recent(v, rises, (line, end, since), grew),
+        }
+    }
+
+    /// One step up that climbs back from a dip, or leaves the level little higher.
+    fn small_step(&self, dip: bool, (up, at): (f64, f64), net: f64, end: Since) -> String {
+        let what = if dip {
+            "a dip and its recovery"
+        } else {
+            "a step too small to matter"
+        };
+        format!(
+            "{what} ({} up at {}, net {}); {}",
+            self.signed(up),
+            self.at_x(at),
+            self.signed(net),
+            self.since(end)
+        )
+    }
+
+    /// Steps whose last is too recent to tell whether they stopped: the line's rate, and the
+    /// end's since `since`.
+    fn too_recent(
+        &self,
+        v: Verdict,
+        rises: usize,
+        (line, end, since): (f64, f64, f64),
+        grew: f64,
+    ) -> String {
+        match v {
+            Verdict::Leak => format!(
+                "rises in {rises} steps and between them: {} on average, {} since {}",
+                self.per_x(line),
+                self.per_x(end),
+                self.at_x(since)
+            ),
+            _ => format!(
+                "grew {} in {rises} steps and rises; the last at {}, too recent to tell whether they stopped",
+                self.amount(grew),
+                self.at_x(since)
+            ),
         }
     }
 
@@ -532,24 +554,24 @@ mod tests {
     #[test]
     fn readings_clauses_and_asides_read_as_one_sentence() {
         let end = Since { rate: 0.0, x: 12.0 };
-        let dip = Reading::SmallStep {
+        let dip = Reading::Segments(SegmentRead::SmallStep {
             dip: true,
             up: 2.0 * MIB,
             at: 5.0,
             net: 0.5 * MIB,
             end,
-        };
+        });
         assert_eq!(
             per_run(Verdict::Stable, dip),
             "a dip and its recovery (+2.00 MiB up at run 5, net +512 KiB); +0 B/run since run 12"
         );
-        let recent = Reading::TooRecent {
+        let recent = Reading::Segments(SegmentRead::TooRecent {
             rises: 3,
             line: MIB,
             end: 0.25 * MIB,
             since: 12.0,
             grew: 3.0 * MIB,
-        };
+        });
         assert_eq!(
             per_run(Verdict::Leak, recent.clone()),
             "rises in 3 steps and between them: +1.00 MiB/run on average, +256 KiB/run since run 12"

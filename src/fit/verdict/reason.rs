@@ -130,72 +130,8 @@ pub enum Reading {
         /// The interval's upper end.
         high: f64,
     },
-    /// No step or rise that matters among the segments; the end since its start.
-    NoRise {
-        end: Since,
-    },
-    /// One step up that climbs back from a dip (`dip`) or leaves the level little higher.
-    SmallStep {
-        dip: bool,
-        up: f64,
-        at: f64,
-        net: f64,
-        end: Since,
-    },
-    /// Falls as large as the rises, with the line's slope.
-    RisesAndFalls {
-        down: f64,
-        up: f64,
-        slope: Slope,
-    },
-    /// A step while rising and a rise after it: the line's rate, steps included.
-    Chunk {
-        line: f64,
-        step_at: f64,
-        end: Since,
-    },
-    /// The end segment rises on its own; `before`: the average rate before it over
-    /// `segments` segments.
-    EndSegment {
-        end: Since,
-        before: f64,
-        segments: usize,
-    },
-    /// One step, then the end.
-    OneStep {
-        size: f64,
-        at: f64,
-        end: Since,
-        undecided: Undecided,
-    },
-    /// Changes that add up to `rise` only.
-    SmallChanges {
-        rise: f64,
-        end: Since,
-        undecided: Undecided,
-    },
-    /// Steps that keep coming: how many, one every `every` x on average, the line's rate.
-    RecurringSteps {
-        steps: usize,
-        every: f64,
-        line: f64,
-    },
-    /// Growth at `fill` on average until `at`, then the end.
-    Filled {
-        fill: f64,
-        at: f64,
-        end: Since,
-        undecided: Undecided,
-    },
-    /// Steps whose last is too recent to tell whether they stopped: `rises` steps and ramps,
-    /// the line's rate, the end segment's rate since `since`, `grew` in steps.
-    TooRecent {
-        rises: usize,
-        line: f64,
-        end: f64,
-        since: f64,
-        grew: f64,
-    },
+    /// The segment estimator's readings.
+    Segments(SegmentRead),
     /// A saw-tooth judged on its troughs.
     Troughs(TroughRead),
     /// A saw-tooth with too few teeth: its line and the interval widened for the teeth.
@@ -218,6 +154,64 @@ pub enum Reading {
     },
     /// A type's count of objects.
     Objects(Objects),
+}
+
+/// What the segment estimator read: steps, fills and ramps cut by change points; `end`:
+/// the end segment's rate since its start.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum SegmentRead {
+    /// No step or rise that matters among the segments; the end since its start.
+    NoRise { end: Since },
+    /// One step up that climbs back from a dip (`dip`) or leaves the level little higher.
+    SmallStep {
+        dip: bool,
+        up: f64,
+        at: f64,
+        net: f64,
+        end: Since,
+    },
+    /// Falls as large as the rises, with the line's slope.
+    RisesAndFalls { down: f64, up: f64, slope: Slope },
+    /// A step while rising and a rise after it: the line's rate, steps included.
+    Chunk { line: f64, step_at: f64, end: Since },
+    /// The end segment rises on its own; `before`: the average rate before it over
+    /// `segments` segments.
+    EndSegment {
+        end: Since,
+        before: f64,
+        segments: usize,
+    },
+    /// One step, then the end.
+    OneStep {
+        size: f64,
+        at: f64,
+        end: Since,
+        undecided: Undecided,
+    },
+    /// Changes that add up to `rise` only.
+    SmallChanges {
+        rise: f64,
+        end: Since,
+        undecided: Undecided,
+    },
+    /// Steps that keep coming: how many, one every `every` x on average, the line's rate.
+    RecurringSteps { steps: usize, every: f64, line: f64 },
+    /// Growth at `fill` on average until `at`, then the end.
+    Filled {
+        fill: f64,
+        at: f64,
+        end: Since,
+        undecided: Undecided,
+    },
+    /// Steps whose last is too recent to tell whether they stopped: `rises` steps and ramps,
+    /// the line's rate, the end segment's rate since `since`, `grew` in steps.
+    TooRecent {
+        rises: usize,
+        line: f64,
+        end: f64,
+        since: f64,
+        grew: f64,
+    },
 }
 
 /// A rising line's reading.

@@ -29,7 +29,7 @@
 //!   staircase's line, its interval from the end's own lower bound (widened for
 //!   autocorrelation) to the line's upper one.
 
-use super::reason::{Reading, Since, Undecided};
+use super::reason::{Reading, SegmentRead, Since, Undecided};
 use super::{
     Classification, Ctx, EndRate, PlateauInfo, RateFrom, Step, Verdict, Widening, halves,
     segment_sigma, slope_se,
@@ -281,11 +281,11 @@ impl Ctx<'_> {
             }
             // Rises and falls: the line, down to no rate at all (the falls may be the trend).
             let end = self.line_rate().lower_to(Widening::Falls, 0.0);
-            let reading = Reading::RisesAndFalls {
+            let reading = Reading::Segments(SegmentRead::RisesAndFalls {
                 down: ev.down_total,
                 up: ev.up_total,
                 slope: self.slope(),
-            };
+            });
             return c.conclude(end, self.thr, false, reading);
         }
         if end.ci95.0 > self.thr
@@ -302,11 +302,11 @@ impl Ctx<'_> {
                 self.fit.slope,
                 (end.ci95.0, self.ci.1.max(end.ci95.1).max(high)),
             );
-            let reading = Reading::Chunk {
+            let reading = Reading::Segments(SegmentRead::Chunk {
                 line: self.fit.slope,
                 step_at: step_x,
                 end: end_since,
-            };
+            });
             let mut c = c.conclude(staircase, self.thr, true, reading);
             if c.verdict == Verdict::Leak {
                 c.set_rate(RateFrom::Staircase, self.fit.slope);
@@ -315,11 +315,11 @@ impl Ctx<'_> {
         }
         if end.ci95.0 > self.thr {
             c.set_rate(RateFrom::EndSegment, end_slope);
-            let reading = Reading::EndSegment {
+            let reading = Reading::Segments(SegmentRead::EndSegment {
                 end: end_since,
                 before: 2.0 * pace,
                 segments: segs.len() - 1,
-            };
+            });
             return c.conclude(end, self.thr, true, reading);
         }
         let before = segs.len().checked_sub(2).and_then(|i| segs.get(i));
@@ -422,7 +422,7 @@ impl Ctx<'_> {
         // The segments show no rise: the line, down to no rate at all.
         let c = self.not_significant(c, false, Some((Widening::NoRise, 0.0)));
         if c.verdict == Verdict::Stable {
-            return c.reworded(Reading::NoRise { end });
+            return c.reworded(Reading::Segments(SegmentRead::NoRise { end }));
         }
         c
     }
@@ -443,13 +443,13 @@ impl Ctx<'_> {
         if c.verdict != Verdict::Stable {
             return c;
         }
-        c.reworded(Reading::SmallStep {
+        c.reworded(Reading::Segments(SegmentRead::SmallStep {
             dip: net < 0.5 * up,
             up,
             at,
             net,
             end: since,
-        })
+        }))
     }
 
     /// Why an end segment cannot tell whether it still rises: its own points scatter by more
@@ -496,12 +496,12 @@ impl Ctx<'_> {
         let undecided = self.why_undecided(last);
         if one_step {
             // One step is not a rate: the end after it decides.
-            let reading = Reading::OneStep {
+            let reading = Reading::Segments(SegmentRead::OneStep {
                 size: up,
                 at: ev.up_x[0],
                 end: since,
                 undecided,
-            };
+            });
             c = c.conclude(end, self.thr, true, reading);
             if c.verdict == Verdict::Plateau {
                 (c.rate, c.rate_from) = (None, None);
@@ -516,11 +516,11 @@ impl Ctx<'_> {
             return c;
         }
         if rise <= self.thr * span {
-            let reading = Reading::SmallChanges {
+            let reading = Reading::Segments(SegmentRead::SmallChanges {
                 rise,
                 end: since,
                 undecided,
-            };
+            });
             c = c.conclude(end, self.thr, false, reading);
             if c.verdict == Verdict::Inconclusive {
                 c.runs_needed = self.needed_for(&end, n_last, last.start);
@@ -542,11 +542,11 @@ impl Ctx<'_> {
                     .lower_to(Widening::Staircase, lo)
                     .upper_to(Widening::Staircase, hi);
             }
-            let reading = Reading::RecurringSteps {
+            let reading = Reading::Segments(SegmentRead::RecurringSteps {
                 steps,
                 every: k,
                 line: self.fit.slope,
-            };
+            });
             c = c.conclude(line, self.thr, true, reading);
             if c.verdict == Verdict::Inconclusive {
                 c.runs_needed = self.needed_for(&line, n, 0);
@@ -557,12 +557,12 @@ impl Ctx<'_> {
         if end_len >= stop_len {
             // No step for as long as a steady stream of them leaves such a gap with
             // probability STOP_P: they stopped, and the end's own line decides.
-            let reading = Reading::Filled {
+            let reading = Reading::Segments(SegmentRead::Filled {
                 fill: rate,
                 at: stop_x,
                 end: since,
                 undecided,
-            };
+            });
             c = c.conclude(end, self.thr, true, reading);
             if c.verdict == Verdict::Plateau {
                 c.set_rate(RateFrom::AverageFill, rate);
@@ -634,13 +634,13 @@ impl Ctx<'_> {
             (low.min(self.ci.0), self.ci.1.max(end.ci95.1).max(high)),
         );
         let rises = ev.up_x.len() + ev.ramps;
-        let reading = Reading::TooRecent {
+        let reading = Reading::Segments(SegmentRead::TooRecent {
             rises,
             line: self.fit.slope,
             end: end.rate,
             since: last.x_start,
             grew: ev.up_total,
-        };
+        });
         let mut c = c.conclude(staircase, self.thr, true, reading);
         match c.verdict {
             Verdict::Leak => c.set_rate(RateFrom::Staircase, self.fit.slope),
