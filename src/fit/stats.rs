@@ -193,18 +193,35 @@ pub fn increments(x: &[f64], y: &[f64]) -> (Vec<f64>, Vec<f64>) {
         .unzip()
 }
 
-/// The 95% CI of a random walk's drift: the t interval of its mean
-/// increment ([`increments`]). `None` below three increments.
+/// The 95% CI of a random walk's drift, for steps of any length. Each step adds an independent
+/// error whose variance grows with its length (Brownian motion with drift: a step of `dx`
+/// rises `dy ~ N(μ·dx, σ²·dx)`, as a sum of sampled blocks' weights does), so by maximum
+/// likelihood the drift is the whole rise over the whole span, `μ = Σdy / Σdx`, with variance
+/// `σ² / Σdx`, `σ²` the steps' `(dy − μ·dx)² / dx` over n − 1; the t interval on n − 1
+/// degrees of freedom. Equal steps give the t interval of the mean increment; a short step
+/// (an attach's last sample, 40 ms after the one before) counts by its length, where as one
+/// increment of 40 ms a single sampled block reads as 12 times a 500 ms step's rate.
+/// `None` below three steps.
 pub fn drift_ci95(x: &[f64], y: &[f64]) -> Option<(f64, f64)> {
-    let (_, d) = increments(x, y);
-    let n = d.len();
+    let steps: Vec<(f64, f64)> = x
+        .windows(2)
+        .zip(y.windows(2))
+        .filter(|(xw, _)| xw[1] > xw[0])
+        .map(|(xw, yw)| (xw[1] - xw[0], yw[1] - yw[0]))
+        .collect();
+    let n = steps.len();
     if n < 3 {
         return None;
     }
-    let m = mean(&d)?;
-    let var = d.iter().map(|v| (v - m).powi(2)).sum::<f64>() / (n - 1) as f64;
-    let half = student_t_quantile(0.975, (n - 1) as f64) * (var / n as f64).sqrt();
-    half.is_finite().then_some((m - half, m + half))
+    let span: f64 = steps.iter().map(|s| s.0).sum();
+    let drift = steps.iter().map(|s| s.1).sum::<f64>() / span;
+    let var = steps
+        .iter()
+        .map(|(dx, dy)| (dy - drift * dx).powi(2) / dx)
+        .sum::<f64>()
+        / (n - 1) as f64;
+    let half = student_t_quantile(0.975, (n - 1) as f64) * (var / span).sqrt();
+    half.is_finite().then_some((drift - half, drift + half))
 }
 
 /// Least-squares line through `(x, y)`, with the slope's 95% CI from Student's t distribution
@@ -950,8 +967,7 @@ mod tests {
 
     #[test]
     fn a_random_walks_drift_has_the_t_interval_of_its_increments() {
-        // Increments 0.8, 1.2, 0.9, 1.1 (x steps of 1, one of 2 counted per x): mean 1.0,
-        // sd 0.183, se 0.0913, t(0.975, 3) = 3.182: ±0.2906.
+        // Increments 0.8, 1.2, 0.9, 1.1 per x (x steps of 1, the last of 2).
         let x = [1.0, 2.0, 3.0, 4.0, 6.0];
         let y = [0.0, 0.8, 2.0, 2.9, 5.1];
         let (mid, d) = increments(&x, &y);
@@ -961,9 +977,23 @@ mod tests {
                 .zip([0.8, 1.2, 0.9, 1.1])
                 .all(|(a, b)| (a - b).abs() < 1e-12)
         );
+        // Drift 5.1 / 5 = 1.02; (dy − 1.02·dx)²/dx: 0.0484, 0.0324, 0.0144, 0.0128, over 3:
+        // 0.036; se √(0.036 / 5) = 0.0849, t(0.975, 3) = 3.182: ±0.2700.
         let (lo, hi) = drift_ci95(&x, &y).unwrap();
-        assert!((lo - (1.0 - 0.2906)).abs() < 1e-3, "{lo}");
-        assert!((hi - (1.0 + 0.2906)).abs() < 1e-3, "{hi}");
+        assert!((lo - (1.02 - 0.2700)).abs() < 1e-3, "{lo}");
+        assert!((hi - (1.02 + 0.2700)).abs() < 1e-3, "{hi}");
+        // Equal steps: the t interval of the mean increment (mean 1.0, sd 0.183, ±0.2906).
+        let y = [0.0, 0.8, 2.0, 2.9, 4.0];
+        let (lo, hi) = drift_ci95(&[1.0, 2.0, 3.0, 4.0, 5.0], &y).unwrap();
+        assert!((lo - (1.0 - 0.2906)).abs() < 1e-3 && (hi - (1.0 + 0.2906)).abs() < 1e-3);
+        // Blocks of 0.05 sampled at a rate of 1 per x (20 a step, ±0.2), and a last step of
+        // 0.01 x holding one block: counted by its length, drift 0.988 ± 0.266; as one
+        // increment among six (5.0 per x) it would widen the interval to ±1.73.
+        let x = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 5.01];
+        let y = [0.0, 1.1, 1.9, 3.0, 4.1, 4.9, 4.95];
+        let (lo, hi) = drift_ci95(&x, &y).unwrap();
+        assert!((lo - (0.988 - 0.266)).abs() < 2e-3, "{lo}");
+        assert!((hi - (0.988 + 0.266)).abs() < 2e-3, "{hi}");
         // Too few increments; a repeated x is no step.
         assert_eq!(drift_ci95(&x[..3], &y[..3]), None);
         assert_eq!(increments(&[1.0, 1.0, 2.0], &[0.0, 5.0, 6.0]).1, vec![1.0]);

@@ -1414,6 +1414,14 @@ fn attach_native_sites_refuses_a_process_never_at_a_safe_point() {
     assert_eq!((tracer.as_str(), shimmed), ("0", false));
 }
 
+/// The rows of samples.csv in `out` that name `what` (a site's, to tell why its verdict
+/// was not the one expected), at most 200.
+fn rows_of(out: &Path, what: &str) -> String {
+    let csv = std::fs::read_to_string(out.join("samples.csv")).unwrap_or_default();
+    let rows: Vec<&str> = csv.lines().filter(|l| l.contains(what)).take(200).collect();
+    rows.join("\n")
+}
+
 /// A process that allocates without pause, with one thread asleep in
 /// pause() and with no other thread at all (no thread is ever idle in a
 /// system call: it is entered at a call to malloc): `attach --native-sites`
@@ -1460,7 +1468,12 @@ fn attach_native_sites_enters_a_busy_process_with_and_without_an_idle_thread() {
             "{:#}",
             s["native_sites"]
         );
-        assert_eq!(first["verdict"], "leak", "{first:#}");
+        assert_eq!(
+            first["verdict"],
+            "leak",
+            "{first:#}\nits rows:\n{}",
+            rows_of(&out, "keep_some")
+        );
         let rate = first["end_rate"]["rate"].as_f64().unwrap();
         let err = (rate - truth).abs() / truth;
         eprintln!("busy, idle thread {idle}: {rate:.3e} B/h, truth {truth:.3e}: {stderr}");
