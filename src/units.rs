@@ -186,6 +186,13 @@ pub fn format_sig3(v: f64) -> String {
     format!("{v:.decimals$}")
 }
 
+/// A signed number with three significant digits (`format_sig3`): a rate of counts,
+/// `+2.00`, `+0.0600`, `-14100`; zero and its negative read `+0`.
+pub fn format_signed_sig3(v: f64) -> String {
+    let sign = if v >= 0.0 { "+" } else { "-" };
+    format!("{sign}{}", format_sig3(v.abs()))
+}
+
 /// A p-value as the reasons give it: three decimals, or its order of magnitude below 0.001
 /// (`p = 0.012`, `p = 8e-5`): a smaller one tells nothing more about a verdict.
 pub fn format_p(p: f64) -> String {
@@ -444,6 +451,11 @@ mod tests {
         assert_eq!(format_sig3(0.04123), "0.0412");
         assert_eq!(format_sig3(0.0), "0");
         assert_eq!(format_sig3(999.6), "1000");
+        // Signed, as count rates read: no "-0.00" for a rate that rounds to nothing.
+        assert_eq!(format_signed_sig3(0.0638), "+0.0638");
+        assert_eq!(format_signed_sig3(-0.00441), "-0.00441");
+        assert_eq!(format_signed_sig3(-0.0), "+0");
+        assert_eq!(format_signed_sig3(2.0), "+2.00");
     }
 
     #[test]

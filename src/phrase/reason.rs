@@ -10,7 +10,7 @@ use crate::fit::verdict::reason::{
     TroughRead, Undecided, Unfit, Unit,
 };
 use crate::units::{format_bytes, format_duration, format_p, format_sig3, format_signed_bytes};
-use crate::units::{format_seconds, format_signed_count};
+use crate::units::{format_seconds, format_signed_count, format_signed_sig3};
 
 impl Display for Reason {
     fn fmt(&self, out: &mut Formatter<'_>) -> fmt::Result {
@@ -48,8 +48,7 @@ impl Say {
     /// A signed amount of the series' unit: bytes in binary units, or a count.
     fn signed(&self, v: f64) -> String {
         if self.unit.counts {
-            let sign = if v >= 0.0 { "+" } else { "-" };
-            format!("{sign}{}", format_sig3(v.abs()))
+            format_signed_sig3(v)
         } else {
             format_signed_bytes(v)
         }

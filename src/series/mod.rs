@@ -273,25 +273,26 @@ impl XAxis {
         }
     }
 
-    /// A per-x value in the rate unit: `+4.00 MiB/run`, `-1.20 KiB/h`, `+0.50/h`.
+    /// A per-x value in the rate unit: `+4.00 MiB/run`, `-1.20 KiB/h`, `+0.500/h` (counts
+    /// with three significant digits, as reasons give them).
     pub fn format_rate(self, per_x: f64, bytes: bool) -> String {
         let v = per_x * self.per_rate_unit();
         let unit = self.rate_unit();
         if bytes {
             format!("{}/{unit}", format_signed_bytes(v))
         } else {
-            format!("{v:+.2}/{unit}")
+            format!("{}/{unit}", crate::units::format_signed_sig3(v))
         }
     }
 
-    /// A limit in the rate unit, without a sign: `1.00 MiB/run`, `0.50/h`.
+    /// A limit in the rate unit, without a sign: `1.00 MiB/run`, `0.500/h`.
     pub fn format_limit(self, per_x: f64, bytes: bool) -> String {
         let v = per_x * self.per_rate_unit();
         let unit = self.rate_unit();
         if bytes {
             format!("{}/{unit}", format_bytes(v))
         } else {
-            format!("{v:.2}/{unit}")
+            format!("{}/{unit}", crate::units::format_sig3(v))
         }
     }
 
