@@ -359,6 +359,7 @@ pub struct Projection {
     pub judged: Verdict,
 }
 
+/// A projection read back from summary.json does not carry the verdict it was made under.
 fn undecided() -> Verdict {
     Verdict::Inconclusive
 }
