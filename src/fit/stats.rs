@@ -198,10 +198,10 @@ pub fn increments(x: &[f64], y: &[f64]) -> (Vec<f64>, Vec<f64>) {
 /// rises `dy ~ N(μ·dx, σ²·dx)`, as a sum of sampled blocks' weights does), so by maximum
 /// likelihood the drift is the whole rise over the whole span, `μ = Σdy / Σdx`, with variance
 /// `σ² / Σdx`, `σ²` the steps' `(dy − μ·dx)² / dx` over n − 1; the t interval on n − 1
-/// degrees of freedom. Equal steps give the t interval of the mean increment; a short step
-/// (an attach's last sample, 40 ms after the one before) counts by its length, where as one
-/// increment of 40 ms a single sampled block reads as 12 times a 500 ms step's rate.
-/// `None` below three steps.
+/// degrees of freedom. Equal steps give the t interval of the mean increment; a short step (an
+/// attach's last sample, soon after the one before) counts by its length, where as one
+/// increment a single sampled block in it would read as many times the rate
+/// (docs/native-sites.md). `None` below three steps.
 pub fn drift_ci95(x: &[f64], y: &[f64]) -> Option<(f64, f64)> {
     let steps: Vec<(f64, f64)> = x
         .windows(2)

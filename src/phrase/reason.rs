@@ -9,8 +9,9 @@ use crate::fit::verdict::reason::{
     Aside, Clause, Join, LineRead, Objects, Reading, Reason, SegmentRead, Since, Slope, Trend,
     TroughRead, Undecided, Unfit, Unit,
 };
+use crate::series::XAxis;
 use crate::units::{format_bytes, format_duration, format_p, format_sig3, format_signed_bytes};
-use crate::units::{format_seconds, format_signed_count, format_signed_sig3};
+use crate::units::{format_signed_count, format_signed_sig3};
 
 impl Display for Reason {
     fn fmt(&self, out: &mut Formatter<'_>) -> fmt::Result {
@@ -63,12 +64,12 @@ impl Say {
         }
     }
 
-    /// A position on the x axis: `run 12`, or a duration over time.
+    /// A position on the x axis: `run 12` (`x 12` for a bare x), or a duration over time.
     fn at_x(&self, x: f64) -> String {
-        if self.unit.per == "run" || self.unit.per == "x" {
-            format!("{} {x:.0}", self.unit.per)
-        } else {
-            format_seconds(x)
+        match self.unit.per {
+            "run" => super::at_x(XAxis::Run, x),
+            "x" => format!("x {x:.0}"),
+            _ => super::at_x(XAxis::Seconds, x),
         }
     }
 
