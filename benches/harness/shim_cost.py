@@ -12,15 +12,20 @@ The loops (benches/harness/loops/, built with cc -O2):
                 of 256 (wall time of the exchange)
 Each loop times itself, so start-up (loading the shim, heaptrack's own
 start) is not counted. Modes: alone (glibc); preloaded malloc/free that
-only forward to glibc's (the floor of any shim); the shim preloaded at
-leakwatch's default interval (--native-interval 64KiB, as `run
---native-sites` passes it); the shim injected by `leakwatch attach
+only forward to glibc's (the floor of any shim); the shim preloaded with
+sampling on but an interval no loop reaches (hooks: its unsampled fast
+paths alone); the shim preloaded at leakwatch's default interval
+(--native-interval 64KiB, as `run --native-sites` passes it) and at
+512 KiB (preloaded-512k: jemalloc's default, for the cost of samples); the
+shim injected by `leakwatch attach
 --native-sites` (the same default) into the running loop before it starts
 (its pause not counted); heaptrack; jemalloc alone and with its profiler (lg_prof_sample
 19 = 512 KiB, its default). Every mode runs once per round, --rounds
 rounds interleaved; the figure is the median over rounds of the round's
 ratio to the same round's run alone (jemalloc's profiler also to jemalloc
-alone).
+alone), with the median's 95% interval by order statistics (distribution-free:
+the ranks a binomial(rounds, 1/2) puts 2.5% beyond on each side), which is
+what a sitting on a shared machine can tell apart.
 
   python3 benches/harness/shim_cost.py
   python3 benches/harness/shim_cost.py --rounds 11 --loops kept_ring --modes preloaded,injected
@@ -28,6 +33,7 @@ alone).
 """
 
 import argparse
+import math
 import os
 import re
 import shutil
@@ -38,8 +44,10 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LOOPS = os.path.join(ROOT, "benches", "harness", "loops")
-LEAKWATCH = os.path.join(ROOT, "target", "release", "leakwatch")
-SHIM = os.environ.get("LEAKWATCH_SHIM") or os.path.join(ROOT, "target", "release", "libleakwatch_shim.so")
+# Where cargo builds (CARGO_TARGET_DIR when set, as cargo itself reads it).
+RELEASE = os.path.join(os.environ.get("CARGO_TARGET_DIR") or os.path.join(ROOT, "target"), "release")
+LEAKWATCH = os.path.join(RELEASE, "leakwatch")
+SHIM = os.environ.get("LEAKWATCH_SHIM") or os.path.join(RELEASE, "libleakwatch_shim.so")
 JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
 HEAPTRACK = shutil.which("heaptrack")
 
@@ -52,7 +60,10 @@ void free(void *p) { __libc_free(p); }
 """
 
 PAIRS = {"churn_ring": 10_000_000, "kept_ring": 20_000_000, "cross_thread": 2_000_000}
-MODES = ["forward", "preloaded", "injected", "heaptrack", "jemalloc", "jemalloc-prof"]
+MODES = ["forward", "hooks", "preloaded", "preloaded-512k", "injected", "heaptrack", "jemalloc",
+         "jemalloc-prof"]
+# Bytes between samples by preloaded mode; hooks' is never reached (2^50 B).
+INTERVALS = {"hooks": 1 << 50, "preloaded": 64 * 1024, "preloaded-512k": 512 * 1024}
 
 
 def build(tmp):
@@ -118,11 +129,11 @@ def one(mode, exe, pairs, tmp, forward):
         return run_plain(argv, env)
     if mode == "forward":
         return run_plain(argv, dict(env, LD_PRELOAD=forward))
-    if mode == "preloaded":
+    if mode in INTERVALS:
         d = tempfile.mkdtemp(dir=tmp)
         try:
             return run_plain(argv, dict(env, LD_PRELOAD=SHIM, LEAKWATCH_NATIVE_DIR=d,
-                                           LEAKWATCH_NATIVE_INTERVAL=str(64 * 1024)))
+                                           LEAKWATCH_NATIVE_INTERVAL=str(INTERVALS[mode])))
         finally:
             shutil.rmtree(d, ignore_errors=True)
     if mode == "injected":
@@ -142,9 +153,25 @@ def median(xs):
     return xs[len(xs) // 2]
 
 
+def median_ci95(xs):
+    """The median's 95% interval by order statistics: the k-th smallest and
+    k-th largest, k the largest rank a binomial(n, 1/2) reaches below with
+    probability at most 2.5% (n = 7 gives the extremes, n = 21 the 6th)."""
+    xs = sorted(xs)
+    n = len(xs)
+    k, below = 0, 0.0
+    while True:
+        below += math.comb(n, k) / 2 ** n
+        if below > 0.025:
+            break
+        k += 1
+    k = max(k, 1)
+    return xs[k - 1], xs[n - k]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--rounds", type=int, default=21)
     ap.add_argument("--loops", default=",".join(PAIRS))
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--scale", type=float, default=1.0, help="multiplies each loop's count")
@@ -166,14 +193,16 @@ def main():
                 for m in runs:
                     runs[m].append(one(m, exes[name], pairs, tmp, forward))
             alone = runs["alone"]
-            print(f"\n| {name}, {pairs:,} blocks, {args.rounds} rounds | median s | median ratio to alone |")
-            print("|---|---:|---:|")
+            print(f"\n| {name}, {pairs:,} blocks, {args.rounds} rounds | median s "
+                  "| median ratio to alone | its 95% interval |")
+            print("|---|---:|---:|---:|")
             for m, ts in runs.items():
-                ratio = median([t / a for t, a in zip(ts, alone)])
+                ratios = [t / a for t, a in zip(ts, alone)]
+                lo, hi = median_ci95(ratios)
                 extra = ""
                 if m == "jemalloc-prof" and "jemalloc" in runs:
                     extra = f" ({median([t / j for t, j in zip(ts, runs['jemalloc'])]):.3f}x of jemalloc)"
-                print(f"| {m} | {median(ts):.3f} | {ratio:.3f}x{extra} |")
+                print(f"| {m} | {median(ts):.3f} | {median(ratios):.3f}x{extra} | {lo:.3f}–{hi:.3f} |")
             sys.stdout.flush()
 
 
