@@ -155,8 +155,8 @@ def median(xs):
 
 def median_ci95(xs):
     """The median's 95% interval by order statistics: the k-th smallest and
-    k-th largest, k the largest rank a binomial(n, 1/2) reaches below with
-    probability at most 2.5% (n = 7 gives the extremes, n = 21 the 6th)."""
+    k-th largest, k the largest with P(binomial(n, 1/2) < k) <= 2.5% (at
+    least 1: n = 7 gives the extremes, n = 21 the 6th from each end)."""
     xs = sorted(xs)
     n = len(xs)
     k, below = 0, 0.0
