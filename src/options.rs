@@ -630,8 +630,6 @@ fn size(flag: &'static str, value: Option<&str>) -> Result<Option<u64>, OptionsE
         .transpose()
 }
 
-/// `--native-interval`: at least 1 KiB (smaller costs an unwind every few
-/// allocations) and at most 1 GiB.
 /// `--js-interval`, when `--js-sites` is given.
 fn js_interval(on: bool, text: &str) -> Result<Option<u64>, OptionsError> {
     on.then(|| match parse_size(text) {
@@ -641,6 +639,8 @@ fn js_interval(on: bool, text: &str) -> Result<Option<u64>, OptionsError> {
     .transpose()
 }
 
+/// `--native-interval`: at least 1 KiB (smaller costs an unwind every few
+/// allocations) and at most 1 GiB.
 fn native_interval(text: &str) -> Result<u64, OptionsError> {
     match parse_size(text) {
         Ok(n) if (1024..=1 << 30).contains(&n) => Ok(n),
