@@ -302,6 +302,7 @@ impl Row {
             gauge: None,
             gauge_bytes: None,
             gauge_name: None,
+            heap_promoted_bytes: None,
         }
     }
 
@@ -426,6 +427,12 @@ pub struct Row {
     pub gauge_bytes: Option<u64>,
     #[serde(default)]
     pub gauge_name: Option<String>,
+    /// Of `heap_live_bytes`, what a generational JVM's old generation grew
+    /// by since it last gave back (`sample::heap::jvm`): promoted by young
+    /// collections, garbage possibly. Last, so files without it read as
+    /// before.
+    #[serde(default)]
+    pub heap_promoted_bytes: Option<u64>,
 }
 
 /// Spreadsheet-safe text cells, as OWASP's CSV-injection advice has it: a
@@ -948,13 +955,13 @@ mod tests {
         drop(w);
         assert_eq!(read_samples(&path).unwrap(), rows);
         // The same file as a leakwatch without type rows wrote it: no
-        // `objects` column (nor `site_source`, the heap's and the gauge's,
-        // which came later), no type rows.
+        // `objects` column (nor `site_source`, the heap's, the gauge's and
+        // the promoted heap's, which came later), no type rows.
         let text = std::fs::read_to_string(&path).unwrap();
         let old: Vec<String> = text
             .lines()
             .filter(|l| !l.contains(",type,"))
-            .map(|l| l.rsplitn(10, ',').nth(9).unwrap().to_string())
+            .map(|l| l.rsplitn(11, ',').nth(10).unwrap().to_string())
             .collect();
         assert!(old[0].ends_with(",site_blocks"), "{}", old[0]);
         std::fs::write(&path, old.join("\n") + "\n").unwrap();
@@ -987,16 +994,16 @@ mod tests {
         drop(w);
         let text = std::fs::read_to_string(&path).unwrap();
         let header = ",objects,site_source,heap_live_bytes,heap_used_bytes,heap_max_bytes,\
-                      heap_source,gauge,gauge_bytes,gauge_name";
+                      heap_source,gauge,gauge_bytes,gauge_name,heap_promoted_bytes";
         assert!(text.lines().next().unwrap().ends_with(header));
         assert!(
-            text.lines().nth(2).unwrap().ends_with(",python,,,,,,,"),
+            text.lines().nth(2).unwrap().ends_with(",python,,,,,,,,"),
             "{text}"
         );
         // Before `site_source` (and the heap's and gauge's columns after it).
         let old: Vec<String> = text
             .lines()
-            .map(|l| l.rsplitn(9, ',').nth(8).unwrap().to_string())
+            .map(|l| l.rsplitn(10, ',').nth(9).unwrap().to_string())
             .collect();
         assert!(old[0].ends_with(",objects"), "{}", old[0]);
         std::fs::write(

@@ -144,6 +144,29 @@ pub struct Model {
     pub trough_line: Option<(f64, f64)>,
 }
 
+/// The live heap's end rate reaches down by what the old generation grew with no collection
+/// of it since (`Classification::promoted_bound`): that growth at the live heap's last point
+/// (read from the same heap rows; where a process without the figure makes the two series'
+/// last points differ, nothing is bounded), and the live heap's own growth over the end.
+fn bound_by_promotion(
+    c: verdict::Classification,
+    live: &Series,
+    promoted: &Series,
+) -> verdict::Classification {
+    let (Some(from), Some(&(xb, yb)), Some(&(xp, p))) =
+        (c.end_start_x, live.points.last(), promoted.points.last())
+    else {
+        return c;
+    };
+    let Some(&(xa, ya)) = live.points.iter().find(|q| q.0 >= from) else {
+        return c;
+    };
+    if (xp - xb).abs() > 1e-9 * xb.abs().max(1.0) {
+        return c;
+    }
+    c.promoted_bound(p, yb - ya, xb - xa)
+}
+
 /// Averages a long series into `verdict::MAX_MEAN_POINTS` buckets of
 /// consecutive points, the one limit of the trend tests (Mann–Kendall is
 /// O(n²); a day of 1 s samples is 86,400 points): the charts plot the same
@@ -188,8 +211,27 @@ pub fn fit(series: &Series, warmup: usize) -> SeriesFit {
 /// `fit`, on the path (troughs or mean, `verdict::classify_as`) the
 /// scope's primary metric took.
 fn fit_as(series: &Series, warmup: usize, saw_tooth: Option<bool>) -> SeriesFit {
+    fit_bounded(series, warmup, saw_tooth, None)
+}
+
+/// A live heap's fit, its end bounded by what its JVMs' old generations promoted with no
+/// collection of it since (`promoted`, the scope's `heap_promoted_bytes`).
+fn fit_heap_live(series: &Series, warmup: usize, promoted: Option<&Series>) -> SeriesFit {
+    fit_bounded(series, warmup, None, promoted)
+}
+
+fn fit_bounded(
+    series: &Series,
+    warmup: usize,
+    saw_tooth: Option<bool>,
+    promoted: Option<&Series>,
+) -> SeriesFit {
     let (xs, ys): (Vec<f64>, Vec<f64>) = series.points.iter().copied().unzip();
     let c = verdict::classify_as(&xs, &ys, Some(warmup), &thresholds(series), saw_tooth);
+    let c = match promoted {
+        Some(p) => bound_by_promotion(c, series, p),
+        None => c,
+    };
     // The verdict may stop before fitting (too few points); the slope and
     // its CI are still worth reporting.
     let warm = c.warmup.min(xs.len());
@@ -662,7 +704,14 @@ fn seen_at_collections(f: &mut SeriesFit, used: &SeriesFit) {
 }
 
 /// The analysis of everything samples.csv held.
-pub fn analyse(samples: Samples, opts: &FitOptions) -> Analysis {
+pub fn analyse(mut samples: Samples, opts: &FitOptions) -> Analysis {
+    // What a JVM's old generation promoted bounds its live heap's fit; it is not a series of
+    // its own (judged, charted or reported): its growth between full collections is normal.
+    let (promoted, series) = std::mem::take(&mut samples.series)
+        .into_iter()
+        .partition(|s| s.metric == Metric::HeapPromotedBytes);
+    samples.series = series;
+    let promoted: Vec<Series> = promoted;
     let mut scopes: Vec<Scope> = samples.series.iter().map(|s| s.scope).collect();
     scopes.dedup();
     // One warm-up per scope and family (the kernel's metrics, a runtime's
@@ -670,7 +719,7 @@ pub fn analyse(samples: Samples, opts: &FitOptions) -> Analysis {
     // process tree leaves out the same first fill; and that primary's path
     // (troughs or mean) for every byte metric of its family: one series,
     // one story.
-    let families = family_fits(&samples.series, &scopes, opts);
+    let families = family_fits(&samples.series, &promoted, &scopes, opts);
     let mut fits = fits_by_family(&samples.series, &families);
     explain_missing_points(&mut fits, &samples.runs);
     let headline = headlines(&fits, &scopes);
@@ -712,8 +761,14 @@ pub fn analyse(samples: Samples, opts: &FitOptions) -> Analysis {
 /// A family's scope, primary metric, warm-up (points) and the fit of that primary.
 type FamilyFit = (Scope, Metric, usize, SeriesFit);
 
-/// Each scope's families (kernel metrics, runtime heap) fitted on their primary metric.
-fn family_fits(series: &[Series], scopes: &[Scope], opts: &FitOptions) -> Vec<FamilyFit> {
+/// Each scope's families (kernel metrics, runtime heap) fitted on their primary metric; the
+/// live heap bounded by its `promoted` series.
+fn family_fits(
+    series: &[Series],
+    promoted: &[Series],
+    scopes: &[Scope],
+    opts: &FitOptions,
+) -> Vec<FamilyFit> {
     scopes
         .iter()
         .flat_map(|&scope| {
@@ -728,7 +783,15 @@ fn family_fits(series: &[Series], scopes: &[Scope], opts: &FitOptions) -> Vec<Fa
                 .iter()
                 .find(|s| s.scope == scope && s.metric == metric)?;
             let k = warmup_of(s, opts);
-            Some((scope, metric, k, fit(s, k)))
+            let f = if metric == Metric::HeapLiveBytes {
+                let promoted = promoted
+                    .iter()
+                    .find(|p| p.scope == scope && p.metric == Metric::HeapPromotedBytes);
+                fit_heap_live(s, k, promoted)
+            } else {
+                fit(s, k)
+            };
+            Some((scope, metric, k, f))
         })
         .collect()
 }

@@ -435,6 +435,13 @@ impl Say {
                 self.per_x(line),
                 self.per_x(kept.max(0.0))
             ),
+            Clause::Promoted { promoted, to } => format!(
+                "{} of it was promoted since the old generation was last collected, and may be \
+                 garbage: its end may be as low as {} (a full collection tells; --jvm-classes \
+                 asks for one)",
+                self.amount(promoted),
+                self.per_x(to)
+            ),
         }
     }
 }

@@ -259,7 +259,13 @@ fn process_families(latest: &Latest, top: usize) -> Vec<Family> {
                 continue;
             };
             let source = h.heap_source.map_or("", |s| s.name());
-            for metric in Metric::HEAP {
+            // The heap's kinds as `attach --serve` publishes them (live, used, max).
+            let kinds = [
+                Metric::HeapLiveBytes,
+                Metric::HeapUsedBytes,
+                Metric::HeapMaxBytes,
+            ];
+            for metric in kinds {
                 if let Some(v) = metric.value(h) {
                     let mut labels = id();
                     let kind = metric.name().trim_start_matches("heap_");

@@ -20,6 +20,9 @@ pub enum Metric {
     HeapLiveBytes,
     HeapUsedBytes,
     HeapMaxBytes,
+    /// Of the live heap, what a JVM's old generation grew by since it last gave back
+    /// (`sample::heap::jvm`): the live heap's fit is bounded by it, not judged itself.
+    HeapPromotedBytes,
     RssBytes,
     PssBytes,
     UssBytes,
@@ -47,10 +50,11 @@ pub enum Metric {
 }
 
 impl Metric {
-    pub const ALL: [Metric; 23] = [
+    pub const ALL: [Metric; 24] = [
         Metric::HeapLiveBytes,
         Metric::HeapUsedBytes,
         Metric::HeapMaxBytes,
+        Metric::HeapPromotedBytes,
         Metric::RssBytes,
         Metric::PssBytes,
         Metric::UssBytes,
@@ -85,10 +89,11 @@ impl Metric {
     ];
 
     /// A runtime's own heap, from a `heap` row, not from /proc.
-    pub const HEAP: [Metric; 3] = [
+    pub const HEAP: [Metric; 4] = [
         Metric::HeapLiveBytes,
         Metric::HeapUsedBytes,
         Metric::HeapMaxBytes,
+        Metric::HeapPromotedBytes,
     ];
 
     pub fn is_heap(self) -> bool {
@@ -98,10 +103,11 @@ impl Metric {
     /// What a process says of itself, from its `heap` row (its runtime's
     /// heap, its `--metric` gauge), not from /proc: summed over the
     /// processes that have such a row.
-    pub const OWN: [Metric; 5] = [
+    pub const OWN: [Metric; 6] = [
         Metric::HeapLiveBytes,
         Metric::HeapUsedBytes,
         Metric::HeapMaxBytes,
+        Metric::HeapPromotedBytes,
         Metric::Gauge,
         Metric::GaugeBytes,
     ];
@@ -125,6 +131,7 @@ impl Metric {
             Metric::HeapLiveBytes => "heap_live_bytes",
             Metric::HeapUsedBytes => "heap_used_bytes",
             Metric::HeapMaxBytes => "heap_max_bytes",
+            Metric::HeapPromotedBytes => "heap_promoted_bytes",
             Metric::RssBytes => "rss_bytes",
             Metric::PssBytes => "pss_bytes",
             Metric::UssBytes => "uss_bytes",
@@ -154,6 +161,7 @@ impl Metric {
             Metric::HeapLiveBytes => "heap live",
             Metric::HeapUsedBytes => "heap used",
             Metric::HeapMaxBytes => "heap max",
+            Metric::HeapPromotedBytes => "heap promoted",
             Metric::RssBytes => "RSS",
             Metric::PssBytes => "PSS",
             Metric::UssBytes => "USS",
@@ -213,6 +221,7 @@ metric_columns! {
     HeapLiveBytes => heap_live_bytes,
     HeapUsedBytes => heap_used_bytes,
     HeapMaxBytes => heap_max_bytes,
+    HeapPromotedBytes => heap_promoted_bytes,
     RssBytes => rss_bytes,
     PssBytes => pss_bytes,
     UssBytes => uss_bytes,

@@ -21,7 +21,7 @@ use csv::StringRecord;
 use super::{HeapSource, Row, Scope, SiteSource, Tier, cell};
 
 /// `Row`'s fields in declaration order: samples.csv's header as written.
-const FIELDS: [&str; 49] = [
+const FIELDS: [&str; 50] = [
     "sample",
     "run",
     "t_seconds",
@@ -71,6 +71,7 @@ const FIELDS: [&str; 49] = [
     "gauge",
     "gauge_bytes",
     "gauge_name",
+    "heap_promoted_bytes",
 ];
 
 /// The fields serde requires (not `Option`): a file without one of them
@@ -158,6 +159,7 @@ impl Columns {
             gauge: opt_u64(46)?,
             gauge_bytes: opt_u64(47)?,
             gauge_name: optional(cell_of(48), |s| Some(s.to_string()))?,
+            heap_promoted_bytes: opt_u64(49)?,
         })
     }
 }
@@ -293,6 +295,7 @@ pub(super) fn write_row(out: &mut Vec<u8>, row: &Row, scratch: &mut String) {
         line.opt(value);
     }
     line.text(row.gauge_name.as_deref().unwrap_or(""));
+    line.opt(row.heap_promoted_bytes);
     line.out.push(b'\n');
 }
 

@@ -248,10 +248,13 @@ pub enum Widening {
     /// A pool judged per task where no task left growth behind late in its worker's life:
     /// the total's growth is what each new worker makes once at its start, down to 0.
     NoTaskSteps,
+    /// A JVM's live heap grew by what young collections promoted since its old generation
+    /// last gave back, garbage included: down to the growth without it.
+    Promoted,
 }
 
 impl Widening {
-    const ALL: [Widening; 13] = [
+    const ALL: [Widening; 14] = [
         Widening::RandomWalk,
         Widening::RobustSlope,
         Widening::RanksFlat,
@@ -265,6 +268,7 @@ impl Widening {
         Widening::WarmUp,
         Widening::LastDrop,
         Widening::NoTaskSteps,
+        Widening::Promoted,
     ];
 
     fn bit(self) -> u16 {
@@ -545,6 +549,41 @@ impl Classification {
         }
         self.verdict = verdict;
         self.end_rate = Some(end);
+        self
+    }
+
+    /// A generational JVM's live heap (`sample::heap::jvm`): its old generation holds what
+    /// young collections promoted since it last gave back, garbage included, and only a
+    /// collection of the old generation tells what is kept. `promoted`: that growth at the
+    /// end's last point, bytes; `grown`: the live heap's growth over the end (from
+    /// `end_start_x` to its last point), bytes; `span`: the end's length in x units. The end
+    /// rate reaches down by the smaller of the two per x unit (`Widening::Promoted`): an end
+    /// without such a collection may have kept none of its growth. A saw-tooth's floor is
+    /// read where the old generation gave back, and stands.
+    pub fn promoted_bound(mut self, promoted: f64, grown: f64, span: f64) -> Classification {
+        let (Some(end), Some(thr)) = (self.end_rate, self.threshold) else {
+            return self;
+        };
+        let unconfirmed = promoted.min(grown);
+        if self.decided_by == DecidedBy::Troughs || !(unconfirmed > 0.0 && span > 0.0) {
+            return self;
+        }
+        let lowered = end.lower_to(Widening::Promoted, end.ci95.0 - unconfirmed / span);
+        let was = self.verdict;
+        let verdict = decide(&lowered, thr, was == Verdict::Plateau);
+        let clause = Clause::Promoted {
+            promoted: unconfirmed,
+            to: lowered.ci95.0,
+        };
+        if was == Verdict::Leak && verdict != Verdict::Leak {
+            // No rerun of the same length decides it: a collection of the old generation does.
+            self.reason.clauses.push((Join::But, clause));
+            self.runs_needed = None;
+        } else if verdict == Verdict::Inconclusive {
+            self.reason.clauses.push((Join::Then, clause));
+        }
+        self.verdict = verdict;
+        self.end_rate = Some(lowered);
         self
     }
 }
@@ -1020,6 +1059,57 @@ fn halves(x: &[f64], y: &[f64]) -> Option<stats::SegmentedFit> {
 mod tests {
     use super::*;
 
+    /// A JVM's live heap rising 1,000 B/s, all of it promoted with no full collection: the
+    /// end reaches down by that growth and the leak is undecided, with no rerun; where only
+    /// the last 4 s were (a full collection then), it stays a leak. A saw-tooth's floor and a
+    /// series that did not grow over its end are left as they are.
+    #[test]
+    fn growth_promoted_with_no_collection_since_bounds_the_end_rate() {
+        let x: Vec<f64> = (0..60).map(f64::from).collect();
+        let y: Vec<f64> = x
+            .iter()
+            .enumerate()
+            .map(|(i, t)| 700_000.0 + 1000.0 * t + if i % 2 == 0 { 300.0 } else { -300.0 })
+            .collect();
+        let t = Thresholds {
+            min_slope_abs: 65536.0 / 3600.0,
+            ..Thresholds::default()
+        };
+        let c = classify(&x, &y, Some(0), &t);
+        assert_eq!(c.verdict, Verdict::Leak);
+        let from = c.end_start_x.unwrap();
+        let a = x.iter().position(|&v| v >= from).unwrap();
+        let (grown, span) = (y[59] - y[a], x[59] - x[a]);
+        let all = c.clone().promoted_bound(59_000.0, grown, span);
+        assert_eq!(all.verdict, Verdict::Inconclusive, "{all:?}");
+        let end = all.end_rate.unwrap();
+        assert!(end.widened_by.contains(Widening::Promoted));
+        assert!(
+            end.ci95.0 < t.min_slope_abs && end.ci95.1 > 900.0,
+            "{end:?}"
+        );
+        assert_eq!(all.runs_needed, None);
+        assert!(
+            all.reason
+                .to_string()
+                .contains("was promoted since the old generation was last collected"),
+            "{}",
+            all.reason
+        );
+        let recent = c.clone().promoted_bound(4_000.0, grown, span);
+        assert_eq!(recent.verdict, Verdict::Leak, "{recent:?}");
+        let flat = c.clone().promoted_bound(59_000.0, -10.0, span);
+        assert_eq!(flat.end_rate, c.end_rate);
+        let troughs = Classification {
+            decided_by: DecidedBy::Troughs,
+            ..c.clone()
+        };
+        assert_eq!(
+            troughs.promoted_bound(59_000.0, grown, span).verdict,
+            Verdict::Leak
+        );
+    }
+
     /// `Widening::ALL` lists every variant at its own bit, in declaration order (the match
     /// is exhaustive: a new variant does not compile until it is placed here).
     #[test]
@@ -1039,6 +1129,7 @@ mod tests {
                 Widening::WarmUp => 10,
                 Widening::LastDrop => 11,
                 Widening::NoTaskSteps => 12,
+                Widening::Promoted => 13,
             };
             assert_eq!((listed, w as usize), (i, i), "{w:?}");
         }

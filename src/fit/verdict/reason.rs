@@ -312,6 +312,9 @@ pub enum Clause {
         line: f64,
         kept: f64,
     },
+    /// The old generation grew `promoted` with no collection of it since: its end may be as
+    /// low as `to`.
+    Promoted { promoted: f64, to: f64 },
 }
 
 /// What the sampling adds, said last.

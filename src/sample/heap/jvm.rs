@@ -20,6 +20,17 @@
 //!     updates `used` only at its pauses, so it is `used` at the last
 //!     cycle's pause; Shenandoah's includes what was allocated since.
 //!
+//! - `promoted`, for a generational collector, beside each `live`: what the
+//!   old generation (`sun.gc.generation.1`) grew by since it was last seen
+//!   to give anything back — a full collection ran (the old collector's
+//!   `invocations`, `sun.gc.collector.1`, jstat's FGC) or its `used` fell (a
+//!   G1 mixed collection) — or since the session's first read. Young
+//!   collections promote what survived them, request-scoped objects
+//!   included (Parallel's adaptive tenuring does, measured in
+//!   docs/runtimes.md), and only a collection of the old generation frees
+//!   them: so much of `live`'s growth may be garbage (`fit` widens the live
+//!   heap's rate by it).
+//!
 //! The live heap is observed only when the collector runs: a series of it
 //! has a point per collection, and a window without one says nothing of
 //! what the program keeps (its `heap_used` grows, garbage included).
@@ -51,6 +62,13 @@ pub struct Counters {
     pub eden_used: Option<u64>,
     /// Collections so far, all collectors together.
     pub collections: u64,
+    /// Full collections so far: the old generation's collector
+    /// (`sun.gc.collector.1`: Serial's MSC, Parallel's PSParallelCompact,
+    /// G1's full collections).
+    pub full_collections: u64,
+    /// `used` of the old generation's spaces (`sun.gc.generation.1`), for a
+    /// generational heap; `None` for one space (ZGC, Shenandoah).
+    pub old_used: Option<u64>,
 }
 
 /// One JVM's heap in bytes: what a `heap` row carries.
@@ -59,6 +77,9 @@ pub struct Figures {
     pub live: Option<u64>,
     pub used: u64,
     pub max: Option<u64>,
+    /// Of `live`, what the old generation grew by since it last gave back
+    /// (`Heap::update`): given with `live`, by a generational JVM only.
+    pub promoted: Option<u64>,
 }
 
 /// Why counters are not a heap.
@@ -82,6 +103,8 @@ pub fn counters(data: &PerfData) -> Result<Counters, CountersError> {
     let mut max_sum: u64 = 0;
     let mut max_largest: u64 = 0;
     let mut collections: u64 = 0;
+    let mut full_collections: u64 = 0;
+    let mut old_used: u64 = 0;
     // The eden space's `used` counter, by its name's counter.
     let eden = data.counters.iter().find_map(|(name, value)| match value {
         Value::Text(t) if t == "eden" => name.strip_suffix(".name").map(|p| format!("{p}.used")),
@@ -101,12 +124,19 @@ pub fn counters(data: &PerfData) -> Result<Counters, CountersError> {
                     .ok_or(CountersError::Inconsistent("a space's used is negative"))?;
                 used = used.saturating_add(u);
                 spaces += 1;
+                if rest.starts_with("1.") {
+                    old_used = old_used.saturating_add(u);
+                }
                 if eden.as_deref() == Some(name.as_str()) {
                     eden_used = Some(u);
                 }
             }
         } else if name.starts_with("sun.gc.collector.") && name.ends_with(".invocations") {
-            collections = collections.saturating_add(non_negative(value).unwrap_or(0));
+            let n = non_negative(value).unwrap_or(0);
+            collections = collections.saturating_add(n);
+            if name == "sun.gc.collector.1.invocations" {
+                full_collections = n;
+            }
         }
     }
     if spaces == 0 {
@@ -119,6 +149,8 @@ pub fn counters(data: &PerfData) -> Result<Counters, CountersError> {
         max: (max > 0).then_some(max),
         eden_used,
         collections,
+        full_collections,
+        old_used: eden_used.is_some().then_some(old_used),
     })
 }
 
@@ -151,6 +183,11 @@ pub fn collector(data: &PerfData) -> String {
 #[derive(Debug, Clone, Default)]
 pub struct Heap {
     last_collections: Option<u64>,
+    last_full: Option<u64>,
+    /// The old generation's `used` at the last read and where it last gave
+    /// back (or at the first read).
+    last_old: Option<u64>,
+    old_floor: Option<u64>,
 }
 
 impl Heap {
@@ -167,6 +204,7 @@ impl Heap {
             None => c.collections > 0 && c.eden_used.is_some(),
         };
         self.last_collections = Some(c.collections);
+        let promoted = self.promoted(c);
         let live = collected.then(|| match c.eden_used {
             Some(eden) => c.used.saturating_sub(eden),
             None => c.used,
@@ -175,7 +213,27 @@ impl Heap {
             live,
             used: c.used,
             max: c.max,
+            promoted: live.and(promoted),
         }
+    }
+
+    /// What the old generation grew by since it last gave back: a full
+    /// collection ran since the read before, or its `used` fell (a G1 mixed
+    /// collection, an eagerly reclaimed humongous array), or this is the
+    /// first read. Every read moves the floor, so a give-back between two
+    /// live readings is not missed.
+    fn promoted(&mut self, c: &Counters) -> Option<u64> {
+        let old = c.old_used?;
+        let full = self.last_full.is_some_and(|n| c.full_collections > n);
+        let gave_back = self.last_old.is_some_and(|last| old < last);
+        let floor = match self.old_floor {
+            Some(floor) if !full && !gave_back => floor,
+            _ => old,
+        };
+        self.last_full = Some(c.full_collections);
+        self.last_old = Some(old);
+        self.old_floor = Some(floor);
+        Some(old.saturating_sub(floor))
     }
 }
 
@@ -204,6 +262,10 @@ mod tests {
     const MIB: i64 = 1 << 20;
 
     fn g1(eden: i64, survivor: i64, old: i64, young_gcs: i64) -> PerfData {
+        g1_full(eden, survivor, old, young_gcs, 0)
+    }
+
+    fn g1_full(eden: i64, survivor: i64, old: i64, young_gcs: i64, full_gcs: i64) -> PerfData {
         let mut c = vec![
             (
                 "sun.gc.policy.name".into(),
@@ -213,7 +275,10 @@ mod tests {
                 "sun.gc.collector.0.invocations".into(),
                 Value::Long(young_gcs),
             ),
-            ("sun.gc.collector.1.invocations".into(), Value::Long(0)),
+            (
+                "sun.gc.collector.1.invocations".into(),
+                Value::Long(full_gcs),
+            ),
             (
                 "sun.gc.generation.0.maxCapacity".into(),
                 Value::Long(512 * MIB),
@@ -247,6 +312,36 @@ mod tests {
         let mut fresh = Heap::default();
         assert_eq!(fresh.update(&later).live, Some(42 << 20), "the first read");
         assert_eq!(collector(&g1(0, 0, 0, 0)), "G1");
+    }
+
+    /// What the old generation grew by since it last gave back, beside each live figure:
+    /// promotions accumulate until a full collection or a fall of the old generation (a G1
+    /// mixed collection), counted from the first read; none between collections.
+    #[test]
+    fn the_old_generations_growth_since_it_last_gave_back_is_given_with_live() {
+        let mut heap = Heap::default();
+        let mut read = |old, young, full| {
+            let f = heap.update(&counters(&g1_full(3 * MIB, MIB, old * MIB, young, full)).unwrap());
+            (f.live.map(|l| l >> 20), f.promoted.map(|p| p >> 20))
+        };
+        assert_eq!(read(40, 4, 0), (Some(41), Some(0)), "the first read");
+        assert_eq!(read(42, 5, 0), (Some(43), Some(2)));
+        assert_eq!(read(42, 5, 0), (None, None), "no collection since");
+        assert_eq!(read(45, 6, 0), (Some(46), Some(5)));
+        assert_eq!(read(44, 7, 1), (Some(45), Some(0)), "a full collection");
+        assert_eq!(read(47, 8, 1), (Some(48), Some(3)));
+        assert_eq!(
+            read(46, 9, 1),
+            (Some(47), Some(0)),
+            "the old generation gave back"
+        );
+        assert_eq!(read(50, 10, 1), (Some(51), Some(4)));
+        let one_space = counters(&zgc(20 * MIB, 3)).unwrap();
+        assert_eq!(one_space.old_used, None);
+        let mut zheap = Heap::default();
+        zheap.update(&one_space);
+        let f = zheap.update(&counters(&zgc(22 * MIB, 4)).unwrap());
+        assert_eq!((f.live, f.promoted), (Some(22 << 20), None));
     }
 
     fn zgc(used: i64, pauses: i64) -> PerfData {

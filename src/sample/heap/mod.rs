@@ -540,6 +540,7 @@ impl Heaps {
                     live: Some(a.used_after),
                     used: a.used_before,
                     max: Some(a.limit),
+                    promoted: None,
                 })
             }
             Err(why) => {
@@ -730,6 +731,7 @@ fn read_inspected(
                 live: r.live,
                 used: r.used,
                 max: i.max,
+                promoted: None,
             })
         }
         Some((_, Err(why))) => {
@@ -821,6 +823,7 @@ fn heap_row(ctx: &Context, process: &Row, source: HeapSource, f: Option<jvm::Fig
         heap_live_bytes: f.and_then(|f| f.live),
         heap_used_bytes: f.map(|f| f.used),
         heap_max_bytes: f.and_then(|f| f.max),
+        heap_promoted_bytes: f.and_then(|f| f.promoted),
         heap_source: Some(source),
         ..ctx.row(process.scope)
     }
