@@ -14,8 +14,8 @@ use crate::fit::heap::{HeapFinding, HeapReading};
 use crate::fit::lives::PooledLives;
 use crate::fit::{Attribution, DecidedBy, Projection, RateFrom, SeriesFit, Verdict};
 use crate::series::{Metric, XAxis};
-use crate::store::HeapSource;
 use crate::store::Scope;
+use crate::store::{HeapSource, SiteSource};
 use crate::units::{format_bytes, format_sig3, format_signed_bytes};
 
 /// A rate in the unit a person thinks in: per run, or per hour for time.
@@ -173,10 +173,18 @@ pub fn other_leaks(a: &Analysis) -> impl Iterator<Item = &SeriesFit> {
     })
 }
 
-/// Where to look at a runtime's objects, by the source its heap came from.
-fn objects_hint(h: &HeapReading) -> String {
+/// Whether the session read Java classes (`--jvm-classes`): their rows are where a JVM's
+/// objects are named.
+pub fn jvm_classes_read(a: &Analysis) -> bool {
+    a.types.iter().any(|t| t.runtime == SiteSource::Java)
+}
+
+/// Where to look at a runtime's objects, by the source its heap came from; for a JVM, the
+/// class rows where the session read them (`classes`).
+fn objects_hint(h: &HeapReading, classes: bool) -> String {
     let pid = h.processes.first().map_or(0, |p| p.pid);
     match h.sources().first() {
+        Some(HeapSource::Hsperfdata) if classes => "the classes below (--jvm-classes)".to_string(),
         Some(HeapSource::Hsperfdata) => format!(
             "compare two class histograms (`jcmd {pid} GC.class_histogram`) taken a while apart"
         ),
@@ -189,8 +197,8 @@ fn objects_hint(h: &HeapReading) -> String {
 }
 
 /// A runtime's heap and anon read together, in one line: what grows and
-/// where to look; `None` when neither grows.
-pub fn heap_line(h: &HeapReading) -> Option<String> {
+/// where to look (`classes`: `jvm_classes_read`); `None` when neither grows.
+pub fn heap_line(h: &HeapReading, classes: bool) -> Option<String> {
     let runtime = h
         .sources()
         .iter()
@@ -207,7 +215,7 @@ pub fn heap_line(h: &HeapReading) -> Option<String> {
                 "{}: the heap its runtime counts, {runtime}, grows{}: objects the program keeps; {}",
                 h.scope,
                 per(h.heap_rate),
-                objects_hint(h)
+                objects_hint(h, classes)
             );
             if !h.kernel_leaks {
                 let _ = write!(
@@ -491,4 +499,41 @@ pub fn pooled_lives(p: &PooledLives, metric: Metric) -> String {
         rate(p.ci95.0),
         rate(p.ci95.1)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::series::HeapProcess;
+
+    /// A JVM's growing heap points to two class histograms to compare, or to the classes
+    /// leakwatch read itself (`--jvm-classes`).
+    #[test]
+    fn a_jvms_heap_line_points_to_its_classes_where_they_were_read() {
+        let h = HeapReading {
+            scope: Scope::Pid(4242),
+            processes: vec![HeapProcess {
+                scope: Scope::Pid(4242),
+                pid: 4242,
+                comm: "java".into(),
+                source: HeapSource::Hsperfdata,
+            }],
+            finding: HeapFinding::Managed,
+            heap_rate: Some(786_432.0),
+            kernel_metric: Metric::AnonBytes,
+            kernel_rate: Some(0.0),
+            kernel_leaks: false,
+            heap_max_bytes: None,
+            x_to_max: None,
+            x: XAxis::Run,
+        };
+        let asked = heap_line(&h, false).unwrap_or_default();
+        assert!(
+            asked.contains("compare two class histograms (`jcmd 4242 GC.class_histogram`)"),
+            "{asked}"
+        );
+        let read = heap_line(&h, true).unwrap_or_default();
+        assert!(read.contains("the classes below (--jvm-classes)"), "{read}");
+        assert!(!read.contains("jcmd"), "{read}");
+    }
 }

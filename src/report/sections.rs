@@ -129,7 +129,7 @@ fn verdict(a: &Analysis, gate: Option<&GateResult>, plots: &[Plot], doc: &mut Ve
         .chain(
             a.heap
                 .iter()
-                .filter_map(phrase::heap_line)
+                .filter_map(|h| phrase::heap_line(h, phrase::jvm_classes_read(a)))
                 .map(|l| vec![text(l)]),
         )
         .collect();

@@ -7,8 +7,8 @@ use crate::Analysis;
 use crate::fit::Verdict;
 use crate::fit::findings::Finding;
 use crate::phrase::{
-    finding_line, heap_line, level, other_leaks, projection_line, recycle_line, site_rate,
-    tree_line, verdict_line,
+    finding_line, heap_line, jvm_classes_read, level, other_leaks, projection_line, recycle_line,
+    site_rate, tree_line, verdict_line,
 };
 use crate::units::{counted, format_signed_bytes, format_signed_count};
 
@@ -69,7 +69,7 @@ pub fn render(a: &Analysis) -> String {
         let _ = writeln!(out, "  {}", verdict_line(a, f));
     }
     for h in &a.heap {
-        if let Some(line) = heap_line(h) {
+        if let Some(line) = heap_line(h, jvm_classes_read(a)) {
             let _ = writeln!(out, "  {line}");
         }
     }

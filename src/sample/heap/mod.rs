@@ -635,8 +635,8 @@ impl Heaps {
         let mut buf = Vec::new();
         let described = describe_jvm(&mut file, &mut buf);
         notes.push(format!(
-            "the JVM {who}: heap read from its hsperfdata file {path}{described}; nothing is \
-             sent to the JVM"
+            "the JVM {who}: heap read from its hsperfdata file {path}{described}; reading it \
+             sends nothing to the JVM"
         ));
         Runtime::Jvm {
             file,
