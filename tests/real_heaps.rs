@@ -14,8 +14,8 @@
 //! garbage, and one more minute attached by its hsperfdata file alone (G1,
 //! Parallel) with no full collection is undecided (the live heap's end
 //! widened by what was promoted); a churning JVM is read by its hsperfdata
-//! file alone, where promoted garbage shows, and is no leak. Sources: hsperfdata (G1, Parallel, ZGC; and a JVM in a pid
-//! namespace of its own), Node's preload (a server `run` starts) and its
+//! file alone, where promoted garbage shows, and is no leak. Sources:
+//! hsperfdata (G1, Parallel, ZGC; and a JVM in a pid namespace of its own), Node's preload (a server `run` starts) and its
 //! inspector (`--node-inspector`, attached), Go's own metrics (`--metrics`,
 //! expvar and Prometheus text).
 //!
@@ -346,9 +346,8 @@ fn attach_60s(rt: Rt, srv: &Server, out: &Path, classes: bool) -> Seen {
 /// 25% and ZGC's 30% (docs/runtimes.md). Parallel's adaptive tenuring
 /// promotes request-scoped objects that then die in the old generation,
 /// which only a full collection (the truth's, a class histogram's) frees:
-/// its live heap reads above the truth, +13 to +18% with no histograms,
-/// +7.5% (run) and +0.6% (attached) in one try with them. ZGC (JDK 17) counts its heap in 2 MiB pages, the truth's
-/// reading too, and updates `used` only at its pauses, with what was
+/// its live heap reads above the truth, the more so the rarer those are.
+/// ZGC (JDK 17) counts its heap in 2 MiB pages, the truth's reading too, and updates `used` only at its pauses, with what was
 /// allocated since its last relocation in it.
 fn tolerance(rt: Rt) -> f64 {
     match rt {

@@ -214,12 +214,8 @@ fn fit_as(series: &Series, warmup: usize, saw_tooth: Option<bool>) -> SeriesFit 
     fit_bounded(series, warmup, saw_tooth, None)
 }
 
-/// A live heap's fit, its end bounded by what its JVMs' old generations promoted with no
+/// `fit_as`; a live heap's end bounded by what its JVMs' old generations promoted with no
 /// collection of it since (`promoted`, the scope's `heap_promoted_bytes`).
-fn fit_heap_live(series: &Series, warmup: usize, promoted: Option<&Series>) -> SeriesFit {
-    fit_bounded(series, warmup, None, promoted)
-}
-
 fn fit_bounded(
     series: &Series,
     warmup: usize,
@@ -707,11 +703,10 @@ fn seen_at_collections(f: &mut SeriesFit, used: &SeriesFit) {
 pub fn analyse(mut samples: Samples, opts: &FitOptions) -> Analysis {
     // What a JVM's old generation promoted bounds its live heap's fit; it is not a series of
     // its own (judged, charted or reported): its growth between full collections is normal.
-    let (promoted, series) = std::mem::take(&mut samples.series)
+    let (promoted, series): (Vec<Series>, Vec<Series>) = std::mem::take(&mut samples.series)
         .into_iter()
         .partition(|s| s.metric == Metric::HeapPromotedBytes);
     samples.series = series;
-    let promoted: Vec<Series> = promoted;
     let mut scopes: Vec<Scope> = samples.series.iter().map(|s| s.scope).collect();
     scopes.dedup();
     // One warm-up per scope and family (the kernel's metrics, a runtime's
@@ -783,15 +778,10 @@ fn family_fits(
                 .iter()
                 .find(|s| s.scope == scope && s.metric == metric)?;
             let k = warmup_of(s, opts);
-            let f = if metric == Metric::HeapLiveBytes {
-                let promoted = promoted
-                    .iter()
-                    .find(|p| p.scope == scope && p.metric == Metric::HeapPromotedBytes);
-                fit_heap_live(s, k, promoted)
-            } else {
-                fit(s, k)
-            };
-            Some((scope, metric, k, f))
+            let promoted = promoted
+                .iter()
+                .find(|p| metric == Metric::HeapLiveBytes && p.scope == scope);
+            Some((scope, metric, k, fit_bounded(s, k, None, promoted)))
         })
         .collect()
 }

@@ -259,12 +259,10 @@ fn process_families(latest: &Latest, top: usize) -> Vec<Family> {
                 continue;
             };
             let source = h.heap_source.map_or("", |s| s.name());
-            // The heap's kinds as `attach --serve` publishes them (live, used, max).
-            let kinds = [
-                Metric::HeapLiveBytes,
-                Metric::HeapUsedBytes,
-                Metric::HeapMaxBytes,
-            ];
+            // `promoted` only bounds the live heap's fit: not a kind of heap to publish.
+            let kinds = Metric::HEAP
+                .into_iter()
+                .filter(|&m| m != Metric::HeapPromotedBytes);
             for metric in kinds {
                 if let Some(v) = metric.value(h) {
                     let mut labels = id();

@@ -183,10 +183,12 @@ pub fn collector(data: &PerfData) -> String {
 #[derive(Debug, Clone, Default)]
 pub struct Heap {
     last_collections: Option<u64>,
+    /// Full collections at the last read.
     last_full: Option<u64>,
-    /// The old generation's `used` at the last read and where it last gave
-    /// back (or at the first read).
+    /// The old generation's `used` at the last read.
     last_old: Option<u64>,
+    /// The old generation's `used` where it last gave back (or at the first
+    /// read): `promoted` counts from it.
     old_floor: Option<u64>,
 }
 
