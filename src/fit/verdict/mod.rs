@@ -557,14 +557,18 @@ impl Classification {
     /// collection of the old generation tells what is kept. `promoted`: that growth at the
     /// end's last point, bytes; `grown`: the live heap's growth over the end (from
     /// `end_start_x` to its last point), bytes; `span`: the end's length in x units. The end
-    /// rate reaches down by the smaller of the two per x unit (`Widening::Promoted`): an end
-    /// without such a collection may have kept none of its growth. A saw-tooth's floor is
-    /// read where the old generation gave back, and stands.
+    /// rate reaches down by the smaller of promoted and the end's growth per x unit
+    /// (`Widening::Promoted`): an end without such a collection may have kept none of its
+    /// growth. The growth is the larger of `grown` and the end rate times `span`: two single
+    /// points carry the survivor spaces' noise, and where they read less than the fit, all
+    /// promoted must still take the lower end to the rate minus itself (≤ 0), not leave it
+    /// above the threshold. A saw-tooth's floor is read where the old generation gave back,
+    /// and stands.
     pub fn promoted_bound(mut self, promoted: f64, grown: f64, span: f64) -> Classification {
         let (Some(end), Some(thr)) = (self.end_rate, self.threshold) else {
             return self;
         };
-        let unconfirmed = promoted.min(grown);
+        let unconfirmed = promoted.min(grown.max(end.rate * span));
         if self.decided_by == DecidedBy::Troughs || !(unconfirmed > 0.0 && span > 0.0) {
             return self;
         }
@@ -1061,7 +1065,8 @@ mod tests {
 
     /// A JVM's live heap rising 1,000 B/s, all of it promoted with no full collection: the
     /// end reaches down by that growth and the leak is undecided, with no rerun; where only
-    /// the last 4 s were (a full collection then), it stays a leak. A saw-tooth's floor and a
+    /// the last 4 s were (a full collection then), it stays a leak; two end points that read
+    /// less growth than the fit do not keep the lower end above 0. A saw-tooth's floor and a
     /// series that did not grow over its end are left as they are.
     #[test]
     fn growth_promoted_with_no_collection_since_bounds_the_end_rate() {
@@ -1098,8 +1103,18 @@ mod tests {
         );
         let recent = c.clone().promoted_bound(4_000.0, grown, span);
         assert_eq!(recent.verdict, Verdict::Leak, "{recent:?}");
-        let flat = c.clone().promoted_bound(59_000.0, -10.0, span);
-        assert_eq!(flat.end_rate, c.end_rate);
+        // Two points reading less than the fit (survivor noise): all promoted still takes
+        // the lower end to at most 0.
+        let noisy = c.clone().promoted_bound(59_000.0, grown / 4.0, span);
+        assert_eq!(noisy.verdict, Verdict::Inconclusive, "{noisy:?}");
+        assert!(noisy.end_rate.unwrap().ci95.0 <= 0.0, "{noisy:?}");
+        let level: Vec<f64> = (0..60)
+            .map(|i| 700_000.0 + if i % 2 == 0 { 300.0 } else { -300.0 })
+            .collect();
+        let flat = classify(&x, &level, Some(0), &t);
+        let bounded = flat.clone().promoted_bound(59_000.0, -10.0, span);
+        assert_eq!(bounded.end_rate, flat.end_rate);
+        assert_eq!(bounded.verdict, flat.verdict);
         let troughs = Classification {
             decided_by: DecidedBy::Troughs,
             ..c.clone()
