@@ -485,6 +485,12 @@ mod cell {
 /// process (tracemalloc's own memory), not an allocation site.
 pub const TRACEMALLOC_SITE: &str = "(tracemalloc)";
 
+/// The event of a row that says by how much a process's anon memory (`RssAnon`) changed
+/// while leakwatch's own class histogram of it ran (`--jvm-classes`): `histogram_anon
+/// <bytes>`, signed, read just before the request and just after the answer. That growth is
+/// leakwatch's doing, not the program's (`fit`'s `Widening::Histograms`).
+pub const HISTOGRAM_ANON_EVENT: &str = "histogram_anon";
+
 /// The type name of `type` rows that carry what tracemalloc traces beyond
 /// the GC-tracked objects: untracked leaves (str, bytes, int …) and storage.
 pub const UNTRACKED_TYPE: &str = "(untracked)";

@@ -13,7 +13,7 @@ pub mod verdict;
 
 use serde::{Deserialize, Serialize};
 
-use crate::series::{Metric, ProcessLife, RunRecord, Samples, Series, XAxis};
+use crate::series::{Induced, Metric, ProcessLife, RunRecord, Samples, Series, XAxis};
 use crate::store::Scope;
 pub use attribution::Attribution;
 pub use changepoint::Segment;
@@ -153,18 +153,49 @@ fn bound_by_promotion(
     live: &Series,
     promoted: &Series,
 ) -> verdict::Classification {
-    let (Some(from), Some(&(xb, yb)), Some(&(xp, p))) =
-        (c.end_start_x, live.points.last(), promoted.points.last())
+    let (Some(((xa, ya), (xb, yb))), Some(&(xp, p))) =
+        (end_growth(&c, live), promoted.points.last())
     else {
-        return c;
-    };
-    let Some(&(xa, ya)) = live.points.iter().find(|q| q.0 >= from) else {
         return c;
     };
     if (xp - xb).abs() > 1e-9 * xb.abs().max(1.0) {
         return c;
     }
     c.promoted_bound(p, yb - ya, xb - xa)
+}
+
+/// The end's growth, from its first point (at `end_start_x` or after) to its last: the
+/// points and their distance in x.
+fn end_growth(c: &verdict::Classification, series: &Series) -> Option<((f64, f64), (f64, f64))> {
+    let from = c.end_start_x?;
+    let &last = series.points.last()?;
+    let &first = series.points.iter().find(|q| q.0 >= from)?;
+    Some((first, last))
+}
+
+/// A scope's kernel memory reaches down by what leakwatch's class histograms changed its
+/// anon memory by over the end (`Classification::histograms_bound`), as the least-squares
+/// slope of their sum at the end's points times its length: a slope is linear in the
+/// points, so the series' own slope less this one is the slope of the series without them
+/// (where two end points would read a staircase of them by its phase).
+fn bound_by_histograms(
+    c: verdict::Classification,
+    series: &Series,
+    histograms: &Induced,
+) -> verdict::Classification {
+    let (Some(((xa, ya), (xb, yb))), Some(from)) = (end_growth(&c, series), c.end_start_x) else {
+        return c;
+    };
+    let (xs, sums): (Vec<f64>, Vec<f64>) = series
+        .points
+        .iter()
+        .filter(|p| p.0 >= from)
+        .map(|p| (p.0, histograms.upto(p.0)))
+        .unzip();
+    let Some(slope) = stats::ols(&xs, &sums).map(|f| f.slope) else {
+        return c;
+    };
+    c.histograms_bound(slope * (xb - xa), yb - ya, xb - xa)
 }
 
 /// Averages a long series into `verdict::MAX_MEAN_POINTS` buckets of
@@ -211,22 +242,58 @@ pub fn fit(series: &Series, warmup: usize) -> SeriesFit {
 /// `fit`, on the path (troughs or mean, `verdict::classify_as`) the
 /// scope's primary metric took.
 fn fit_as(series: &Series, warmup: usize, saw_tooth: Option<bool>) -> SeriesFit {
-    fit_bounded(series, warmup, saw_tooth, None)
+    fit_bounded(series, warmup, saw_tooth, Bound::None)
 }
 
-/// `fit_as`; a live heap's end bounded by what its JVMs' old generations promoted with no
-/// collection of it since (`promoted`, the scope's `heap_promoted_bytes`).
+/// What may have grown a series besides the program, read beside it.
+#[derive(Clone, Copy)]
+enum Bound<'a> {
+    None,
+    /// A live heap: what its JVMs' old generations promoted with no collection of it since
+    /// (the scope's `heap_promoted_bytes`).
+    Promoted(&'a Series),
+    /// The kernel's memory of a scope leakwatch asked for class histograms: what they
+    /// changed its anon memory by.
+    Histograms(&'a Induced),
+}
+
+/// The kernel's metrics a histogram's growth of anon memory shows in.
+const GROWN_BY_HISTOGRAMS: [Metric; 5] = [
+    Metric::AnonBytes,
+    Metric::RssBytes,
+    Metric::PssBytes,
+    Metric::UssBytes,
+    Metric::PrivateDirtyBytes,
+];
+
+/// The bound of `series` among what was read beside the series (`promoted`, `histograms`).
+fn bound_of<'a>(series: &Series, promoted: &'a [Series], histograms: &'a [Induced]) -> Bound<'a> {
+    if series.metric == Metric::HeapLiveBytes
+        && let Some(p) = promoted.iter().find(|p| p.scope == series.scope)
+    {
+        return Bound::Promoted(p);
+    }
+    if GROWN_BY_HISTOGRAMS.contains(&series.metric)
+        && let Some(h) = histograms.iter().find(|h| h.scope == series.scope)
+    {
+        return Bound::Histograms(h);
+    }
+    Bound::None
+}
+
+/// `fit_as`, its end bounded by what may have grown it besides the program (`bound`).
 fn fit_bounded(
     series: &Series,
     warmup: usize,
     saw_tooth: Option<bool>,
-    promoted: Option<&Series>,
+    bound: Bound<'_>,
 ) -> SeriesFit {
     let (xs, ys): (Vec<f64>, Vec<f64>) = series.points.iter().copied().unzip();
     let c = verdict::classify_as(&xs, &ys, Some(warmup), &thresholds(series), saw_tooth);
-    let c = match promoted {
-        Some(p) => bound_by_promotion(c, series, p),
-        None => c,
+    let c = match bound {
+        Bound::Promoted(p) => bound_by_promotion(c, series, p),
+        Bound::Histograms(h) => bound_by_histograms(c, series, h),
+        Bound::None => c,
     };
     // The verdict may stop before fitting (too few points); the slope and
     // its CI are still worth reporting.
@@ -714,8 +781,14 @@ pub fn analyse(mut samples: Samples, opts: &FitOptions) -> Analysis {
     // process tree leaves out the same first fill; and that primary's path
     // (troughs or mean) for every byte metric of its family: one series,
     // one story.
-    let families = family_fits(&samples.series, &promoted, &scopes, opts);
-    let mut fits = fits_by_family(&samples.series, &families);
+    let families = family_fits(
+        &samples.series,
+        &promoted,
+        &samples.histograms,
+        &scopes,
+        opts,
+    );
+    let mut fits = fits_by_family(&samples.series, &samples.histograms, &families);
     explain_missing_points(&mut fits, &samples.runs);
     let headline = headlines(&fits, &scopes);
     let attribution = attributions(&fits, &headline, &samples);
@@ -756,11 +829,12 @@ pub fn analyse(mut samples: Samples, opts: &FitOptions) -> Analysis {
 /// A family's scope, primary metric, warm-up (points) and the fit of that primary.
 type FamilyFit = (Scope, Metric, usize, SeriesFit);
 
-/// Each scope's families (kernel metrics, runtime heap) fitted on their primary metric; the
-/// live heap bounded by its `promoted` series.
+/// Each scope's families (kernel metrics, runtime heap) fitted on their primary metric,
+/// bounded by what was read beside it (`bound_of`).
 fn family_fits(
     series: &[Series],
     promoted: &[Series],
+    histograms: &[Induced],
     scopes: &[Scope],
     opts: &FitOptions,
 ) -> Vec<FamilyFit> {
@@ -778,16 +852,19 @@ fn family_fits(
                 .iter()
                 .find(|s| s.scope == scope && s.metric == metric)?;
             let k = warmup_of(s, opts);
-            let promoted = promoted
-                .iter()
-                .find(|p| metric == Metric::HeapLiveBytes && p.scope == scope);
-            Some((scope, metric, k, fit_bounded(s, k, None, promoted)))
+            let bound = bound_of(s, promoted, histograms);
+            Some((scope, metric, k, fit_bounded(s, k, None, bound)))
         })
         .collect()
 }
 
-/// Every series fitted with its family's warm-up and, for bytes, its family's path.
-fn fits_by_family(series: &[Series], families: &[FamilyFit]) -> Vec<SeriesFit> {
+/// Every series fitted with its family's warm-up and, for bytes, its family's path; the
+/// kernel's memory bounded by what leakwatch's class histograms grew it by.
+fn fits_by_family(
+    series: &[Series],
+    histograms: &[Induced],
+    families: &[FamilyFit],
+) -> Vec<SeriesFit> {
     series
         .iter()
         .map(|s| {
@@ -801,7 +878,7 @@ fn fits_by_family(series: &[Series], families: &[FamilyFit]) -> Vec<SeriesFit> {
             let path = family
                 .filter(|_| s.metric.is_bytes())
                 .map(|p| p.3.decided_by == DecidedBy::Troughs);
-            fit_as(s, k, path)
+            fit_bounded(s, k, path, bound_of(s, &[], histograms))
         })
         .collect()
 }
@@ -873,6 +950,92 @@ mod tests {
         assert_eq!(t.len(), 834);
         assert_eq!(t[0], (1.0, 1.0));
         assert_eq!(thin(&pts[..10]), pts[..10].to_vec());
+    }
+
+    /// A JVM attached a minute with `--jvm-classes` whose anon rose only during leakwatch's
+    /// class histograms (a first step of 576 KiB, then 4 KiB every other one, as a healthy
+    /// Parallel JVM's did; docs/runtimes.md) is no leak by its anon or RSS; where the
+    /// histograms grew a tenth of a steady rise, the rise is still a leak. Spoiled events are
+    /// left out; run mode's show from the next run.
+    #[test]
+    fn what_leakwatchs_histograms_grew_is_not_the_programs_leak() {
+        use crate::store::{HISTOGRAM_ANON_EVENT, Row, Tier};
+        let session = |anon: &dyn Fn(u64) -> u64, induced: &dyn Fn(u64) -> Option<i64>| {
+            let mut rows = Vec::new();
+            for t in 0..61u64 {
+                rows.push(Row {
+                    sample: t,
+                    t_seconds: t as f64,
+                    pid: 7,
+                    tier: Tier::Cheap,
+                    anon_bytes: Some(anon(t)),
+                    rss_bytes: Some(anon(t) + 20_000_000),
+                    ..Row::new(Scope::Target)
+                });
+                if let Some(grew) = induced(t) {
+                    rows.push(Row {
+                        sample: t,
+                        t_seconds: t as f64 + 0.5,
+                        pid: 7,
+                        tier: Tier::Event,
+                        event: Some(format!("{HISTOGRAM_ANON_EVENT} {grew}")),
+                        ..Row::new(Scope::Target)
+                    });
+                }
+            }
+            rows.push(Row {
+                tier: Tier::Event,
+                event: Some(format!("{HISTOGRAM_ANON_EVENT} 12 KiB")),
+                ..Row::new(Scope::Target)
+            });
+            analyse(crate::series::from_rows(rows), &FitOptions::default())
+        };
+        let judged = |a: &Analysis, metric: Metric| {
+            let f = a
+                .fits
+                .iter()
+                .find(|f| f.scope == Scope::Target && f.metric == metric)
+                .unwrap();
+            (f.verdict, f.end_rate, f.reason.to_string())
+        };
+        // The histograms, answered after the samples at 0, 2, 4 …: each shows in the next.
+        let steps = |t: u64| 589_824 * u64::from(t >= 1) + 4096 * (t.saturating_sub(1) / 2);
+        let healthy = session(&|t| 290_000_000 + steps(t), &|t| {
+            (t % 2 == 0 && t < 60).then_some(if t == 0 { 589_824 } else { 4096 })
+        });
+        for metric in [Metric::AnonBytes, Metric::RssBytes] {
+            let (verdict, end, reason) = judged(&healthy, metric);
+            assert_ne!(verdict, Verdict::Leak, "{metric:?}: {reason}");
+            if let Some(end) = end.filter(|e| e.ci95.1 > 0.0) {
+                assert!(end.ci95.0 <= 0.0, "{metric:?}: {end:?} {reason}");
+            }
+        }
+        assert_ne!(healthy.verdict, Verdict::Leak);
+        let leaking = session(&|t| 290_000_000 + 40_960 * t, &|t| {
+            (t % 2 == 0 && t < 60).then_some(8192)
+        });
+        let (verdict, end, reason) = judged(&leaking, Metric::AnonBytes);
+        assert_eq!(verdict, Verdict::Leak, "{reason}");
+        assert!(
+            end.unwrap()
+                .widened_by
+                .contains(verdict::Widening::Histograms)
+        );
+        // Run mode: the histogram after run k shows from run k + 1.
+        let runs: Vec<Row> = (1..=3u32)
+            .map(|run| Row {
+                run: Some(run),
+                tier: Tier::Event,
+                event: Some(format!("{HISTOGRAM_ANON_EVENT} -4096")),
+                ..Row::new(Scope::Target)
+            })
+            .collect();
+        let h = crate::series::from_rows(runs).histograms;
+        assert_eq!(
+            h[0].points,
+            vec![(1.5, -4096.0), (2.5, -8192.0), (3.5, -12288.0)]
+        );
+        assert_eq!(h[0].upto(3.0) - h[0].upto(1.0), -8192.0);
     }
 
     /// A command read in 2 runs of 10 (the others over before it could be read): the rerun

@@ -442,6 +442,12 @@ impl Say {
                 self.amount(promoted),
                 self.per_x(to)
             ),
+            Clause::Histograms { grew, to } => format!(
+                "{} of it came while leakwatch's class histograms ran (--jvm-classes), not \
+                 from the program: its end may be as low as {}",
+                self.amount(grew),
+                self.per_x(to)
+            ),
         }
     }
 }

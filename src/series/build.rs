@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 use super::sites::{Overhead, SiteSeries, Sites, TypeSeries};
 use super::thin::Thinned;
 use super::{Metric, RunRecord, Series, XAxis};
-use crate::store::{HeapSource, Row, SamplingCost, Scope, SessionEvent, Tier};
+use crate::store::{
+    HISTOGRAM_ANON_EVENT, HeapSource, Row, SamplingCost, Scope, SessionEvent, Tier,
+};
 
 /// Most points a scope's series keeps (the fit averages further, to 1000).
 const SERIES_CAP: usize = 2048;
@@ -63,6 +65,26 @@ pub struct Samples {
     /// The gauge `--metric NAME` followed (its `gauge` or `gauge_bytes`
     /// series), from the first `heap` row that names it.
     pub gauge_name: Option<String>,
+    /// Per scope, what leakwatch's own class histograms (`--jvm-classes`) changed its
+    /// processes' anon memory by, bytes summed up to each x where one was answered.
+    pub histograms: Vec<Induced>,
+}
+
+/// A scope's anon memory changed by leakwatch's class histograms (`HISTOGRAM_ANON_EVENT`):
+/// points (x, bytes in all since the first), one per answered histogram, in x order. A
+/// histogram answered after run k's sample shows from run k + 1: its x is k + 0.5.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Induced {
+    pub scope: Scope,
+    pub points: Vec<(f64, f64)>,
+}
+
+impl Induced {
+    /// The change from the histograms up to and including `x`.
+    pub fn upto(&self, x: f64) -> f64 {
+        let i = self.points.partition_point(|p| p.0 <= x);
+        i.checked_sub(1).map_or(0.0, |i| self.points[i].1)
+    }
 }
 
 /// A process whose runtime's own heap was read (`heap` rows): summary.json's
@@ -348,6 +370,8 @@ pub struct Builder {
     sampling: Option<SamplingCost>,
     heap_sources: BTreeMap<(Scope, u32, u64), HeapProcess>,
     gauge_name: Option<String>,
+    /// Each scope's histogram events: (x, bytes), as read.
+    histograms: BTreeMap<Scope, Vec<(f64, i64)>>,
 }
 
 impl Default for Builder {
@@ -382,6 +406,7 @@ impl Builder {
             sampling: None,
             heap_sources: BTreeMap::new(),
             gauge_name: None,
+            histograms: BTreeMap::new(),
         }
     }
 
@@ -406,7 +431,7 @@ impl Builder {
             self.target_pid = Some(row.pid);
         }
         match row.tier {
-            Tier::Event => self.event(&row),
+            Tier::Event => self.event(&row, x),
             Tier::Mapping => self.mapping(row),
             Tier::Site | Tier::Type => self.sites.push(&row),
             Tier::Heap => self.heap(row),
@@ -433,10 +458,28 @@ impl Builder {
         }
     }
 
-    fn event(&mut self, row: &Row) {
+    fn event(&mut self, row: &Row, x_axis: XAxis) {
         let Some(event) = row.event.as_deref() else {
             return;
         };
+        if let Some(bytes) = event
+            .strip_prefix(HISTOGRAM_ANON_EVENT)
+            .and_then(|rest| rest.strip_prefix(' '))
+        {
+            // Not a number: a spoiled row, left out.
+            let at = match (x_axis, row.run) {
+                (XAxis::Run, Some(run)) => f64::from(run) + 0.5,
+                (XAxis::Run, None) => return,
+                (XAxis::Seconds, _) => row.t_seconds,
+            };
+            if let Ok(bytes) = bytes.parse::<i64>() {
+                self.histograms
+                    .entry(row.scope)
+                    .or_default()
+                    .push((at, bytes));
+            }
+            return;
+        }
         if let (Scope::Survivors, Some(how)) = (row.scope, event.strip_prefix("exited ")) {
             if self.exits.len() < EXITS_SHOWN {
                 self.exits.push(format!(
@@ -727,6 +770,22 @@ impl Builder {
             sampling: self.sampling,
             gauge_name: self.gauge_name,
             heap_sources: self.heap_sources.into_values().collect(),
+            histograms: self
+                .histograms
+                .into_iter()
+                .map(|(scope, mut events)| {
+                    events.sort_by(|a, b| a.0.total_cmp(&b.0));
+                    let mut sum = 0i64;
+                    let points = events
+                        .into_iter()
+                        .map(|(x, bytes)| {
+                            sum = sum.saturating_add(bytes);
+                            (x, sum as f64)
+                        })
+                        .collect();
+                    Induced { scope, points }
+                })
+                .collect(),
         }
     }
 }

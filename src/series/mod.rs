@@ -5,7 +5,7 @@ pub mod build;
 pub mod sites;
 pub mod thin;
 
-pub use build::{Builder, HeapProcess, ProcessLife, Samples, from_rows};
+pub use build::{Builder, HeapProcess, Induced, ProcessLife, Samples, from_rows};
 
 use crate::store::{Row, Scope};
 use crate::units::{format_bytes, format_signed_bytes};

@@ -251,10 +251,13 @@ pub enum Widening {
     /// A JVM's live heap grew by what young collections promoted since its old generation
     /// last gave back, garbage included: down to the growth without it.
     Promoted,
+    /// The memory grew while leakwatch's own class histograms ran (`--jvm-classes`): down to
+    /// the growth without it.
+    Histograms,
 }
 
 impl Widening {
-    const ALL: [Widening; 14] = [
+    const ALL: [Widening; 15] = [
         Widening::RandomWalk,
         Widening::RobustSlope,
         Widening::RanksFlat,
@@ -269,6 +272,7 @@ impl Widening {
         Widening::LastDrop,
         Widening::NoTaskSteps,
         Widening::Promoted,
+        Widening::Histograms,
     ];
 
     fn bit(self) -> u16 {
@@ -558,29 +562,58 @@ impl Classification {
     /// end's last point, bytes; `grown`: the live heap's growth over the end (from
     /// `end_start_x` to its last point), bytes; `span`: the end's length in x units. The end
     /// rate reaches down by the smaller of promoted and the end's growth per x unit
-    /// (`Widening::Promoted`): an end without such a collection may have kept none of its
-    /// growth. The growth is the larger of `grown` and the end rate times `span`: two single
-    /// points carry the survivor spaces' noise, and where they read less than the fit, all
-    /// promoted must still take the lower end to the rate minus itself (≤ 0), not leave it
-    /// above the threshold. A saw-tooth's floor is read where the old generation gave back,
+    /// (`lowered_by`, `Widening::Promoted`): an end without such a collection may have kept
+    /// none of its growth. A saw-tooth's floor is read where the old generation gave back,
     /// and stands.
-    pub fn promoted_bound(mut self, promoted: f64, grown: f64, span: f64) -> Classification {
+    pub fn promoted_bound(self, promoted: f64, grown: f64, span: f64) -> Classification {
+        if self.decided_by == DecidedBy::Troughs {
+            return self;
+        }
+        self.lowered_by(promoted, grown, span, Widening::Promoted, |promoted, to| {
+            Clause::Promoted { promoted, to }
+        })
+    }
+
+    /// A process leakwatch asked for class histograms (`--jvm-classes`): `grew`, bytes, is
+    /// what its memory changed by while the histograms of the end ran (read just before each
+    /// request and just after its answer), leakwatch's doing rather than the program's (a
+    /// healthy JVM's anon rose 832 KiB over 40 of them, none between; docs/runtimes.md);
+    /// `grown` and `span` as `promoted_bound`'s. The end rate reaches down by the smaller of
+    /// the two per x unit (`Widening::Histograms`), a saw-tooth's floor too.
+    pub fn histograms_bound(self, grew: f64, grown: f64, span: f64) -> Classification {
+        self.lowered_by(grew, grown, span, Widening::Histograms, |grew, to| {
+            Clause::Histograms { grew, to }
+        })
+    }
+
+    /// The end's lower bound lowered by `amount` (bytes over the end) of its growth that
+    /// may not be the program's: the smaller of `amount` and the growth, the larger of
+    /// `grown` and the end rate times `span` (two single points carry noise; where they read
+    /// less than the fit, all of it must still take the lower end to the rate minus itself,
+    /// ≤ 0). `decide` runs again on the result; the clause is said where the verdict is not a
+    /// leak because of it, or undecided.
+    fn lowered_by(
+        mut self,
+        amount: f64,
+        grown: f64,
+        span: f64,
+        widening: Widening,
+        clause: impl FnOnce(f64, f64) -> Clause,
+    ) -> Classification {
         let (Some(end), Some(thr)) = (self.end_rate, self.threshold) else {
             return self;
         };
-        let unconfirmed = promoted.min(grown.max(end.rate * span));
-        if self.decided_by == DecidedBy::Troughs || !(unconfirmed > 0.0 && span > 0.0) {
+        let unconfirmed = amount.min(grown.max(end.rate * span));
+        if !(unconfirmed > 0.0 && span > 0.0) {
             return self;
         }
-        let lowered = end.lower_to(Widening::Promoted, end.ci95.0 - unconfirmed / span);
+        let lowered = end.lower_to(widening, end.ci95.0 - unconfirmed / span);
         let was = self.verdict;
         let verdict = decide(&lowered, thr, was == Verdict::Plateau);
-        let clause = Clause::Promoted {
-            promoted: unconfirmed,
-            to: lowered.ci95.0,
-        };
+        let clause = clause(unconfirmed, lowered.ci95.0);
         if was == Verdict::Leak && verdict != Verdict::Leak {
-            // No rerun of the same length decides it: a collection of the old generation does.
+            // No rerun of the same length decides it: what it may be (a collection of the old
+            // generation, the histograms' share) grows with the length too.
             self.reason.clauses.push((Join::But, clause));
             self.runs_needed = None;
         } else if verdict == Verdict::Inconclusive {
@@ -1125,6 +1158,54 @@ mod tests {
         );
     }
 
+    /// A healthy JVM's anon rising by what leakwatch's class histograms grew it (all of the
+    /// end's growth): the end reaches down to 0 or below and the leak is undecided, a
+    /// saw-tooth's floor too; a leak whose histograms grew it by a tenth stays a leak.
+    #[test]
+    fn growth_while_leakwatchs_histograms_ran_bounds_the_end_rate() {
+        let x: Vec<f64> = (0..60).map(f64::from).collect();
+        let y: Vec<f64> = x
+            .iter()
+            .enumerate()
+            .map(|(i, t)| 700_000.0 + 1200.0 * t + if i % 2 == 0 { 300.0 } else { -300.0 })
+            .collect();
+        let t = Thresholds {
+            min_slope_abs: 65536.0 / 3600.0,
+            ..Thresholds::default()
+        };
+        let c = classify(&x, &y, Some(0), &t);
+        assert_eq!(c.verdict, Verdict::Leak);
+        let from = c.end_start_x.unwrap();
+        let a = x.iter().position(|&v| v >= from).unwrap();
+        let (grown, span) = (y[59] - y[a], x[59] - x[a]);
+        // All of the line's growth (the two end points read it ±300 B).
+        let all = c.clone().histograms_bound(1200.0 * span, grown, span);
+        assert_eq!(all.verdict, Verdict::Inconclusive, "{all:?}");
+        let end = all.end_rate.unwrap();
+        assert!(end.widened_by.contains(Widening::Histograms));
+        assert!(end.ci95.0 <= 0.0 && end.ci95.1 > 1000.0, "{end:?}");
+        assert_eq!(all.runs_needed, None);
+        assert!(
+            all.reason
+                .to_string()
+                .contains("came while leakwatch's class histograms ran (--jvm-classes)"),
+            "{}",
+            all.reason
+        );
+        let tenth = c.clone().histograms_bound(120.0 * span, grown, span);
+        assert_eq!(tenth.verdict, Verdict::Leak, "{tenth:?}");
+        let shrank = c.clone().histograms_bound(-grown, grown, span);
+        assert_eq!(shrank.end_rate, c.end_rate);
+        let troughs = Classification {
+            decided_by: DecidedBy::Troughs,
+            ..c.clone()
+        };
+        assert_eq!(
+            troughs.histograms_bound(1200.0 * span, grown, span).verdict,
+            Verdict::Inconclusive
+        );
+    }
+
     /// `Widening::ALL` lists every variant at its own bit, in declaration order (the match
     /// is exhaustive: a new variant does not compile until it is placed here).
     #[test]
@@ -1145,6 +1226,7 @@ mod tests {
                 Widening::LastDrop => 11,
                 Widening::NoTaskSteps => 12,
                 Widening::Promoted => 13,
+                Widening::Histograms => 14,
             };
             assert_eq!((listed, w as usize), (i, i), "{w:?}");
         }

@@ -315,6 +315,8 @@ pub enum Clause {
     /// The old generation grew `promoted` with no collection of it since: its end may be as
     /// low as `to`.
     Promoted { promoted: f64, to: f64 },
+    /// `grew` came while leakwatch's class histograms ran: its end may be as low as `to`.
+    Histograms { grew: f64, to: f64 },
 }
 
 /// What the sampling adds, said last.

@@ -25,7 +25,7 @@ use super::{Collected, Sites};
 use crate::sample::heap::fetcher::Fetcher;
 use crate::sample::procfs::ProcRoot;
 use crate::sample::rows::Context;
-use crate::store::{Row, Scope, SiteSource, Tier};
+use crate::store::{HISTOGRAM_ANON_EVENT, Row, Scope, SiteSource, Tier};
 
 /// Largest share of wall time the histograms may pause a JVM while
 /// attached (the same budget as `--node-inspector`'s full collections).
@@ -37,7 +37,10 @@ pub const MAX_CLASSES: usize = 400;
 /// How long one histogram may take (a full collection of a large heap).
 pub const HISTOGRAM_TIMEOUT: Duration = Duration::from_secs(60);
 
-type Answered = (histogram::Histogram, Duration);
+/// A histogram, how long it took, and by how much the JVM's anon memory changed meanwhile
+/// (bytes; `None` where its status could not be read before or after) with when it was
+/// read after.
+type Answered = (histogram::Histogram, Duration, Option<(i64, Instant)>);
 
 /// One JVM asked for its histograms.
 #[derive(Debug)]
@@ -51,20 +54,30 @@ struct Asked {
     first_asked: Option<Instant>,
     /// Said why the last ask failed (once, until one works).
     failing: bool,
+    /// The anon memory the answered histograms grew, bytes in all (signed).
+    anon_grew: i64,
 }
 
 impl Asked {
     fn start(root: ProcRoot, pid: u32, comm: String) -> Self {
-        let jvm = attach::Jvm::new(root, pid);
+        let jvm = attach::Jvm::new(root.clone(), pid);
+        // Read just before the request and just after the answer: a histogram grows the
+        // JVM's anon memory (new malloc arenas, the Attach Listener's stack, a page or two
+        // each time after; docs/runtimes.md), and that growth is leakwatch's, not the program's.
+        let anon = move || root.status(pid).ok().and_then(|s| s.anon_bytes);
         let fetcher = Fetcher::start("leakwatch-jvm", move |()| {
+            let before = anon();
             let started = Instant::now();
             let text = jvm
                 .jcmd("GC.class_histogram", HISTOGRAM_TIMEOUT)
                 .map_err(|e| e.to_string())?;
             let took = started.elapsed();
+            let grew = before
+                .zip(anon())
+                .map(|(b, a)| (signed(a) - signed(b), Instant::now()));
             let h = histogram::parse(&text, MAX_CLASSES)
                 .map_err(|e| format!("its answer is not a class histogram: {e}"))?;
-            Ok((h, took))
+            Ok((h, took, grew))
         });
         Asked {
             fetcher,
@@ -74,6 +87,7 @@ impl Asked {
             longest: Duration::ZERO,
             first_asked: None,
             failing: false,
+            anon_grew: 0,
         }
     }
 
@@ -140,7 +154,7 @@ impl JvmClasses {
                 continue;
             };
             match answer {
-                Ok((h, took)) => {
+                Ok((h, took, grew)) => {
                     if asked.answers == 0 {
                         out.notes.push(format!(
                             "--jvm-classes: the JVM {} ({}) answered GC.class_histogram through \
@@ -157,7 +171,23 @@ impl JvmClasses {
                     asked.total += took;
                     asked.longest = asked.longest.max(took);
                     asked.failing = false;
-                    out.rows.extend(class_rows(&ctx.now(), process, &h));
+                    let now = ctx.now();
+                    out.rows.extend(class_rows(&now, process, &h));
+                    if let Some((grew, read)) = grew {
+                        asked.anon_grew = asked.anon_grew.saturating_add(grew);
+                        // At the time it was read: it shows in the samples after that.
+                        let mut then = now.row(process.scope);
+                        then.t_seconds -= read.elapsed().as_secs_f64();
+                        out.rows.push(Row {
+                            pid: process.pid,
+                            ppid: process.ppid,
+                            start_time: process.start_time,
+                            comm: process.comm.clone(),
+                            tier: Tier::Event,
+                            event: Some(format!("{HISTOGRAM_ANON_EVENT} {grew}")),
+                            ..then
+                        });
+                    }
                 }
                 Err(why) if !asked.failing => {
                     asked.failing = true;
@@ -182,11 +212,13 @@ impl JvmClasses {
             .filter_map(|((pid, _), k)| match k {
                 Known::Jvm(a) if a.answers > 0 => Some(format!(
                     "--jvm-classes: {pid} ({}): {}, the longest {:.0} ms, \
-                     {:.1} s in all",
+                     {:.1} s in all; its anon memory changed {} while they ran (leakwatch's \
+                     own doing, which the verdicts allow for)",
                     a.comm,
                     crate::units::counted(a.answers, "class histogram", "class histograms"),
                     a.longest.as_secs_f64() * 1000.0,
-                    a.total.as_secs_f64()
+                    a.total.as_secs_f64(),
+                    crate::units::format_signed_bytes(a.anon_grew as f64)
                 )),
                 _ => None,
             })
@@ -194,6 +226,11 @@ impl JvmClasses {
         notes.sort();
         notes
     }
+}
+
+/// Bytes as a signed count (a status field past `i64::MAX` is not a real figure).
+fn signed(bytes: u64) -> i64 {
+    i64::try_from(bytes).unwrap_or(i64::MAX)
 }
 
 /// A JVM (it maps `libjvm.so`) gets a thread that asks it; anything else
@@ -311,6 +348,48 @@ mod tests {
             got.notes[0].contains("answered GC.class_histogram"),
             "{:?}",
             got.notes
+        );
+    }
+
+    /// A histogram that grows the JVM's anon memory (its status rewritten as the request
+    /// comes) is followed by an event row with the growth, at the time it was read; the
+    /// session's note says it in all.
+    #[test]
+    fn what_a_histogram_grew_the_jvms_anon_memory_by_is_an_event_row() {
+        let answer: &'static [u8] = b"0\n num     #instances         #bytes  class name\n\
+            -----------------------------\n   1:   2000   48000  Leaky$Session\n\
+            Total   2000   48000\n";
+        let dir = tempfile::tempdir().unwrap();
+        let proc_dir = dir.path().join("4242");
+        std::fs::create_dir_all(proc_dir.join("root/tmp")).unwrap();
+        let status = move |anon_kb: u64| format!("{STATUS}RssAnon:\t{anon_kb} kB\n");
+        std::fs::write(proc_dir.join("status"), status(290_000)).unwrap();
+        std::fs::write(proc_dir.join("maps"), MAPS).unwrap();
+        let listener = UnixListener::bind(proc_dir.join("root/tmp/.java_pid7")).unwrap();
+        let status_file = proc_dir.join("status");
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut s) = stream else { return };
+                let mut request = [0u8; 64];
+                let _ = s.read(&mut request);
+                std::fs::write(&status_file, status(290_576)).unwrap();
+                let _ = s.write_all(answer);
+            }
+        });
+        let mut classes = JvmClasses::new(ProcRoot::new(dir.path()), true);
+        let ctx = crate::sample::rows::Clock::new().context(Some(1));
+        let got = classes.read(&ctx, &[process_row()], Duration::from_secs(5));
+        let events: Vec<&Row> = got.rows.iter().filter(|r| r.tier == Tier::Event).collect();
+        assert_eq!(events.len(), 1, "{:?}", got.rows);
+        assert_eq!(
+            events[0].event.as_deref(),
+            Some(format!("{HISTOGRAM_ANON_EVENT} {}", 576 * 1024).as_str())
+        );
+        assert_eq!((events[0].pid, events[0].run), (4242, Some(1)));
+        let notes = classes.finish();
+        assert!(
+            notes[0].contains("its anon memory changed +576 KiB"),
+            "{notes:?}"
         );
     }
 
