@@ -1096,18 +1096,15 @@ fn halves(x: &[f64], y: &[f64]) -> Option<stats::SegmentedFit> {
 mod tests {
     use super::*;
 
-    /// A JVM's live heap rising 1,000 B/s, all of it promoted with no full collection: the
-    /// end reaches down by that growth and the leak is undecided, with no rerun; where only
-    /// the last 4 s were (a full collection then), it stays a leak; two end points that read
-    /// less growth than the fit do not keep the lower end above 0. A saw-tooth's floor and a
-    /// series that did not grow over its end are left as they are.
-    #[test]
-    fn growth_promoted_with_no_collection_since_bounds_the_end_rate() {
+    /// A minute of a series rising `rate` per second around 700 KB, ±300 B every other
+    /// point, judged against 64 KiB/h: its classification (a leak), the thresholds, x, and
+    /// the growth and length of its end between its first and last points.
+    fn leaking_minute(rate: f64) -> (Classification, Thresholds, Vec<f64>, f64, f64) {
         let x: Vec<f64> = (0..60).map(f64::from).collect();
         let y: Vec<f64> = x
             .iter()
             .enumerate()
-            .map(|(i, t)| 700_000.0 + 1000.0 * t + if i % 2 == 0 { 300.0 } else { -300.0 })
+            .map(|(i, t)| 700_000.0 + rate * t + if i % 2 == 0 { 300.0 } else { -300.0 })
             .collect();
         let t = Thresholds {
             min_slope_abs: 65536.0 / 3600.0,
@@ -1118,6 +1115,17 @@ mod tests {
         let from = c.end_start_x.unwrap();
         let a = x.iter().position(|&v| v >= from).unwrap();
         let (grown, span) = (y[59] - y[a], x[59] - x[a]);
+        (c, t, x, grown, span)
+    }
+
+    /// A JVM's live heap rising 1,000 B/s, all of it promoted with no full collection: the
+    /// end reaches down by that growth and the leak is undecided, with no rerun; where only
+    /// the last 4 s were (a full collection then), it stays a leak; two end points that read
+    /// less growth than the fit do not keep the lower end above 0. A saw-tooth's floor and a
+    /// series that did not grow over its end are left as they are.
+    #[test]
+    fn growth_promoted_with_no_collection_since_bounds_the_end_rate() {
+        let (c, t, x, grown, span) = leaking_minute(1000.0);
         let all = c.clone().promoted_bound(59_000.0, grown, span);
         assert_eq!(all.verdict, Verdict::Inconclusive, "{all:?}");
         let end = all.end_rate.unwrap();
@@ -1163,21 +1171,7 @@ mod tests {
     /// saw-tooth's floor too; a leak whose histograms grew it by a tenth stays a leak.
     #[test]
     fn growth_while_leakwatchs_histograms_ran_bounds_the_end_rate() {
-        let x: Vec<f64> = (0..60).map(f64::from).collect();
-        let y: Vec<f64> = x
-            .iter()
-            .enumerate()
-            .map(|(i, t)| 700_000.0 + 1200.0 * t + if i % 2 == 0 { 300.0 } else { -300.0 })
-            .collect();
-        let t = Thresholds {
-            min_slope_abs: 65536.0 / 3600.0,
-            ..Thresholds::default()
-        };
-        let c = classify(&x, &y, Some(0), &t);
-        assert_eq!(c.verdict, Verdict::Leak);
-        let from = c.end_start_x.unwrap();
-        let a = x.iter().position(|&v| v >= from).unwrap();
-        let (grown, span) = (y[59] - y[a], x[59] - x[a]);
+        let (c, _, _, grown, span) = leaking_minute(1200.0);
         // All of the line's growth (the two end points read it ±300 B).
         let all = c.clone().histograms_bound(1200.0 * span, grown, span);
         assert_eq!(all.verdict, Verdict::Inconclusive, "{all:?}");
