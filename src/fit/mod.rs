@@ -183,13 +183,13 @@ fn bound_by_histograms(
     series: &Series,
     histograms: &Induced,
 ) -> verdict::Classification {
-    let (Some(((xa, ya), (xb, yb))), Some(from)) = (end_growth(&c, series), c.end_start_x) else {
+    let Some(((xa, ya), (xb, yb))) = end_growth(&c, series) else {
         return c;
     };
     let (xs, sums): (Vec<f64>, Vec<f64>) = series
         .points
         .iter()
-        .filter(|p| p.0 >= from)
+        .filter(|p| p.0 >= xa)
         .map(|p| (p.0, histograms.upto(p.0)))
         .unzip();
     let Some(slope) = stats::ols(&xs, &sums).map(|f| f.slope) else {

@@ -466,12 +466,12 @@ impl Builder {
             .strip_prefix(HISTOGRAM_ANON_EVENT)
             .and_then(|rest| rest.strip_prefix(' '))
         {
-            // Not a number: a spoiled row, left out.
             let at = match (x_axis, row.run) {
                 (XAxis::Run, Some(run)) => f64::from(run) + 0.5,
                 (XAxis::Run, None) => return,
                 (XAxis::Seconds, _) => row.t_seconds,
             };
+            // Not a number: a spoiled row, left out.
             if let Ok(bytes) = bytes.parse::<i64>() {
                 self.histograms
                     .entry(row.scope)

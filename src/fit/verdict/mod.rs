@@ -574,12 +574,12 @@ impl Classification {
         })
     }
 
-    /// A process leakwatch asked for class histograms (`--jvm-classes`): `grew`, bytes, is
-    /// what its memory changed by while the histograms of the end ran (read just before each
-    /// request and just after its answer), leakwatch's doing rather than the program's (a
-    /// healthy JVM's anon rose 832 KiB over 40 of them, none between; docs/runtimes.md);
-    /// `grown` and `span` as `promoted_bound`'s. The end rate reaches down by the smaller of
-    /// the two per x unit (`Widening::Histograms`), a saw-tooth's floor too.
+    /// A process leakwatch asked for class histograms (`--jvm-classes`): `grew`, bytes over
+    /// the end, is what its memory changed by while they ran (read just before each request
+    /// and just after its answer; over the end as `fit::bound_by_histograms` reads it),
+    /// leakwatch's doing rather than the program's (docs/runtimes.md); `grown` and `span` as
+    /// `promoted_bound`'s. The end rate reaches down by the smaller of the two per x unit
+    /// (`lowered_by`, `Widening::Histograms`), a saw-tooth's floor too.
     pub fn histograms_bound(self, grew: f64, grown: f64, span: f64) -> Classification {
         self.lowered_by(grew, grown, span, Widening::Histograms, |grew, to| {
             Clause::Histograms { grew, to }
