@@ -374,7 +374,9 @@ pub struct HeapArgs {
     /// Find the Java classes whose instances grow: each JVM followed is
     /// asked for its class histogram (jcmd's GC.class_histogram, through
     /// its attach socket: a full collection, so a pause each time) — once
-    /// per run, or within 1% of the time when attached.
+    /// per run, or within 1% of the time when attached. What the histograms
+    /// grow the JVM's own memory by is read around each and allowed for in
+    /// the verdicts.
     #[arg(long, help_heading = "Runtime heaps")]
     pub jvm_classes: bool,
 }
