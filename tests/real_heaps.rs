@@ -617,9 +617,8 @@ fn real_jvm_parallel_pretouched_heap_churning_is_no_leak() {
 }
 
 /// A churning JVM attached with its class histograms (`--jvm-classes`): what they grow its
-/// anon memory by (a healthy Parallel JVM's: +576 KiB at the first, a page or two at most
-/// after; docs/runtimes.md) is leakwatch's doing, not a leak. CI read it as one (anon
-/// +77,824 B in the minute) before that growth was read beside each histogram.
+/// anon memory by is leakwatch's doing, read around each, and not a leak (docs/runtimes.md
+/// has the figures).
 #[test]
 #[cfg_attr(
     not(lw_deps),

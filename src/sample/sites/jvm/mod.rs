@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use super::{Collected, Sites};
 use crate::sample::heap::fetcher::Fetcher;
 use crate::sample::procfs::ProcRoot;
-use crate::sample::rows::Context;
+use crate::sample::rows::{Context, event_row};
 use crate::store::{HISTOGRAM_ANON_EVENT, Row, Scope, SiteSource, Tier};
 
 /// Largest share of wall time the histograms may pause a JVM while
@@ -175,18 +175,17 @@ impl JvmClasses {
                     out.rows.extend(class_rows(&now, process, &h));
                     if let Some((grew, read)) = grew {
                         asked.anon_grew = asked.anon_grew.saturating_add(grew);
+                        let mut row = event_row(
+                            &now,
+                            process.scope,
+                            process.pid,
+                            &process.comm,
+                            &format!("{HISTOGRAM_ANON_EVENT} {grew}"),
+                            None,
+                        );
                         // At the time it was read: it shows in the samples after that.
-                        let mut then = now.row(process.scope);
-                        then.t_seconds -= read.elapsed().as_secs_f64();
-                        out.rows.push(Row {
-                            pid: process.pid,
-                            ppid: process.ppid,
-                            start_time: process.start_time,
-                            comm: process.comm.clone(),
-                            tier: Tier::Event,
-                            event: Some(format!("{HISTOGRAM_ANON_EVENT} {grew}")),
-                            ..then
-                        });
+                        row.t_seconds -= read.elapsed().as_secs_f64();
+                        out.rows.push(row);
                     }
                 }
                 Err(why) if !asked.failing => {
