@@ -163,6 +163,13 @@ impl Say {
     /// The segment estimator's readings.
     fn segments(&self, v: Verdict, r: SegmentRead) -> String {
         match r {
+            // Only a no-rise whose end did not rise significantly is read so: an end rate above
+            // the threshold is its noise, and said to be (a bare "+158 MiB/h since 49.0s" in
+            // a stable reason reads as the leak it is not).
+            SegmentRead::NoRise { end } if end.rate > self.thr => format!(
+                "no step or rise that matters (its last segment, {}, is within its noise)",
+                self.since(end)
+            ),
             SegmentRead::NoRise { end } => {
                 format!("no step or rise that matters; {}", self.since(end))
             }
@@ -365,19 +372,29 @@ impl Say {
                 self.per_x(lo),
                 self.per_x(hi)
             ),
+            Trend::RisesButNotInSegments { falls: true } => format!(
+                "the trend test says it rises ({p}), but it falls by more than half of what it \
+                 rises"
+            ),
+            Trend::RisesButNotInSegments { falls: false } => format!(
+                "the trend test says it rises ({p}), but no step or segment of it rises above \
+                 its noise"
+            ),
             Trend::Falls => format!("it falls ({p})"),
             Trend::None => format!("no significant trend ({p})"),
         };
+        // A rise the test saw is named as such whatever the verdict; one "but" to a sentence,
+        // so after it the noise is a new clause.
+        let rises = !matches!(trend, Trend::None | Trend::Falls);
+        let noise = if rises { "; noise" } else { ", but noise" };
         match v {
             Verdict::Inconclusive => format!(
-                "{why}, but noise allows growth up to {} (threshold {})",
+                "{why}{noise} allows growth up to {} (threshold {})",
                 self.per_x(high),
                 self.thr()
             ),
             Verdict::Leak => format!("grows {slope}, {p}"),
-            _ if matches!(trend, Trend::RisesButCiHoldsZero { .. }) => {
-                format!("{why}: slope {slope}")
-            }
+            _ if rises => format!("{why}: slope {slope}"),
             _ => format!("no significant growth: slope {slope}, {p}"),
         }
     }
@@ -577,6 +594,19 @@ mod tests {
         assert_eq!(
             per_run(Verdict::Stable, dip),
             "a dip and its recovery (+2.00 MiB up at run 5, net +512 KiB); +0 B/run since run 12"
+        );
+        // An end rising above the threshold that the segments did not count is their noise.
+        let quiet = Reading::Segments(SegmentRead::NoRise { end });
+        assert_eq!(
+            per_run(Verdict::Stable, quiet),
+            "no step or rise that matters; +0 B/run since run 12"
+        );
+        let noisy = Since { rate: MIB, x: 12.0 };
+        let noisy = Reading::Segments(SegmentRead::NoRise { end: noisy });
+        assert_eq!(
+            per_run(Verdict::Stable, noisy),
+            "no step or rise that matters (its last segment, +1.00 MiB/run since run 12, is \
+             within its noise)"
         );
         let recent = Reading::Segments(SegmentRead::TooRecent {
             rises: 3,

@@ -297,9 +297,13 @@ impl Ctx<'_> {
         lower: Option<(Widening, f64)>,
     ) -> Classification {
         let (lo, hi) = self.ci;
+        let significant = self.mk.p_two_sided < self.t.alpha;
         let trend = if rising {
             Trend::RisesButCiHoldsZero { lo, hi }
-        } else if self.mk.s < 0.0 && self.mk.p_two_sided < self.t.alpha {
+        } else if self.mk.s > 0.0 && significant {
+            let falls = matches!(lower, Some((Widening::Falls, _)));
+            Trend::RisesButNotInSegments { falls }
+        } else if self.mk.s < 0.0 && significant {
             Trend::Falls
         } else {
             Trend::None
@@ -510,6 +514,57 @@ mod tests {
         let need = points_needed(ctx.sd, 1.0, ctx.thr, 0.975, POWER).unwrap();
         assert_eq!(c.runs_needed, Some(need));
         assert!(need > 13, "{need}");
+    }
+
+    #[test]
+    fn a_rise_the_trend_test_sees_is_named_when_the_segments_overrule_it() {
+        // A live heap read after each collection (a Node server, attached 60 s): flat but
+        // for two small steps up, and reads above it where a collection came mid-request.
+        // Mann–Kendall says it rises (p ≈ 1e-6); the segments see it fall as much as it
+        // rises. The reason names both, never "no significant trend (p = 1e-6)".
+        let x: Vec<f64> = (0..61).map(f64::from).collect();
+        let y: Vec<f64> = x
+            .iter()
+            .map(|&s| {
+                let step = if s >= 58.0 {
+                    25_000.0
+                } else if s >= 25.0 {
+                    4_368.0
+                } else {
+                    0.0
+                };
+                let mid_request = [2.0, 8.0, 23.0, 28.0, 29.0, 41.0, 57.0].contains(&s);
+                2_897_392.0 + step + if mid_request { 200_000.0 } else { 0.0 }
+            })
+            .collect();
+        let c = classify(&x, &y, Some(1), &per_hour());
+        let reason = c.reason.to_string();
+        assert_eq!(c.verdict, Verdict::Inconclusive, "{reason}");
+        assert!(
+            reason.starts_with("the trend test says it rises (p = "),
+            "{reason}"
+        );
+        assert!(
+            reason.contains("falls by more than half of what it rises; noise"),
+            "{reason}"
+        );
+        assert!(!reason.contains("no significant trend"), "{reason}");
+        // Without the falls, the segments seeing no rise.
+        let x = runs(30);
+        let y: Vec<f64> = x.iter().map(|&r| 100.0 * MB + r * KIB).collect();
+        let t = per_run();
+        let ctx = Ctx::new(&x, &y, &t, 0, 30).unwrap();
+        let c = ctx.not_significant(
+            Classification::new(0, &t),
+            false,
+            Some((Widening::NoRise, 0.0)),
+        );
+        let reason = c.reason.to_string();
+        assert!(
+            reason.starts_with("the trend test says it rises (p = ")
+                && reason.contains("no step or segment of it rises above its noise"),
+            "{reason}"
+        );
     }
 
     /// A heap that grows 3.75 MB/s for 60 s, sampled each second, with a little noise.

@@ -105,6 +105,9 @@ pub enum Unfit {
 pub enum Trend {
     /// Mann–Kendall says it rises, but the slope's 95% CI `(lo, hi)` includes 0.
     RisesButCiHoldsZero { lo: f64, hi: f64 },
+    /// Mann–Kendall says it rises, but the segments read no rise that counts: `falls`, it
+    /// falls by more than half of what it rises; else no step or segment rises above noise.
+    RisesButNotInSegments { falls: bool },
     /// It falls at level α.
     Falls,
     /// No significant trend.
