@@ -173,6 +173,11 @@ impl Start {
         }
         Start { pc, sp, bp }
     }
+
+    /// Its stack pointer.
+    pub fn sp(&self) -> usize {
+        self.sp
+    }
 }
 
 /// Rules looked up at each depth of a thread's last walk, checked before the
@@ -216,8 +221,126 @@ impl Recent {
 /// `skip` (the shim's own); the number kept, or `None` when a frame is
 /// beyond the fast rules (then unwind with libgcc). A stack deeper than
 /// `frames` is cut there.
-pub fn walk(from: Start, frames: &mut [usize], skip: Range<usize>) -> Option<usize> {
-    with_state(|t| walk_with(t, from, frames, skip))
+/// `trace` is filled with what the walk read, when it is a whole one.
+pub fn walk(
+    from: Start,
+    frames: &mut [usize],
+    skip: Range<usize>,
+    trace: &mut Trace,
+) -> Option<usize> {
+    with_state(|t| {
+        *trace = Trace::new();
+        trace.start[1] = from.sp;
+        let depth = walk_with(t, from, frames, skip, trace)?;
+        trace.start = [from.pc, from.sp, from.bp, t.top.get()];
+        Some(depth)
+    })
+}
+
+/// Where a walk's rbp came from, as far as a [`Trace`] needs to know.
+#[derive(Clone, Copy)]
+enum BpFrom {
+    /// The start's, not used yet.
+    Start,
+    /// The slot at this address, holding this value; not used yet.
+    Slot(usize, usize),
+    /// Used, and traced.
+    Traced,
+}
+
+/// Stack slots a [`Trace`] keeps at most: the return addresses of a stack
+/// as deep as a sample keeps (`MAX_FRAMES`), or of half as deep where each
+/// frame's CFA is reached through rbp (code built with frame pointers).
+const TRACE_READS: usize = crate::layout::MAX_FRAMES;
+
+/// What a fast walk started from and the stack slots it read, with their
+/// values. The walk is a function of these alone (the rules are the loaded
+/// code's, fixed while it stays loaded, as the rule caches assume): another
+/// walk from the same start, with the same stack top, that finds the same
+/// values in the same slots reads the same frames, so a sample taken again
+/// from one loop's allocation is recorded without unwinding
+/// ([`crate::table`]'s memo).
+#[derive(Clone, Copy)]
+pub struct Trace {
+    /// pc, sp, bp and the thread's stack top; top 0: no whole walk traced.
+    start: [usize; 4],
+    /// Whether the walk used the start's bp (else any bp reads the same).
+    bp_used: bool,
+    /// The slots read, in order, by their offset from the start's sp (a
+    /// walk reads nothing below it), and what they held; `reads` of them.
+    at: [u32; TRACE_READS],
+    held: [usize; TRACE_READS],
+    /// `TRACE_READS + 1` once one could not be kept: no memo.
+    reads: usize,
+}
+
+impl Trace {
+    pub const fn new() -> Trace {
+        Trace {
+            start: [0; 4],
+            bp_used: false,
+            at: [0; TRACE_READS],
+            held: [0; TRACE_READS],
+            reads: 0,
+        }
+    }
+
+    /// The stack pointer it started from.
+    pub fn sp(&self) -> usize {
+        self.start[1]
+    }
+
+    /// A whole walk's: every slot it read kept, its start recorded.
+    pub fn whole(&self) -> bool {
+        self.start[3] != 0 && self.reads <= TRACE_READS
+    }
+
+    /// A rule took the CFA from rbp, which came from `from`: that is read
+    /// too (a saved rbp no rule uses — a register the program keeps a
+    /// loop's variable in — changes nothing the walk finds).
+    fn used_bp(&mut self, from: &mut BpFrom) {
+        match *from {
+            BpFrom::Start => self.bp_used = true,
+            BpFrom::Slot(at, value) => self.read(at, value),
+            BpFrom::Traced => {}
+        }
+        *from = BpFrom::Traced;
+    }
+
+    fn read(&mut self, at: usize, value: usize) {
+        let off = at
+            .checked_sub(self.start[1])
+            .and_then(|o| u32::try_from(o).ok());
+        match off {
+            Some(off) if self.reads < TRACE_READS => {
+                self.at[self.reads] = off;
+                self.held[self.reads] = value;
+                self.reads += 1;
+            }
+            _ => self.reads = TRACE_READS + 1,
+        }
+    }
+
+    /// Whether a walk from `from` now reads what this one did: the same
+    /// start and stack top, and the same value in every slot it read.
+    pub fn again(&self, from: Start) -> bool {
+        let top = with_state(|t| t.top.get());
+        let bp = if self.bp_used { from.bp } else { self.start[2] };
+        if !self.whole() || self.start != [from.pc, from.sp, bp, top] {
+            return false;
+        }
+        let n = self.reads.min(TRACE_READS);
+        // SAFETY: the walk read each slot within `[sp, top)` of a stack
+        // pointer at or above its start's, aligned (`walk_with`); with the
+        // same start and top, each lies in this thread's stack between its
+        // current pointer and the highest CFA libgcc reached: mapped memory.
+        self.at[..n]
+            .iter()
+            .zip(&self.held[..n])
+            .all(|(&off, &held)| unsafe {
+                std::ptr::read((from.sp + off as usize) as *const usize) == held
+            })
+    }
 }
 
 fn walk_with(
@@ -225,6 +348,7 @@ fn walk_with(
     from: Start,
     frames: &mut [usize],
     skip: Range<usize>,
+    trace: &mut Trace,
 ) -> Option<usize> {
     let top = t.top.get();
     if top == 0 {
@@ -235,6 +359,7 @@ fn walk_with(
         mut sp,
         mut bp,
     } = from;
+    let mut bp_from = BpFrom::Start;
     let mut depth = 0;
     // The first pc is exact; later ones are return addresses, looked up at
     // the call instruction (pc - 1).
@@ -244,22 +369,31 @@ fn walk_with(
         if rule.ra_off == 0 {
             return Some(depth);
         }
-        let base = if rule.cfa_rbp { bp } else { sp };
+        let base = if rule.cfa_rbp {
+            trace.used_bp(&mut bp_from);
+            bp
+        } else {
+            sp
+        };
         let cfa = base.checked_add_signed(rule.cfa_off as isize)?;
         if cfa <= sp || cfa > top {
             return None;
         }
-        let slot = |off: i32| -> Option<usize> {
+        let slot = |off: i32| -> Option<(usize, usize)> {
             let at = cfa.checked_add_signed(off as isize)?;
             // Only within [sp, top): this thread's stack, already walked.
-            (at >= sp && at + 8 <= top && at % 8 == 0)
+            let value = (at >= sp && at + 8 <= top && at % 8 == 0)
                 // SAFETY: at lies in this thread's stack between its current
                 // pointer and the highest CFA libgcc reached: mapped memory.
-                .then(|| unsafe { std::ptr::read(at as *const usize) })
+                .then(|| unsafe { std::ptr::read(at as *const usize) })?;
+            Some((at, value))
         };
-        let ra = slot(rule.ra_off)?;
+        let (at, ra) = slot(rule.ra_off)?;
+        trace.read(at, ra);
         if rule.rbp_off != 0 {
-            bp = slot(rule.rbp_off)?;
+            let (at, saved) = slot(rule.rbp_off)?;
+            bp = saved;
+            bp_from = BpFrom::Slot(at, saved);
         }
         sp = cfa;
         pc = ra;

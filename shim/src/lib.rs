@@ -16,7 +16,10 @@
 //! - A sampled block's call stack is unwound from `.eh_frame` (no frame
 //!   pointers needed): by cached rules per return address ([`cfi`]), by
 //!   libgcc's `_Unwind_Backtrace` where they do not reach; it is kept in
-//!   fixed tables ([`table`]); nothing in a hook allocates.
+//!   fixed tables ([`table`]); nothing in a hook allocates. A sample taken
+//!   from the same stack pointer as an earlier one, with the same values in
+//!   every stack slot that walk read, takes its stack without unwinding
+//!   (the memo, [`cfi::Trace`]).
 //! - Each process keeps its stacks and their live bytes in `D/<pid>.sites`, a
 //!   file mapped shared ([`sites`], its layout [`layout`]), which leakwatch
 //!   reads after each run: return addresses only; leakwatch names them from

@@ -317,7 +317,7 @@ pub fn start(dir: &[u8], interval: u64) -> bool {
     HOT.interval.store(interval, Ordering::Relaxed);
     find_text_ranges();
     let mut frames = [0usize; MAX_FRAMES];
-    let _ = unwind(&mut frames, false, Start::here());
+    let _ = unwind(&mut frames, false, Start::here(), &mut Trace::new());
     // The walk above learned this thread's stack top, but injected, the
     // call runs on a stack the debugger made up below the real one, and
     // every later walk of the thread would stop at that top (its frames lie
@@ -396,11 +396,19 @@ pub fn sample(addr: usize, size: usize, left: i64, from: Start, mapped: usize) {
     }
     // P(sampled) = 1 - exp(-s/T) for a Poisson process of rate 1/T over the
     // block's bytes; dividing by it makes the estimate unbiased.
-    let weight = weight(size as f64, mean);
-    let mut frames = [0usize; MAX_FRAMES];
+    let weight = weight(size as f64, mean) as u64;
     let starting = patcher_wanted();
-    let walk = unwind(&mut frames, starting, from);
-    table::insert(addr, weight as u64, &frames[..walk.depth], mapped);
+    // The same stack as this thread's last sample from the same place (an
+    // allocation in a loop): recorded without unwinding. A sample that may
+    // start the patching thread unwinds all the same, for what it checks.
+    if !starting && table::insert_again(addr, weight, from, mapped) {
+        with_state(|t| t.countdown.set(draw(t, mean)));
+        return;
+    }
+    let mut frames = [0usize; MAX_FRAMES];
+    let mut trace = Trace::new();
+    let walk = unwind(&mut frames, starting, from, &mut trace);
+    table::insert(addr, weight, &frames[..walk.depth], mapped, &trace);
     // The next countdown last: nothing above waits for its logarithm (a chain of dependent
     // multiplications), which the program's own code after the hook returns overlaps.
     with_state(|t| t.countdown.set(draw(t, mean)));
@@ -499,7 +507,7 @@ fn weight(s: f64, mean: f64) -> f64 {
 }
 
 #[cfg(target_arch = "x86_64")]
-pub use crate::cfi::Start;
+pub use crate::cfi::{Start, Trace};
 
 /// Where an unwind starts (only the fast unwinder uses it).
 #[cfg(not(target_arch = "x86_64"))]
@@ -511,6 +519,34 @@ impl Start {
     #[inline(always)]
     pub fn here() -> Start {
         Start
+    }
+
+    pub fn sp(&self) -> usize {
+        0
+    }
+}
+
+/// What a fast walk read (only the fast unwinder traces one).
+#[cfg(not(target_arch = "x86_64"))]
+#[derive(Clone, Copy)]
+pub struct Trace;
+
+#[cfg(not(target_arch = "x86_64"))]
+impl Trace {
+    pub const fn new() -> Trace {
+        Trace
+    }
+
+    pub fn sp(&self) -> usize {
+        0
+    }
+
+    pub fn whole(&self) -> bool {
+        false
+    }
+
+    pub fn again(&self, _from: Start) -> bool {
+        false
     }
 }
 
@@ -591,9 +627,15 @@ extern "C" fn step(ctx: *mut c_void, arg: *mut c_void) -> i32 {
 /// with `check`, also whether the call comes from plain code (no signal
 /// handler, not the loader) on the whole stack. Without `check`, the fast
 /// unwinder first ([`crate::cfi`]), libgcc's when it gives up.
-fn unwind(frames: &mut [usize; MAX_FRAMES], check: bool, from: Start) -> Unwound {
+/// `trace`: what the fast unwinder read, when it unwound the whole stack.
+fn unwind(
+    frames: &mut [usize; MAX_FRAMES],
+    check: bool,
+    from: Start,
+    trace: &mut Trace,
+) -> Unwound {
     if !check {
-        if let Some(depth) = unwind_fast(frames, from) {
+        if let Some(depth) = unwind_fast(frames, from, trace) {
             return Unwound {
                 depth,
                 plain: false,
@@ -637,13 +679,17 @@ fn top_known() -> bool {
 /// [`unwind`] by the fast unwinder, the shim's own frames left off; `None`
 /// when it gave up.
 #[cfg(target_arch = "x86_64")]
-fn unwind_fast(frames: &mut [usize; MAX_FRAMES], from: Start) -> Option<usize> {
+fn unwind_fast(frames: &mut [usize; MAX_FRAMES], from: Start, trace: &mut Trace) -> Option<usize> {
     let own = HOT.own_start.load(Ordering::Relaxed)..HOT.own_end.load(Ordering::Relaxed);
-    crate::cfi::walk(from, frames, own)
+    crate::cfi::walk(from, frames, own, trace)
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-fn unwind_fast(_frames: &mut [usize; MAX_FRAMES], _from: Start) -> Option<usize> {
+fn unwind_fast(
+    _frames: &mut [usize; MAX_FRAMES],
+    _from: Start,
+    _trace: &mut Trace,
+) -> Option<usize> {
     None
 }
 

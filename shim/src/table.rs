@@ -15,7 +15,7 @@ use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 pub use crate::layout::STACKS;
-use crate::sampler::{HOT, MAX_FRAMES, mix};
+use crate::sampler::{HOT, MAX_FRAMES, Start, Trace, mix};
 use crate::sites;
 
 /// Sampled blocks live at once, at most (at the default interval, 2^17
@@ -74,7 +74,24 @@ struct Locked {
     /// forgotten only when unmapped from its start, as a block is.
     maps: [(usize, usize); MAPS],
     maps_used: usize,
+    /// The last whole walk from each of `MEMOS` places and the stack it
+    /// found ([`insert_again`]).
+    memos: [Memo; MEMOS],
 }
+
+/// A walk's trace and the stack it read. A stack once published never
+/// changes, so the index stays right for the process' life (across a fork,
+/// a take-over, a new sites file).
+#[derive(Clone, Copy)]
+struct Memo {
+    trace: Trace,
+    stack: u32,
+}
+
+/// Places remembered (40 KiB of `.bss`, touched only by samples): the
+/// allocation sites of a program's hot loops, on all its threads.
+const MEMOS: usize = 64;
+const _: () = assert!(MEMOS * std::mem::size_of::<Memo>() <= 40 << 10);
 
 /// Sampled mappings recorded at once (16 KiB; at the default interval nearly every mapping
 /// of 1 MiB or more is sampled: CPython's arenas of a 4 GiB heap).
@@ -101,6 +118,10 @@ static LOCKED: Shared<Locked> = Shared(UnsafeCell::new(Locked {
     shared_used: 0,
     maps: [(0, 0); MAPS],
     maps_used: 0,
+    memos: [Memo {
+        trace: Trace::new(),
+        stack: 0,
+    }; MEMOS],
 }));
 static FRAMES: Shared<[[usize; MAX_FRAMES]; STACKS]> =
     Shared(UnsafeCell::new([[0; MAX_FRAMES]; STACKS]));
@@ -126,8 +147,14 @@ static STACK_SLOTS: [StackSlot; STACKS] = [const {
         blocks: AtomicI64::new(0),
     }
 }; STACKS];
+/// Written only under the lock, by a load and a store (a locked
+/// read-modify-write is ≈ 20 cycles, a tenth of a sample); read without it
+/// by `free`.
 static FILTER_BITS: [AtomicU64; FILTER / 64] = [const { AtomicU64::new(0) }; FILTER / 64];
-pub static SAMPLES: AtomicU64 = AtomicU64::new(0);
+/// Samples taken under the lock (a load and a store there, as the filter).
+static SAMPLES: AtomicU64 = AtomicU64::new(0);
+/// Samples taken while a fork held the table: dropped, and counted apart.
+static SAMPLES_UNLOCKED: AtomicU64 = AtomicU64::new(0);
 /// Samples not kept (a table full, or taken while a fork held the table).
 pub static DROPPED: AtomicU64 = AtomicU64::new(0);
 /// Frees not seen because a fork held the table.
@@ -249,18 +276,54 @@ pub fn maybe_sampled(addr: usize) -> bool {
 /// Records a sampled block of `weight` estimated bytes allocated from
 /// `frames`; `mapped`: the length of the anonymous mapping it is (0 for a
 /// block of the heap).
-pub fn insert(addr: usize, weight: u64, frames: &[usize], mapped: usize) {
-    SAMPLES.fetch_add(1, Ordering::Relaxed);
+/// `trace`: what the walk that found `frames` read; a whole one is kept as
+/// this place's memo ([`insert_again`]).
+pub fn insert(addr: usize, weight: u64, frames: &[usize], mapped: usize, trace: &Trace) {
     if !lock() {
+        SAMPLES_UNLOCKED.fetch_add(1, Ordering::Relaxed);
         DROPPED.fetch_add(1, Ordering::Relaxed);
         return;
     }
-    if sites::missing() {
-        sites::create(crate::sampler::interval(), copy_stacks);
+    // SAFETY: the lock is held.
+    let t = unsafe { &mut *LOCKED.0.get() };
+    let stack = stack_slot(t, frames);
+    if let Some(stack) = stack.filter(|_| trace.whole()) {
+        t.memos[memo_of(trace.sp())] = Memo {
+            trace: *trace,
+            stack,
+        };
+    }
+    keep(t, addr, weight, stack, mapped);
+    unlock();
+}
+
+/// Records a sample whose stack is the one its memo holds, if a walk from
+/// `from` would read what that memo's walk did ([`Trace::again`]): no
+/// unwinding, no stack lookup. False, with nothing recorded, if not.
+pub fn insert_again(addr: usize, weight: u64, from: Start, mapped: usize) -> bool {
+    if !lock() {
+        return false;
     }
     // SAFETY: the lock is held.
     let t = unsafe { &mut *LOCKED.0.get() };
-    let kept = stack_slot(t, frames).is_some_and(|stack| insert_block(t, addr, weight, stack));
+    let memo = &t.memos[memo_of(from.sp())];
+    let again = memo.trace.again(from);
+    if again {
+        let stack = memo.stack;
+        keep(t, addr, weight, Some(stack), mapped);
+    }
+    unlock();
+    again
+}
+
+/// A sample's block under its stack (`None`: the stack table was full), under
+/// the lock; the sites file made first if there is none.
+fn keep(t: &mut Locked, addr: usize, weight: u64, stack: Option<u32>, mapped: usize) {
+    SAMPLES.store(SAMPLES.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    if sites::missing() {
+        sites::create(crate::sampler::interval(), copy_stacks);
+    }
+    let kept = stack.is_some_and(|stack| insert_block(t, addr, weight, stack));
     if kept && mapped > 0 {
         record_map(t, addr, mapped);
     }
@@ -268,10 +331,16 @@ pub fn insert(addr: usize, weight: u64, frames: &[usize], mapped: usize) {
         DROPPED.fetch_add(1, Ordering::Relaxed);
     }
     sites::counts(
-        SAMPLES.load(Ordering::Relaxed),
+        SAMPLES.load(Ordering::Relaxed) + SAMPLES_UNLOCKED.load(Ordering::Relaxed),
         DROPPED.load(Ordering::Relaxed),
     );
-    unlock();
+}
+
+/// The memo a walk from stack pointer `sp` is kept in: one per place on
+/// each thread's stack, by the hash of its stack pointer (another place or
+/// thread with the same slot takes it over; its next sample unwinds).
+fn memo_of(sp: usize) -> usize {
+    mix(sp as u64) as usize & (MEMOS - 1)
 }
 
 /// Makes the sites file now if there is none (a process the shim was
@@ -314,6 +383,7 @@ pub fn take_over(dir: &[u8], interval: u64, resume: impl FnOnce()) -> bool {
             slot.blocks.store(0, Ordering::Relaxed);
         }
         SAMPLES.store(0, Ordering::Relaxed);
+        SAMPLES_UNLOCKED.store(0, Ordering::Relaxed);
         DROPPED.store(0, Ordering::Relaxed);
         MISSED_FREES.store(0, Ordering::Relaxed);
         resume();
@@ -554,7 +624,10 @@ fn insert_block(t: &mut Locked, addr: usize, weight: u64, stack: u32) -> bool {
         t.used += 1;
         let g = granule(addr);
         let bit = 1 << (g % 64);
-        if FILTER_BITS[g / 64].fetch_or(bit, Ordering::Relaxed) & bit != 0 {
+        let word = &FILTER_BITS[g / 64];
+        let bits = word.load(Ordering::Relaxed);
+        word.store(bits | bit, Ordering::Relaxed);
+        if bits & bit != 0 {
             share(t, g as u32);
         }
     }
@@ -585,7 +658,11 @@ fn remove_block(t: &mut Locked, addr: usize) -> Option<Block> {
     t.used -= 1;
     let g = granule(addr);
     if !unshare(t, g as u32) {
-        FILTER_BITS[g / 64].fetch_and(!(1 << (g % 64)), Ordering::Relaxed);
+        let word = &FILTER_BITS[g / 64];
+        word.store(
+            word.load(Ordering::Relaxed) & !(1 << (g % 64)),
+            Ordering::Relaxed,
+        );
     }
     // Backward-shift deletion keeps every probe chain unbroken without
     // tombstones (Knuth, TAOCP vol. 3, 6.4, algorithm R).

@@ -418,6 +418,35 @@ fn a_mapping_unmapped_in_part_is_counted_for_what_is_left() {
     );
 }
 
+/// Two functions that allocate from the same loop at the same stack pointer, one keeping
+/// its blocks and one freeing them: each sample is counted under the caller it came from
+/// (a sample's stack is reused from an earlier one only when every stack slot the walk
+/// reads holds what it held then), so the keeper is the leak at its own rate and the other
+/// is none.
+#[test]
+fn twin_callers_at_one_stack_pointer_are_told_apart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let leak: u64 = 4 << 20;
+    let handler = (
+        "gcc",
+        "fixtures/native/twin_callers.c",
+        "libtwin_callers.so",
+    );
+    let out = run_with_handler(tmp.path(), handler, leak, 0);
+    let s = summary(&out);
+    let sites = s["native_sites"].as_array().expect("native_sites");
+    let keep = site_named(sites, "keep_one (").unwrap_or_else(|| panic!("no keep_one: {sites:#?}"));
+    assert_eq!(keep["verdict"], "leak", "{keep:#}");
+    let rate = keep["end_rate"]["rate"].as_f64().unwrap();
+    eprintln!("keep_one: {rate:.0} B/run, truth {leak}");
+    assert_within("keep_one's bytes per run", rate, leak as f64, 0.2);
+    if let Some(drop) = site_named(sites, "drop_one (") {
+        assert_ne!(drop["verdict"], "leak", "{drop:#}");
+        let rate = drop["end_rate"]["rate"].as_f64().unwrap_or(0.0);
+        assert!(rate.abs() < 0.1 * leak as f64, "drop_one: {drop:#}");
+    }
+}
+
 #[test]
 fn a_leaking_cxx_method_in_a_shared_library_is_named_demangled_with_its_line() {
     let tmp = tempfile::tempdir().unwrap();
