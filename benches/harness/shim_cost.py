@@ -8,6 +8,8 @@ The loops (benches/harness/loops/, built with cc -O2):
                 4096 live blocks (CPU time of the loop)
   kept_ring     pairs of 16-1024 B freed at once (glibc's thread cache),
                 one block in 64 kept in a ring of 1024 (CPU time)
+  deep_ring     kept_ring's loop 24 calls deep, as a server's handlers
+                allocate: every sampled stack ≈ 30 frames (CPU time)
   cross_thread  one thread allocates 16-1024 B, another frees, in batches
                 of 256 (wall time of the exchange)
 Each loop times itself, so start-up (loading the shim, heaptrack's own
@@ -59,7 +61,8 @@ void *malloc(size_t n) { return __libc_malloc(n); }
 void free(void *p) { __libc_free(p); }
 """
 
-PAIRS = {"churn_ring": 10_000_000, "kept_ring": 20_000_000, "cross_thread": 2_000_000}
+PAIRS = {"churn_ring": 10_000_000, "kept_ring": 20_000_000, "deep_ring": 20_000_000,
+         "cross_thread": 2_000_000}
 MODES = ["forward", "hooks", "preloaded", "preloaded-512k", "injected", "heaptrack", "jemalloc",
          "jemalloc-prof"]
 # Bytes between samples by preloaded mode; hooks' is never reached (2^50 B).
