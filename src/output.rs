@@ -123,6 +123,17 @@ pub fn create_dir(dir: &Path) -> Result<(), OutputError> {
     fs::create_dir_all(dir).map_err(write_error(dir))
 }
 
+/// Creates `dir` itself (its parent must exist): true if this call made it,
+/// false if it was there already, so that of two sessions choosing the same
+/// name one at a time only one gets it.
+pub fn claim_dir(dir: &Path) -> Result<bool, OutputError> {
+    match fs::create_dir(dir) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(write_error(dir)(e)),
+    }
+}
+
 /// Creates a new file for appending (samples.csv): never an existing file,
 /// never through a link.
 pub fn create_new(path: &Path) -> Result<File, OutputError> {

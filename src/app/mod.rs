@@ -168,10 +168,10 @@ pub(crate) fn check_outputs(gate: &GateSetup) -> Result<()> {
 }
 
 /// The directory a new session writes to: `--out` (which must not hold a
-/// report already, nor be a link), or `reports/<timestamp>/` made unique.
+/// report already, nor be a link), or a new `reports/<timestamp>/`.
 pub(crate) fn new_out_dir(output: &Output) -> Result<PathBuf> {
     let Some(dir) = &output.dir else {
-        return Ok(default_out_dir());
+        return default_out_dir();
     };
     output::refuse_symlink(dir).context("--out")?;
     if dir.join("samples.csv").exists() {
@@ -184,16 +184,26 @@ pub(crate) fn new_out_dir(output: &Output) -> Result<PathBuf> {
     Ok(dir.clone())
 }
 
-fn default_out_dir() -> PathBuf {
+/// `reports/<timestamp>/`, made here: of two sessions started in the same
+/// second (two CI jobs, two terminals) the first to create it has it, and
+/// the other makes `<timestamp>-2` (then `-3` …).
+fn default_out_dir() -> Result<PathBuf> {
     let stamp = chrono::Local::now().format("%Y-%m-%dT%H-%M-%S").to_string();
     let base = PathBuf::from("reports");
-    let mut dir = base.join(&stamp);
-    let mut n = 2;
-    while dir.exists() {
-        dir = base.join(format!("{stamp}-{n}"));
+    // `reports` may be a link the user made to keep reports elsewhere.
+    fs::create_dir_all(&base)
+        .with_context(|| format!("cannot create {}; give --out DIR", base.display()))?;
+    let mut n = 1;
+    loop {
+        let dir = match n {
+            1 => base.join(&stamp),
+            _ => base.join(format!("{stamp}-{n}")),
+        };
+        if output::claim_dir(&dir).context("the default output directory (or give --out DIR)")? {
+            return Ok(dir);
+        }
         n += 1;
     }
-    dir
 }
 
 /// The samples.csv that `report` and `export` read: the file, or the one in
@@ -257,7 +267,8 @@ fn sample_then_report(
     sampler: impl FnOnce(&mut SampleWriter, &Interrupt, &Progress) -> Result<Outcome, SampleError>,
 ) -> Result<Exit> {
     let interrupt = Interrupt::install().context("cannot install the Ctrl-C handler")?;
-    let created = !dir.exists();
+    // The default directory was made by `new_out_dir` for this session alone.
+    let created = !dir.exists() || output.dir.is_none();
     output::create_dir(dir).context("--out")?;
     let samples = dir.join("samples.csv");
     let mut writer = SampleWriter::create(&samples)?;

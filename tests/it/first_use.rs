@@ -266,6 +266,47 @@ fn an_unwritable_junit_path_is_named_as_given() {
     assert_eq!(err.lines().count(), 1, "{err}");
 }
 
+// ---- sessions started together ----------------------------------------------
+
+/// Sessions started in the same second without --out (two CI jobs, two
+/// terminals) each get a directory of their own under reports/: none fails
+/// on another's samples.csv.
+#[test]
+fn sessions_started_together_each_get_their_own_reports_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let target = Fixture::start(&["steady", "--size", "4MiB"]);
+    let sessions: Vec<_> = (0..4)
+        .map(|_| {
+            leakwatch()
+                .current_dir(tmp.path())
+                .args([
+                    "attach",
+                    &target.pid().to_string(),
+                    "--duration",
+                    "2s",
+                    "-q",
+                ])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in sessions {
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{:?}: {err}", out.status);
+    }
+    let dirs: Vec<PathBuf> = std::fs::read_dir(tmp.path().join("reports"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(dirs.len(), 4, "{dirs:?}");
+    for dir in &dirs {
+        assert!(dir.join("summary.json").is_file(), "{}", dir.display());
+    }
+}
+
 // ---- attach says at once what it does ------------------------------------
 
 /// The first line of attach, on a pipe (not a terminal): what is sampled,
