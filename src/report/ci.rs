@@ -71,21 +71,24 @@ pub fn next_steps(a: &Analysis, gated: bool) -> Option<String> {
     let python = a
         .lives
         .iter()
-        .any(|l| l.scope == main.scope && l.comm.starts_with("python"));
+        .find(|l| l.scope == main.scope && l.comm.starts_with("python"));
     // Asked for already when a process was found not instrumented by it.
     let asked = a
         .notes
         .iter()
         .any(|n| n.contains("not instrumented by --py-sites"));
-    if python
-        && !asked
-        && !a
-            .sites
-            .iter()
-            .any(|s| s.source == crate::store::SiteSource::Python)
-    {
+    let traced = a
+        .sites
+        .iter()
+        .any(|s| s.source == crate::store::SiteSource::Python);
+    if let Some(life) = python.filter(|_| !asked && !traced) {
+        // Attached: the running process is entered, no restart needed.
         steps.push(match a.mode() {
             "run" => "which Python line: rerun with --py-sites".to_string(),
+            "attach" => format!(
+                "which Python line: `leakwatch attach --py-sites {}` (no restart)",
+                life.pid
+            ),
             _ => "which Python line: `leakwatch run --py-sites -- <the command>`".to_string(),
         });
     }

@@ -266,6 +266,54 @@ fn an_unwritable_junit_path_is_named_as_given() {
     assert_eq!(err.lines().count(), 1, "{err}");
 }
 
+/// A leaking Python process attached without --py-sites: the next step is
+/// `attach --py-sites PID`, which enters it as it runs, not `run`, which
+/// would need it restarted.
+#[test]
+fn a_python_leak_found_attached_points_to_attach_py_sites() {
+    let tmp = tempfile::tempdir().unwrap();
+    let script = "import time\nkept = []\nwhile True:\n    kept.append(bytearray(1 << 20))\n    \
+                  time.sleep(0.1)\n";
+    let mut python = match Command::new("python3").args(["-c", script]).spawn() {
+        Ok(child) => child,
+        Err(e) => return missing(&format!("python3 ({e})"), "bash .ci/deps installs it"),
+    };
+    let pid = python.id().to_string();
+    // `python3` may be a launcher (pyenv's shell scripts) that becomes
+    // Python by exec: wait until the program running is the interpreter.
+    let exe = format!("/proc/{pid}/exe");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let is_python = |p: PathBuf| {
+        p.file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("python"))
+    };
+    while !std::fs::read_link(&exe).is_ok_and(is_python) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{pid} never became python"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let o = leakwatch()
+        .args(["attach", &pid, "--duration", "6s", "--out"])
+        .arg(tmp.path().join("r"))
+        .output()
+        .unwrap();
+    let _ = python.kill();
+    let _ = python.wait();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    let next = err
+        .lines()
+        .find(|l| l.starts_with("next: "))
+        .unwrap_or_default();
+    assert!(
+        next.contains(&format!("`leakwatch attach --py-sites {pid}` (no restart)")),
+        "{err}"
+    );
+    assert!(!next.contains("run --py-sites"), "{err}");
+}
+
 // ---- sessions started together ----------------------------------------------
 
 /// Sessions started in the same second without --out (two CI jobs, two
