@@ -276,7 +276,7 @@ fn a_python_leak_found_attached_points_to_attach_py_sites() {
                   time.sleep(0.1)\n";
     let mut python = match Command::new("python3").args(["-c", script]).spawn() {
         Ok(child) => child,
-        Err(e) => return missing(&format!("python3 ({e})"), "bash .ci/deps installs it"),
+        Err(e) => missing(&format!("python3 ({e})"), "bash .ci/deps installs it"),
     };
     let pid = python.id().to_string();
     // `python3` may be a launcher (pyenv's shell scripts) that becomes
