@@ -19,7 +19,8 @@ use clap::{Args, Parser, Subcommand};
         a plateau or stable.\n\n\
         Exit status: 0 no leak (stable, plateau, inconclusive) or the gate passed; \
         1 a leak verdict when no gate is given, or the gate (--max-growth, --max-peak, \
-        `check`) failed; 2 usage or runtime error; 128+N when stopped by signal N: \
+        `check`) failed; 2 usage or runtime error, or every run of the command failed; \
+        128+N when stopped by signal N: \
         130 Ctrl-C, 129 SIGHUP (a dropped ssh session), 131 SIGQUIT, 143 SIGTERM. \
         --exit-zero (run, attach, report, analyze) gives 0 for a leak or a failed gate \
         (reports only). A gate check whose interval contains its limit is undecided: \

@@ -3,7 +3,8 @@
 use std::process::ExitCode;
 
 /// Exit codes: 0 no leak / gate passed, 1 a leak verdict (no gate given) or
-/// a gate failed, 2 usage or runtime error, 128 + N when stopped by signal N
+/// a gate failed, 2 usage or runtime error (or, no gate given, every run of
+/// the command failed), 128 + N when stopped by signal N
 /// (130 for Ctrl-C, 129 for a dropped ssh session's SIGHUP, 143 for
 /// SIGTERM); the reports of the samples so far are written first. Which
 /// outcome of an analysis gives which code is decided in one place,

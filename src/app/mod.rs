@@ -364,7 +364,12 @@ pub(crate) fn finish(
     if output.json {
         print_summary_json(dir)?;
     }
-    let exit = exit_status(analysis.verdict, judged.as_ref(), setup.exit_zero);
+    let exit = exit_status(
+        analysis.verdict,
+        judged.as_ref(),
+        setup.exit_zero,
+        ci::never_worked(analysis),
+    );
     let summary = report::text::render(analysis);
     if !output.quiet {
         console::say(&summary);
@@ -395,14 +400,23 @@ fn print_summary_json(dir: &Path) -> Result<()> {
 
 /// The one place where the outcome of an analysis becomes an exit code
 /// (errors and signals are mapped where they happen). With a gate, the
-/// gate decides; without one, a `leak` verdict fails as a linter's finding
-/// does; `--exit-zero` asks for the reports only.
-pub(crate) fn exit_status(verdict: Verdict, gate: Option<&GateResult>, exit_zero: bool) -> Exit {
+/// gate decides (a command that never worked fails it); without one, a
+/// command whose every run failed is an error (2: its memory says nothing
+/// of the code under test, and "stable" would pass a broken CI step), and
+/// a `leak` verdict fails as a linter's finding does; `--exit-zero` asks
+/// for the reports only.
+pub(crate) fn exit_status(
+    verdict: Verdict,
+    gate: Option<&GateResult>,
+    exit_zero: bool,
+    never_worked: bool,
+) -> Exit {
     if exit_zero {
         return Exit::Ok;
     }
     match gate {
         Some(result) => gate_exit(result),
+        None if never_worked => Exit::Error,
         None if verdict == Verdict::Leak => Exit::Leak,
         None => Exit::Ok,
     }

@@ -101,6 +101,9 @@ fn an_existing_report_is_not_overwritten() {
     );
 }
 
+/// Failed runs are recorded; a command that never worked is an error (2),
+/// with its reports, not a memory verdict a CI step would pass on; one that
+/// fails some runs is judged as usual.
 #[test]
 fn a_failing_command_is_recorded_not_averaged_in_silently() {
     let tmp = tempfile::tempdir().unwrap();
@@ -110,11 +113,32 @@ fn a_failing_command_is_recorded_not_averaged_in_silently() {
         .arg(&out)
         .args(["--", "false"])
         .assert()
-        .success()
-        .stderr(predicate::str::contains("FAILED: run 1 (exit:1)"));
+        .code(2)
+        .stderr(predicate::str::contains("FAILED: run 1 (exit:1)"))
+        .stderr(predicate::str::contains(
+            "no gate; all 3 runs failed (exit:1): fix the command, its memory says nothing; \
+             exit 2",
+        ));
     let s = crate::common::summary(&out);
     assert_eq!(s["failed_runs"], serde_json::json!([1, 2, 3]));
     assert_eq!(s["run_table"][0]["exit_code"], 1);
+    // Every other run fails (a flag file toggled by each run).
+    let flag = tmp.path().join("flag");
+    let toggle = format!(
+        "if [ -e {f} ]; then rm {f}; else touch {f}; exit 1; fi",
+        f = flag.display()
+    );
+    let some = tmp.path().join("some");
+    leakwatch()
+        .args(["run", "-n", "4", "--settle", "0s", "--out"])
+        .arg(&some)
+        .args(["--", "sh", "-c", &toggle])
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("FAILED: run 1 (exit:1)"))
+        .stderr(predicate::str::contains("; no gate; exit 0"));
+    let s = crate::common::summary(&some);
+    assert_eq!(s["failed_runs"], serde_json::json!([1, 3]));
 }
 
 #[test]
