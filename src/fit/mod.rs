@@ -790,6 +790,9 @@ pub fn analyse(mut samples: Samples, opts: &FitOptions) -> Analysis {
     );
     let mut fits = fits_by_family(&samples.series, &samples.histograms, &families);
     explain_missing_points(&mut fits, &samples.runs);
+    if let Some(after) = samples.target_ended {
+        target_ended(&mut fits, after);
+    }
     let headline = headlines(&fits, &scopes);
     let attribution = attributions(&fits, &headline, &samples);
     let heap = heap::read(&fits, &samples.heap_sources);
@@ -881,6 +884,20 @@ fn fits_by_family(
             fit_bounded(s, k, path, bound_of(s, &[], histograms))
         })
         .collect()
+}
+
+/// An attached target that exited ended the session: a `--duration` past its
+/// life cannot be had, so an undecided series of it says so instead.
+fn target_ended(fits: &mut [SeriesFit], after: f64) {
+    for f in fits
+        .iter_mut()
+        .filter(|f| f.scope == Scope::Target && f.runs_needed.is_some())
+    {
+        f.runs_needed = None;
+        f.reason
+            .asides
+            .push(verdict::reason::Aside::TargetEnded { after });
+    }
 }
 
 /// Points the command or a live heap could not have: said in its reason and its rerun.

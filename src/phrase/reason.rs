@@ -489,6 +489,10 @@ fn aside_text(a: &Aside) -> String {
         Aside::UnseenRuns { unseen, total } => {
             format!("the command was over before it could be read in {unseen} of {total} runs")
         }
+        Aside::TargetEnded { after } => format!(
+            "the target exited after {}, so no longer session of it can decide it",
+            crate::units::format_duration(std::time::Duration::from_secs_f64(after.max(0.0)))
+        ),
         Aside::SeenAtCollections { points, samples } => format!(
             "the live heap is seen after each collection: {points} of {samples} samples \
              followed one"

@@ -41,6 +41,9 @@ pub struct Samples {
     pub target_pid: Option<u32>,
     /// Seconds from the first to the last sample.
     pub span_s: f64,
+    /// Attached: when (s) the target exited or its pid was reused, which
+    /// ended the session (`None`: it ran to the end).
+    pub target_ended: Option<f64>,
     pub interrupted: bool,
     /// Notes recorded during the session, then what the rows show (survivors
     /// that exited on their own, a last line cut short).
@@ -359,6 +362,7 @@ pub struct Builder {
     command_line: Option<String>,
     target_pid: Option<u32>,
     t_range: (f64, f64),
+    target_ended: Option<f64>,
     interrupted: bool,
     notes: Vec<String>,
     exits: Vec<String>,
@@ -395,6 +399,7 @@ impl Builder {
             command_line: None,
             target_pid: None,
             t_range: (f64::INFINITY, f64::NEG_INFINITY),
+            target_ended: None,
             interrupted: false,
             notes: Vec::new(),
             exits: Vec::new(),
@@ -479,6 +484,13 @@ impl Builder {
                     .push((at, bytes));
             }
             return;
+        }
+        // Attached, the target's end ends the session (`sample::attach`).
+        if row.scope == Scope::Target
+            && x_axis == XAxis::Seconds
+            && matches!(event, "exited" | "pid_reused")
+        {
+            self.target_ended.get_or_insert(row.t_seconds);
         }
         if let (Scope::Survivors, Some(how)) = (row.scope, event.strip_prefix("exited ")) {
             if self.exits.len() < EXITS_SHOWN {
@@ -759,6 +771,7 @@ impl Builder {
             command_line: self.command_line,
             target_pid: self.target_pid,
             span_s: if t1 >= t0 { t1 - t0 } else { 0.0 },
+            target_ended: self.target_ended,
             interrupted: self.interrupted,
             notes,
             sites,

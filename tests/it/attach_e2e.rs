@@ -40,13 +40,21 @@ fn attach_measures_growth_per_second_within_10_percent() {
 
 #[test]
 fn attach_ends_cleanly_when_the_target_exits() {
+    use std::io::{BufRead, BufReader, Read};
     let tmp = tempfile::tempdir().unwrap();
-    let mut target = std::process::Command::new("sleep")
-        .arg("0.6")
+    // A target that lives 0.2 s once leakwatch has started sampling it: too
+    // short a life for the four points a verdict needs at 100 ms.
+    let go = tmp.path().join("go");
+    let script = format!(
+        "while [ ! -e {} ]; do sleep 0.01; done; sleep 0.2",
+        go.display()
+    );
+    let mut target = std::process::Command::new("sh")
+        .args(["-c", &script])
         .spawn()
         .unwrap();
     let out = out_dir(&tmp, "report");
-    let output = leakwatch()
+    let mut lw = leakwatch()
         .args([
             "attach",
             &target.id().to_string(),
@@ -55,13 +63,38 @@ fn attach_ends_cleanly_when_the_target_exits() {
             "--out",
         ])
         .arg(&out)
-        .output()
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .unwrap();
+    let mut err = BufReader::new(lw.stderr.take().unwrap());
+    let mut stderr = String::new();
+    err.read_line(&mut stderr).unwrap();
+    std::fs::write(&go, "").unwrap();
+    err.read_to_string(&mut stderr).unwrap();
+    let status = lw.wait().unwrap();
     let _ = target.wait();
-    assert!(output.status.success(), "{output:?}");
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(status.success(), "{status:?}: {stderr}");
     assert!(stderr.contains("exited after"), "{stderr}");
-    assert!(summary(&out)["series"].as_array().unwrap().len() > 1);
+    let s = summary(&out);
+    assert!(s["series"].as_array().unwrap().len() > 1);
+    // An undecided series of it does not ask for a --duration it cannot have.
+    let undecided: Vec<&serde_json::Value> = s["series"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["verdict"] == "inconclusive")
+        .filter(|f| f["name"].as_str().is_some_and(|n| n.starts_with("target")))
+        .collect();
+    assert!(!undecided.is_empty(), "{s:#}");
+    for f in undecided {
+        let reason = f["reason"].as_str().unwrap_or_default();
+        assert!(f["runs_needed"].is_null(), "{f:#}");
+        assert!(
+            reason.contains("the target exited after") && reason.contains("no longer session"),
+            "{reason}"
+        );
+    }
+    assert!(!stderr.contains("would decide it"), "{stderr}");
 }
 
 /// Another user's process: smaps_rollup needs ptrace-read access. leakwatch

@@ -329,4 +329,6 @@ pub enum Aside {
     UnseenRuns { unseen: usize, total: usize },
     /// A live heap is seen after collections: `points` of `samples` samples followed one.
     SeenAtCollections { points: usize, samples: usize },
+    /// The attached target exited `after` seconds: a longer session of it cannot be had.
+    TargetEnded { after: f64 },
 }
