@@ -401,14 +401,15 @@ pub fn sample(addr: usize, size: usize, left: i64, from: Start, mapped: usize) {
     // The same stack as this thread's last sample from the same place (an
     // allocation in a loop): recorded without unwinding. A sample that may
     // start the patching thread unwinds all the same, for what it checks.
-    if !starting && table::insert_again(addr, weight, from, mapped) {
-        with_state(|t| t.countdown.set(draw(t, mean)));
-        return;
-    }
-    let mut frames = [0usize; MAX_FRAMES];
-    let mut trace = Trace::new();
-    let walk = unwind(&mut frames, starting, from, &mut trace);
-    table::insert(addr, weight, &frames[..walk.depth], mapped, &trace);
+    let walk = if !starting && table::insert_again(addr, weight, from, mapped) {
+        None
+    } else {
+        let mut frames = [0usize; MAX_FRAMES];
+        let mut trace = Trace::new();
+        let walk = unwind(&mut frames, starting, from, &mut trace);
+        table::insert(addr, weight, &frames[..walk.depth], mapped, &trace);
+        Some(walk)
+    };
     // The next countdown last: nothing above waits for its logarithm (a chain of dependent
     // multiplications), which the program's own code after the hook returns overlaps.
     with_state(|t| t.countdown.set(draw(t, mean)));
@@ -420,9 +421,11 @@ pub fn sample(addr: usize, size: usize, left: i64, from: Start, mapped: usize) {
     // mapped memory while main's pthread_create held main_arena). Such a
     // sample is kept; the thread starts at the next one from plain code.
     #[cfg(target_arch = "x86_64")]
-    if starting && walk.plain {
+    if starting && walk.is_some_and(|w| w.plain) {
         crate::patcher::ensure_started();
     }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (starting, walk);
 }
 
 /// Whether this process needs the patching thread and has none yet: a

@@ -148,8 +148,8 @@ static STACK_SLOTS: [StackSlot; STACKS] = [const {
     }
 }; STACKS];
 /// Written only under the lock, by a load and a store (a locked
-/// read-modify-write is ≈ 20 cycles, a tenth of a sample); read without it
-/// by `free`.
+/// read-modify-write would cost a sample more than its table work:
+/// docs/performance.md#the-allocator-shim); read without it by `free`.
 static FILTER_BITS: [AtomicU64; FILTER / 64] = [const { AtomicU64::new(0) }; FILTER / 64];
 /// Samples taken under the lock (a load and a store there, as the filter).
 static SAMPLES: AtomicU64 = AtomicU64::new(0);

@@ -368,7 +368,7 @@ pub(crate) fn finish(
         analysis.verdict,
         judged.as_ref(),
         setup.exit_zero,
-        ci::never_worked(analysis),
+        analysis.never_worked(),
     );
     let summary = report::text::render(analysis);
     if !output.quiet {

@@ -549,6 +549,12 @@ pub struct Analysis {
 }
 
 impl Analysis {
+    /// Every run of the command failed (none ran to exit 0): a session that
+    /// judged nothing of the code under test (`run` only).
+    pub fn never_worked(&self) -> bool {
+        !self.runs.is_empty() && self.runs.iter().all(|r| r.failed())
+    }
+
     pub fn mode(&self) -> &'static str {
         if self.command_line.is_some() {
             "run"
@@ -789,10 +795,7 @@ pub fn analyse(mut samples: Samples, opts: &FitOptions) -> Analysis {
         opts,
     );
     let mut fits = fits_by_family(&samples.series, &samples.histograms, &families);
-    explain_missing_points(&mut fits, &samples.runs);
-    if let Some(after) = samples.target_ended {
-        target_ended(&mut fits, after);
-    }
+    explain_missing_points(&mut fits, &samples.runs, samples.target_ended);
     let headline = headlines(&fits, &scopes);
     let attribution = attributions(&fits, &headline, &samples);
     let heap = heap::read(&fits, &samples.heap_sources);
@@ -888,7 +891,7 @@ fn fits_by_family(
 
 /// An attached target that exited ended the session: a `--duration` past its
 /// life cannot be had, so an undecided series of it says so instead.
-fn target_ended(fits: &mut [SeriesFit], after: f64) {
+fn ended_early(fits: &mut [SeriesFit], after: f64) {
     for f in fits
         .iter_mut()
         .filter(|f| f.scope == Scope::Target && f.runs_needed.is_some())
@@ -900,10 +903,14 @@ fn target_ended(fits: &mut [SeriesFit], after: f64) {
     }
 }
 
-/// Points the command or a live heap could not have: said in its reason and its rerun.
-fn explain_missing_points(fits: &mut [SeriesFit], runs: &[RunRecord]) {
+/// Points the command, an attached target that exited (`target_ended`, s) or a live heap
+/// could not have: said in its reason and its rerun.
+fn explain_missing_points(fits: &mut [SeriesFit], runs: &[RunRecord], target_ended: Option<f64>) {
     for f in fits.iter_mut().filter(|f| f.scope == Scope::Command) {
         unseen_runs(f, runs);
+    }
+    if let Some(after) = target_ended {
+        ended_early(fits, after);
     }
     let used: Vec<SeriesFit> = fits
         .iter()

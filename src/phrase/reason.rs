@@ -164,7 +164,7 @@ impl Say {
     fn segments(&self, v: Verdict, r: SegmentRead) -> String {
         match r {
             // Only a no-rise whose end did not rise significantly is read so: an end rate above
-            // the threshold is its noise, and said to be (a bare "+158 MiB/h since 49.0s" in
+            // the threshold is its noise, and said to be (a bare rate above the threshold in
             // a stable reason reads as the leak it is not).
             SegmentRead::NoRise { end } if end.rate > self.thr => format!(
                 "no step or rise that matters (its last segment, {}, is within its noise)",
@@ -491,7 +491,9 @@ fn aside_text(a: &Aside) -> String {
         }
         Aside::TargetEnded { after } => format!(
             "the target exited after {}, so no longer session of it can decide it",
-            crate::units::format_duration(std::time::Duration::from_secs_f64(after.max(0.0)))
+            crate::units::format_duration(
+                std::time::Duration::try_from_secs_f64(after).unwrap_or_default()
+            )
         ),
         Aside::SeenAtCollections { points, samples } => format!(
             "the live heap is seen after each collection: {points} of {samples} samples \

@@ -28,7 +28,7 @@ pub fn one_line(a: &Analysis, gate: Option<&GateResult>, exit: u8) -> String {
         }
     }
     let gate = match gate {
-        None if never_worked(a) => format!(
+        None if a.never_worked() => format!(
             "no gate; all {} runs failed ({}): fix the command, its memory says nothing",
             a.runs.len(),
             a.runs.first().map_or("", |r| r.status.as_str())
@@ -50,12 +50,6 @@ pub fn one_line(a: &Analysis, gate: Option<&GateResult>, exit: u8) -> String {
         }
     };
     format!("{line}; {gate}; exit {exit}")
-}
-
-/// Every run of the command failed (none ran to exit 0): a session that
-/// judged nothing of the code under test.
-pub fn never_worked(a: &Analysis) -> bool {
-    !a.runs.is_empty() && a.runs.iter().all(|r| r.failed())
 }
 
 /// The rate the verdict rests on, with its interval (`SeriesFit::judged_rate`,

@@ -520,8 +520,8 @@ mod tests {
     fn a_rise_the_trend_test_sees_is_named_when_the_segments_overrule_it() {
         // A live heap read after each collection (a Node server, attached 60 s): flat but
         // for two small steps up, and reads above it where a collection came mid-request.
-        // Mann–Kendall says it rises (p ≈ 1e-6); the segments see it fall as much as it
-        // rises. The reason names both, never "no significant trend (p = 1e-6)".
+        // Mann–Kendall says it rises; the segments see it fall as much as it rises. The
+        // reason names both, never "no significant trend" beside a significant p.
         let x: Vec<f64> = (0..61).map(f64::from).collect();
         let y: Vec<f64> = x
             .iter()
