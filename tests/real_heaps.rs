@@ -534,13 +534,15 @@ fn case(rt: Rt, keep: bool, source: &str) {
     // A keeping JVM is read with its class histograms; a churning one by its
     // hsperfdata file alone, where promoted garbage would show.
     let classes = keep && matches!(rt, Rt::Jvm(_) | Rt::JvmNamespaced);
-    for _ in 0..tries() {
+    for attempt in 0..tries() {
         let Some(srv) = keeper(rt, keep) else { return };
         let warm = client(srv.port, 100).arg("--churn").status().unwrap();
         assert!(warm.success(), "{rt:?}: the warm-up requests failed");
         let t = tempfile::tempdir().unwrap();
         let out = t.path().join("run");
         let seen = run_20(rt, &srv, &out, classes);
+        let label = format!("{rt:?}-{}-{attempt}", if keep { "keep" } else { "drop" });
+        real::keep_samples(&label, &out);
         judge(rt, keep, "run", &seen, source);
         // Node does not open an inspector a session closed again: the
         // attach is to a server of its own.
@@ -563,6 +565,7 @@ fn case(rt: Rt, keep: bool, source: &str) {
         };
         let out = t.path().join("attach");
         let seen = attach_60s(rt, &srv, &out, classes);
+        real::keep_samples(&label, &out);
         judge(rt, keep, "attach", &seen, source);
         if keep && matches!(rt, Rt::Jvm(gc) if gc != "-XX:+UseZGC") {
             // It has kept ≈100 MiB by now: a fresh one has room for another

@@ -449,23 +449,6 @@ fn judge(rt: Runtime, keep: bool, mode: &str, seen: &Seen, tolerance: f64) {
 /// `LEAKWATCH_TEST_KEEP_SAMPLES=DIR` copies each try's output (`part`: run, attach) to
 /// DIR/<runtime>-<mode>-<try>/<part> before it is judged, to replay a failure
 /// with `leakwatch report` (a real runtime's series do not repeat).
-fn keep_samples(rt: Runtime, keep: bool, attempt: u32, out: &Path) {
-    let Some(to) = std::env::var_os("LEAKWATCH_TEST_KEEP_SAMPLES") else {
-        return;
-    };
-    let mode = if keep { "keep" } else { "drop" };
-    let part = out.file_name().unwrap();
-    let dst = Path::new(&to)
-        .join(format!("{rt:?}-{mode}-{attempt}").to_lowercase())
-        .join(part);
-    std::fs::create_dir_all(&dst).unwrap();
-    for e in std::fs::read_dir(out).unwrap().flatten() {
-        if e.file_type().is_ok_and(|t| t.is_file()) {
-            std::fs::copy(e.path(), dst.join(e.file_name())).unwrap();
-        }
-    }
-}
-
 fn case(rt: Runtime, keep: bool) {
     let tries: u32 = std::env::var("LEAKWATCH_TEST_RUNTIME_TRIES")
         .ok()
@@ -478,15 +461,16 @@ fn case(rt: Runtime, keep: bool) {
             .status()
             .unwrap();
         assert!(warm.success(), "{rt:?}: the warm-up requests failed");
+        let label = format!("{rt:?}-{}-{attempt}", if keep { "keep" } else { "drop" });
         let t = tempfile::tempdir().unwrap();
         let per_run = if rt.gc_heap() { 0.35 } else { 0.15 };
         let out = t.path().join("run");
         let seen = run_20(rt, keep, &srv, &out);
-        keep_samples(rt, keep, attempt, &out);
+        real::keep_samples(&label, &out);
         judge(rt, keep, "run", &seen, per_run);
         let out = t.path().join("attach");
         let seen = attach_60s(rt, keep, &srv, &out);
-        keep_samples(rt, keep, attempt, &out);
+        real::keep_samples(&label, &out);
         // Attached, a garbage-collected heap commits its memory in chunks: the
         // truth's two anon readings 60 s apart catch one chunk more or less
         // than the fitted line (a fresh-clone CI read a G1 JVM 19% under its

@@ -568,3 +568,25 @@ pub fn keeper_truth(port: u16) -> f64 {
         .parse()
         .unwrap_or_else(|_| panic!("truth: {line:?}"))
 }
+
+/// With `LEAKWATCH_TEST_KEEP_SAMPLES=DIR`, a copy of a session's files (its
+/// samples.csv, summary.json, reports) in `DIR/<label>/<out's name>`, the
+/// label lower case with anything but letters and digits as `-`, to replay with `leakwatch report` after the temporary directory is
+/// gone: how an estimate a real program got wrong is studied.
+pub fn keep_samples(label: &str, out: &Path) {
+    let Some(to) = std::env::var_os("LEAKWATCH_TEST_KEEP_SAMPLES") else {
+        return;
+    };
+    let label: String = label
+        .to_lowercase()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    let dst = Path::new(&to).join(label).join(out.file_name().unwrap());
+    std::fs::create_dir_all(&dst).unwrap();
+    for e in std::fs::read_dir(out).unwrap().flatten() {
+        if e.file_type().is_ok_and(|t| t.is_file()) {
+            std::fs::copy(e.path(), dst.join(e.file_name())).unwrap();
+        }
+    }
+}

@@ -614,7 +614,7 @@ impl Ctx<'_> {
             .map_or(n, |&at| self.x.partition_point(|&x| x < at));
         let phase = self.phase_spread(last_step);
         let low = match phase {
-            Some((low, _)) if self.rises_into(last_step) => low,
+            Some((low, _)) if self.rises_into(ev, last_step) => low,
             _ => stats::ols_ar1_ci95(&self.x[last.start..], &self.y[last.start..])
                 .filter(|_| n - last.start >= 5)
                 .map_or(f64::NEG_INFINITY, |o| o.0),
@@ -675,18 +675,31 @@ impl Ctx<'_> {
         self.phase_spread(self.x.partition_point(|&x| x < at))
     }
 
-    /// Growth was still going when the step at index `step` came: the last third of the
-    /// points before it (at least five) rise above the threshold by their own line, at
-    /// one-sided α/10 (the search chose where the step is). A fill that had stopped before its
-    /// last step, or steps with flat waits between them, do not.
-    fn rises_into(&self, step: usize) -> bool {
-        self.rise_into(step).is_some()
+    /// Growth was still going when the last upward step came (at index `step`): the last
+    /// third of the points before it (at least five), none of them before an earlier step,
+    /// rise above the threshold by their own line, at one-sided α/10 (the search chose where
+    /// the step is). A fill that had stopped before its last step, or steps with flat waits
+    /// between them, do not: a window reaching back over the step before would read that
+    /// step as a rise (three one-page steps of a CPython's anon over a flat minute did).
+    fn rises_into(&self, ev: &Events, step: usize) -> bool {
+        self.rise_into(ev, step).is_some()
     }
 
     /// `rises_into`'s slope, bytes per x, when it rises.
-    fn rise_into(&self, step: usize) -> Option<f64> {
+    fn rise_into(&self, ev: &Events, step: usize) -> Option<f64> {
         let k = (step / 3).max(5);
         let from = step.checked_sub(k)?;
+        let at = self.x[step.min(self.x.len() - 1)];
+        let after_earlier = ev
+            .steps
+            .iter()
+            .filter(|s| s.x < at)
+            .map(|s| self.x.partition_point(|&x| x < s.x))
+            .max()
+            .unwrap_or(0);
+        if from < after_earlier {
+            return None;
+        }
         let (x, y) = (&self.x[from..step], &self.y[from..step]);
         let f = stats::ols(x, y)?;
         let t = stats::student_t_quantile(1.0 - self.t.alpha / 10.0, (k - 2) as f64);
@@ -699,7 +712,7 @@ impl Ctx<'_> {
     /// faster before (a fill of 2 MiB/run before a leak of 512 KiB/run: four times). Its x.
     fn chunk_between_rises(&self, ev: &Events, end_slope: f64) -> Option<f64> {
         let &at = ev.up_x.last()?;
-        let before = self.rise_into(self.x.partition_point(|&x| x < at))?;
+        let before = self.rise_into(ev, self.x.partition_point(|&x| x < at))?;
         (before <= 2.0 * end_slope).then_some(at)
     }
 
@@ -755,6 +768,33 @@ mod tests {
         assert_eq!(c.verdict, Verdict::Plateau, "{c:#?}");
         assert!(c.steps.is_empty(), "{:?}", c.steps);
         assert_eq!(c.plateau.map(|p| p.stop_x), Some(8.0));
+    }
+
+    /// A CPython keeping nothing, attached a minute (CI read it a leak at +787 KiB/h): its
+    /// anon took three pages, at 15 s, 29 s and 33 s, and none since. The last step is too
+    /// recent to tell whether they stopped, and the points before it are the step at 29 s and
+    /// a flat wait, not growth running into it: the interval reaches down to the flat end's,
+    /// and the verdict waits for a longer session.
+    #[test]
+    fn a_last_step_after_a_flat_wait_does_not_rise_into_it() {
+        let x: Vec<f64> = (0..61).map(f64::from).collect();
+        let y: Vec<f64> = x
+            .iter()
+            .map(|&t| {
+                let pages = [15.0, 29.0, 33.0].iter().filter(|&&at| t >= at).count();
+                12.0 * MIB_ + 4096.0 * pages as f64
+            })
+            .collect();
+        let c = classify(&x, &y, None, &per_hour());
+        assert_eq!(c.verdict, Verdict::Inconclusive, "{c:#?}");
+        assert!(c.end_rate.unwrap().ci95.0 <= 0.0, "{c:#?}");
+        assert!(
+            c.reason
+                .to_string()
+                .contains("too recent to tell whether they stopped"),
+            "{}",
+            c.reason
+        );
     }
 
     /// A V8 heap read from anon, 20 runs: rising ≈700 KiB/run, a 13 MiB chunk mapped at
