@@ -47,8 +47,23 @@ pub enum Command {
     /// Run a command repeatedly; follow the daemons it leaves behind and the
     /// processes you --watch (a local server the runs connect to is named
     /// with the --watch to add), one deep sample after each run.
+    #[command(after_help = "Examples:\n  \
+        leakwatch run --repeat 10 -- ./pants filter ::\n  \
+        leakwatch run --repeat 20 --watch 4242 -- ./client --ping    (a server the runs talk to)\n  \
+        leakwatch run --repeat 20 --max-growth 512KiB/run -- ./job    (a CI gate: exit 1 above it)\n  \
+        leakwatch run --repeat 10 --py-sites -- python3 worker.py    (which Python lines keep it)")]
     Run(RunArgs),
     /// Sample a running process and its descendants over time.
+    #[command(
+        after_help = "Without --duration it samples until the target exits or Ctrl-C \
+        (the reports of the samples so far are written either way).\n\n\
+        Examples:\n  \
+        leakwatch attach 4242 --duration 10m\n  \
+        leakwatch attach --name 'celery.*worker' --all --duration 1h --max-growth 20MiB/h\n  \
+        leakwatch attach 4242 --py-sites --duration 5m    (Python lines and types, no restart)\n  \
+        leakwatch attach 4242 --native-sites --duration 5m    (C/C++/Rust stacks)\n  \
+        leakwatch attach --cgroup /sys/fs/cgroup/memory/myapp --serve 127.0.0.1:9464"
+    )]
     Attach(AttachArgs),
     /// Rebuild summary.json, reports and plots from a samples.csv (a CI
     /// artifact, a colleague's run), with other analysis or gate options.
@@ -321,7 +336,12 @@ pub struct AttachArgs {
     /// Hold samples.csv to this many rows: when it fills, every other older
     /// cheap sample is dropped (first, last and deep samples kept) and
     /// sampling slows to half the rate, so the series stays even.
-    #[arg(hide_short_help = true, long, value_name = "ROWS")]
+    #[arg(
+        hide_short_help = true,
+        long,
+        value_name = "ROWS",
+        help_heading = "Sampling"
+    )]
     pub max_samples: Option<u64>,
 
     #[command(flatten)]

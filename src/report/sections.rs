@@ -10,7 +10,7 @@ use crate::fit::findings::Finding;
 use crate::fit::{Attribution, MIN_SLOPE_BYTES, SeriesFit};
 use crate::gate::GateResult;
 use crate::phrase;
-use crate::series::{Metric, XAxis};
+use crate::series::{Metric, RunRecord, XAxis};
 use crate::store::{Scope, SiteSource};
 use crate::units::{
     counted, format_bytes, format_duration, format_signed_bytes, format_signed_count,
@@ -49,18 +49,37 @@ fn seconds(s: f64) -> String {
         .unwrap_or_else(|_| "–".to_string())
 }
 
-fn failed_runs(a: &Analysis) -> Vec<String> {
-    a.runs
+/// The runs that failed, in a phrase: "all 20 (exit:1)" when every run failed alike, else up to
+/// `LISTED` of them by number and status, then how many more ("run 3 (exit:1), …, and 12
+/// more"); `None` when none failed.
+pub(crate) fn failed_runs(a: &Analysis) -> Option<String> {
+    failures(&a.runs)
+}
+
+/// `failed_runs` of these runs.
+fn failures(runs: &[RunRecord]) -> Option<String> {
+    /// Failed runs named one by one before the rest are counted.
+    const LISTED: usize = 5;
+    let failed: Vec<_> = runs.iter().filter(|r| r.failed()).collect();
+    let first = failed.first()?;
+    let alike = failed.iter().all(|r| r.status == first.status);
+    if failed.len() == runs.len() && failed.len() > 1 && alike {
+        return Some(format!("all {} ({})", failed.len(), first.status));
+    }
+    let mut named: Vec<String> = failed
         .iter()
-        .filter(|r| r.failed())
+        .take(LISTED)
         .map(|r| format!("run {} ({})", r.run, r.status))
-        .collect()
+        .collect();
+    if failed.len() > LISTED {
+        named.push(format!("and {} more", failed.len() - LISTED));
+    }
+    Some(named.join(", "))
 }
 
 fn intro(a: &Analysis) -> Vec<Inline> {
     match (&a.command_line, a.target_pid) {
         (Some(cmd), _) => {
-            let failed = failed_runs(a);
             let mut parts = vec![
                 text(format!(
                     "{} of ",
@@ -69,12 +88,13 @@ fn intro(a: &Analysis) -> Vec<Inline> {
                 Inline::Code(cmd.clone()),
                 text(format!(" over {}", seconds(a.duration_s))),
             ];
-            if failed.is_empty() {
-                parts.push(text(", all exited 0."));
-            } else {
-                parts.push(text("; "));
-                parts.push(strong(format!("FAILED: {}", failed.join(", "))));
-                parts.push(text("."));
+            match failed_runs(a) {
+                None => parts.push(text(", all exited 0.")),
+                Some(failed) => {
+                    parts.push(text("; "));
+                    parts.push(strong(format!("FAILED: {failed}")));
+                    parts.push(text("."));
+                }
             }
             // The series' name is the one word a reader cannot guess.
             if a.fits.iter().any(|f| f.scope == Scope::Survivors) {
@@ -715,11 +735,10 @@ fn runs(a: &Analysis, doc: &mut Vec<Block>) {
         return;
     }
     doc.push(heading(2, "Runs"));
-    let failed = failed_runs(a);
-    if !failed.is_empty() {
+    if let Some(failed) = failed_runs(a) {
         doc.push(para(vec![
-            strong(format!("Failed: {}.", failed.join(", "))),
-            text(if failed.len() == 1 {
+            strong(format!("Failed: {failed}.")),
+            text(if a.runs.iter().filter(|r| r.failed()).count() == 1 {
                 " Its points are kept (the memory left behind after it is real), but a \
                  failing command may not have done the work that leaks."
             } else {
@@ -929,4 +948,50 @@ fn copy_on_write_explained() -> Vec<Block> {
              in the parent just before forking keeps the collector off those pages.",
         )]),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs whose statuses are `exit:N` (0: it passed).
+    fn runs(codes: &[i32]) -> Vec<RunRecord> {
+        codes
+            .iter()
+            .zip(1..)
+            .map(|(&code, run)| RunRecord {
+                run,
+                pid: 100 + run,
+                exit_code: Some(code),
+                status: format!("exit:{code}"),
+                duration_s: Some(0.01),
+                peak_rss_bytes: None,
+                peak_bound_bytes: None,
+            })
+            .collect()
+    }
+
+    /// Every run failing alike is one phrase, not twenty; a long list of
+    /// failures is cut after five; none, nothing.
+    #[test]
+    fn failed_runs_read_as_one_phrase() {
+        assert_eq!(
+            failures(&runs(&[1; 20])).as_deref(),
+            Some("all 20 (exit:1)")
+        );
+        assert_eq!(
+            failures(&runs(&[1, 2, 1])).as_deref(),
+            Some("run 1 (exit:1), run 2 (exit:2), run 3 (exit:1)")
+        );
+        let some: Vec<i32> = (0..16).map(|i| i % 2).collect();
+        assert_eq!(
+            failures(&runs(&some)).as_deref(),
+            Some(
+                "run 2 (exit:1), run 4 (exit:1), run 6 (exit:1), run 8 (exit:1), \
+                 run 10 (exit:1), and 3 more"
+            )
+        );
+        assert_eq!(failures(&runs(&[0, 0])), None);
+        assert_eq!(failures(&runs(&[1])).as_deref(), Some("run 1 (exit:1)"));
+    }
 }

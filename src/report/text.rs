@@ -16,12 +16,6 @@ use crate::units::{counted, format_signed_bytes, format_signed_count};
 /// target attached to and for how long (empty for `analyze`).
 fn session_line(a: &Analysis) -> String {
     let mut out = String::new();
-    let failed: Vec<String> = a
-        .runs
-        .iter()
-        .filter(|r| r.failed())
-        .map(|r| format!("run {} ({})", r.run, r.status))
-        .collect();
     match (&a.command_line, a.target_pid) {
         (Some(cmd), _) => {
             let _ = write!(
@@ -29,10 +23,13 @@ fn session_line(a: &Analysis) -> String {
                 "{} of `{cmd}`",
                 counted(a.runs.len() as u64, "run", "runs")
             );
-            if failed.is_empty() {
-                let _ = writeln!(out, ", all exited 0");
-            } else {
-                let _ = writeln!(out, "; FAILED: {}", failed.join(", "));
+            match super::sections::failed_runs(a) {
+                None => {
+                    let _ = writeln!(out, ", all exited 0");
+                }
+                Some(failed) => {
+                    let _ = writeln!(out, "; FAILED: {failed}");
+                }
             }
         }
         (None, Some(pid)) => {
@@ -57,10 +54,10 @@ pub fn render(a: &Analysis) -> String {
         if f.n > 0 {
             let _ = writeln!(
                 out,
-                "      {} → {} over {} points, {}",
+                "      {} → {} over {}, {}",
                 level(f, f.first),
                 level(f, f.last),
-                f.n,
+                counted(f.n as u64, "point", "points"),
                 counted(f.processes as u64, "process", "processes")
             );
         }

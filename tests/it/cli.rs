@@ -114,7 +114,9 @@ fn a_failing_command_is_recorded_not_averaged_in_silently() {
         .args(["--", "false"])
         .assert()
         .code(2)
-        .stderr(predicate::str::contains("FAILED: run 1 (exit:1)"))
+        .stderr(predicate::str::contains(
+            "3 runs of `false`; FAILED: all 3 (exit:1)",
+        ))
         .stderr(predicate::str::contains(
             "no gate; all 3 runs failed (exit:1): fix the command, its memory says nothing; \
              exit 2",
@@ -135,7 +137,9 @@ fn a_failing_command_is_recorded_not_averaged_in_silently() {
         .args(["--", "sh", "-c", &toggle])
         .assert()
         .success()
-        .stderr(predicate::str::contains("FAILED: run 1 (exit:1)"))
+        .stderr(predicate::str::contains(
+            "FAILED: run 1 (exit:1), run 3 (exit:1)\n",
+        ))
         .stderr(predicate::str::contains("; no gate; exit 0"));
     let s = crate::common::summary(&some);
     assert_eq!(s["failed_runs"], serde_json::json!([1, 3]));
