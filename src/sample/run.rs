@@ -377,7 +377,6 @@ impl Session<'_> {
     /// One run: start the command, poll it until it exits, settle, sample
     /// what it left behind. Returns (completed, go on).
     fn one_run(&mut self, run: u32) -> Result<(bool, bool), SampleError> {
-        let started = Instant::now();
         let mut command = Command::new(self.program);
         command
             .args(self.plan.command.iter().skip(1))
@@ -398,6 +397,9 @@ impl Session<'_> {
         }
         let look = run <= SERVER_LOOK_RUNS;
         let before = look.then(|| self.root.loopback(self.me));
+        // The run starts at its spawn: what follows it (the guardian's stat, the event's
+        // write) is leakwatch's time, not the command's.
+        let start = self.clock.context(Some(run));
         let child = command.spawn().map_err(|error| SampleError::Spawn {
             program: self.program.display().to_string(),
             error,
@@ -409,12 +411,13 @@ impl Session<'_> {
         // `child` is never waited on through std: reap_all() collects its
         // status together with the orphans'.
         drop(child);
-        let ctx = self.clock.context(Some(run));
-        self.write(&[self.command_event(&ctx, pid, "run_start", None)])?;
+        self.write(&[self.command_event(&start, pid, "run_start", None)])?;
 
         let (end, polled_hwm) = self.poll_command(pid, run)?;
-        let ran_for = started.elapsed();
         let ctx = self.clock.context(Some(run));
+        // From the run's start event to its end event, as report.md's Runs
+        // table reads them: not the server scan before the spawn.
+        let ran_for = ctx.at.saturating_duration_since(start.at);
         let reaped = match end {
             PollEnd::Exited(reaped) => reaped,
             PollEnd::Interrupted => {
