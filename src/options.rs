@@ -439,6 +439,9 @@ pub fn usage_hint(error: &clap::Error, args: &[std::ffi::OsString]) -> Option<St
         .skip(1)
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
+    if let Some(hint) = split_value(&words, unknown) {
+        return Some(hint);
+    }
     let run = words.iter().position(|w| w == "run")?;
     if unknown.starts_with('-') || words.iter().any(|w| w == "--") {
         return None;
@@ -451,6 +454,40 @@ pub fn usage_hint(error: &clap::Error, args: &[std::ffi::OsString]) -> Option<St
         quoted[..at].join(" "),
         quoted[at..].join(" ")
     ))
+}
+
+/// A size, rate or duration typed as two words (`--max-growth 10 MiB/h`): the unknown word
+/// is a unit (letters, `%`, `/` and letters) after a number given to an option that takes a
+/// SIZE, RATE, DUR or PERCENT. The fix names the option and the one word it takes.
+fn split_value(words: &[String], unknown: &str) -> Option<String> {
+    let unit = |w: &str| {
+        let (head, per) = w.split_once('/').unwrap_or((w, "x"));
+        head.chars().all(|c| c.is_ascii_alphabetic() || c == '%')
+            && !per.is_empty()
+            && per.chars().all(|c| c.is_ascii_alphabetic())
+    };
+    if !unit(unknown) || unknown.is_empty() {
+        return None;
+    }
+    let at = words.iter().position(|w| w == unknown)?;
+    let (flag, value) = (words.get(at.checked_sub(2)?)?, &words[at - 1]);
+    if !value.starts_with(|c: char| c.is_ascii_digit()) {
+        return None;
+    }
+    let long = flag.strip_prefix("--")?;
+    let command = <crate::cli::Cli as clap::CommandFactory>::command();
+    let sub = command.find_subcommand(words.first()?)?;
+    let arg = sub.get_arguments().find(|a| a.get_long() == Some(long))?;
+    let kinds = ["SIZE", "RATE", "DUR", "PERCENT"];
+    arg.get_value_names()?
+        .iter()
+        .any(|n| kinds.contains(&n.as_str()))
+        .then(|| {
+            format!(
+                "'{unknown}' is not an argument: {flag} takes one word, as in `{flag} \
+                 {value}{unknown}` (no space)"
+            )
+        })
 }
 
 /// A word as a shell would need it typed: quoted when it holds anything but

@@ -292,6 +292,33 @@ fn a_command_before_the_double_dash_is_told_where_it_goes() {
     );
 }
 
+/// A size or duration typed as two words is told which option takes one; a
+/// command before `--` after a count is still told where it goes.
+#[test]
+fn a_value_typed_as_two_words_is_told_it_is_one() {
+    rejects(
+        &[
+            "run",
+            "-n",
+            "3",
+            "--max-growth",
+            "10",
+            "MiB/h",
+            "--",
+            "true",
+        ],
+        &["--max-growth takes one word, as in `--max-growth 10MiB/h` (no space)"],
+    );
+    rejects(
+        &["attach", "1", "--duration", "5", "m"],
+        &["'m' is not an argument: --duration takes one word"],
+    );
+    rejects(
+        &["run", "--repeat", "3", "true"],
+        &["the command goes after `--`"],
+    );
+}
+
 #[test]
 fn a_quoted_command_line_is_told_there_is_no_shell() {
     rejects(
