@@ -460,13 +460,14 @@ pub fn usage_hint(error: &clap::Error, args: &[std::ffi::OsString]) -> Option<St
 /// is a unit (letters, `%`, `/` and letters) after a number given to an option that takes a
 /// SIZE, RATE, DUR or PERCENT. The fix names the option and the one word it takes.
 fn split_value(words: &[String], unknown: &str) -> Option<String> {
-    let unit = |w: &str| {
-        let (head, per) = w.split_once('/').unwrap_or((w, "x"));
-        head.chars().all(|c| c.is_ascii_alphabetic() || c == '%')
-            && !per.is_empty()
-            && per.chars().all(|c| c.is_ascii_alphabetic())
+    let letters = |s: &str| s.chars().all(|c| c.is_ascii_alphabetic() || c == '%');
+    let unit = match unknown.split_once('/') {
+        Some((head, per)) => {
+            letters(head) && !per.is_empty() && per.chars().all(|c| c.is_ascii_alphabetic())
+        }
+        None => !unknown.is_empty() && letters(unknown),
     };
-    if !unit(unknown) || unknown.is_empty() {
+    if !unit {
         return None;
     }
     let at = words.iter().position(|w| w == unknown)?;

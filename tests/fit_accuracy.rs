@@ -288,9 +288,9 @@ fn modest_leaks_over_ten_runs_are_found() {
 /// A straight leak's headline stays near its truth: 2 MiB/run over 20 runs under noise of
 /// sd 1.5 MiB (a Go heap read from its collector's goal), the first point also 0, 0.5 or
 /// 1 MiB high (the goal's floor). A parabola bends upwards at one-sided α by chance in one
-/// series in a hundred, and its end, as the headline, read such a series over 15% high; the
+/// series in a hundred, and its end as the headline reads such a series far too high; the
 /// line stays the rate unless the bend holds at α/10. At most one series in 200 over 15% off
-/// (before and after: docs/accuracy.md#curves-that-speed-up).
+/// (docs/accuracy.md#curves-that-speed-up).
 #[test]
 fn straight_leaks_are_not_read_as_speeding_up() {
     const SEEDS: u64 = 4000;

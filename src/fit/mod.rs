@@ -132,6 +132,13 @@ impl SeriesFit {
             None => (self.slope, self.slope_ci95),
         }
     }
+
+    /// No estimator judged it (too few points, say): its line is shown
+    /// without an interval, which from so few points is no verdict's (three
+    /// equal points give one of no width).
+    pub fn unjudged(&self) -> bool {
+        self.end_rate.is_none() && self.verdict == Verdict::Inconclusive
+    }
 }
 
 /// What the charts draw instead of a straight line when the verdict did.

@@ -118,9 +118,7 @@ fn headline_rate(f: &SeriesFit) -> Option<String> {
             .end_rate
             .and_then(|e| with_ci(f, Some(e.rate), Some(e.ci95))),
         (Verdict::Leak, _) => with_ci(f, f.rate.or(f.slope), f.rate_ci95.or(f.slope_ci95)),
-        // Too few points for any estimator (a target that lived 3 s): the line alone, its
-        // interval from so few points is no verdict's (three equal points give one of no width).
-        (Verdict::Inconclusive, _) => f.slope.map(|s| rate(f, s)),
+        _ if f.unjudged() => f.slope.map(|s| rate(f, s)),
         _ => f.slope.map(|_| rate_with_ci(f)),
     }
 }

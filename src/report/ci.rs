@@ -58,8 +58,7 @@ fn headline_rate(f: &SeriesFit) -> Option<String> {
     // The gate's number: one home for "the rate the verdict rests on".
     let (rate, ci) = f.judged_rate();
     let rate = rate?;
-    // No estimator judged it (too few points): the line alone, as the verdict line says it.
-    let ci = ci.filter(|_| f.end_rate.is_some() || f.verdict != Verdict::Inconclusive);
+    let ci = ci.filter(|_| !f.unjudged());
     let r = |v: f64| f.x.format_rate(v, f.metric.is_bytes());
     Some(match ci {
         Some((lo, hi)) => format!("{} (95% CI {} … {})", r(rate), r(lo), r(hi)),

@@ -571,8 +571,9 @@ pub fn keeper_truth(port: u16) -> f64 {
 
 /// With `LEAKWATCH_TEST_KEEP_SAMPLES=DIR`, a copy of a session's files (its
 /// samples.csv, summary.json, reports) in `DIR/<label>/<out's name>`, the
-/// label lower case with anything but letters and digits as `-`, to replay with `leakwatch report` after the temporary directory is
-/// gone: how an estimate a real program got wrong is studied.
+/// label lower case with anything but letters and digits as `-`: replayed
+/// with `leakwatch report` after the temporary directory is gone, it is how
+/// an estimate a real program got wrong is studied.
 pub fn keep_samples(label: &str, out: &Path) {
     let Some(to) = std::env::var_os("LEAKWATCH_TEST_KEEP_SAMPLES") else {
         return;

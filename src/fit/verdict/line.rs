@@ -712,9 +712,8 @@ mod tests {
 
     /// A straight leak of 2 MiB/run under noise of sd 1.5 MiB (a Go heap read from its
     /// collector's goal, 20 runs) whose parabola bends upwards at one-sided α by chance, as
-    /// one straight leak in a hundred does: the line stays its rate (the parabola's end reads
-    /// +24% here, and CI once read a real Go heap 21% high so), and the interval still reaches
-    /// up to their end. The x² leak of the next test bends at α/10 and keeps its curve's end.
+    /// one straight leak in a hundred does: the line stays its rate, and the interval still
+    /// reaches up to the parabolas' end. The x² leak of the next test bends at α/10 and keeps its curve's end.
     #[test]
     fn a_straight_leak_that_bends_by_chance_keeps_the_line_as_its_rate() {
         let mut state: u64 = 364 * 7919 + 13;

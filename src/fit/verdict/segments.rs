@@ -680,7 +680,7 @@ impl Ctx<'_> {
     /// rise above the threshold by their own line, at one-sided α/10 (the search chose where
     /// the step is). A fill that had stopped before its last step, or steps with flat waits
     /// between them, do not: a window reaching back over the step before would read that
-    /// step as a rise (three one-page steps of a CPython's anon over a flat minute did).
+    /// step as a rise.
     fn rises_into(&self, ev: &Events, step: usize) -> bool {
         self.rise_into(ev, step).is_some()
     }
@@ -770,8 +770,8 @@ mod tests {
         assert_eq!(c.plateau.map(|p| p.stop_x), Some(8.0));
     }
 
-    /// A CPython keeping nothing, attached a minute (CI read it a leak at +787 KiB/h): its
-    /// anon took three pages, at 15 s, 29 s and 33 s, and none since. The last step is too
+    /// A CPython keeping nothing, attached a minute: its anon took three pages, at 15 s, 29 s
+    /// and 33 s, and none since (docs/verdicts.md#a-staircase-whose-steps-grow). The last step is too
     /// recent to tell whether they stopped, and the points before it are the step at 29 s and
     /// a flat wait, not growth running into it: the interval reaches down to the flat end's,
     /// and the verdict waits for a longer session.
